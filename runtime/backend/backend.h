@@ -1,0 +1,86 @@
+// Backend interface: the ops the models need (matmul over prepared weights, norms, RoPE, SwiGLU,
+// embedding gather, attention over a KV slot view). Pointers are in the backend's device memory;
+// the CPU backend's device memory is host RAM. Ops are synchronous on the calling thread's
+// context; an op is thread-safe only with respect to other calls on distinct outputs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "runtime/core/buffer.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/threading.h"
+#include "runtime/backend/rope_style.h"
+
+namespace offgen {
+
+// A weight matrix W[rows=out_features, cols=in_features] in the backend's preferred storage.
+struct Weight {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  DType dtype = DType::kF32;  // storage type after prepare_weight
+  Buffer data;
+  int64_t bytes() const { return data.bytes(); }
+};
+
+// One sequence of a ragged batch: its n_new tokens occupy rows [row_begin, row_begin + n_new) of
+// the activations; its KV view already holds n_past visible slots followed by the n_new new ones.
+struct SeqSpan {
+  int64_t row_begin = 0;
+  int64_t n_new = 0;
+  int64_t n_past = 0;
+};
+
+// K and V of one sequence for one layer: [n_kv_heads][capacity][head_dim], fp32.
+struct KvSeqView {
+  float* k = nullptr;
+  float* v = nullptr;
+  int64_t capacity = 0;
+};
+
+struct AttentionArgs {
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  float scale = 1.0f;
+  std::span<const SeqSpan> seqs;
+  std::span<const KvSeqView> kv;  // one per seq
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual ThreadContext& threads() = 0;
+
+  // Converts rows x cols elements of `src` (type `src_type`, row-major, rows contiguous) into the
+  // backend's matmul storage. The returned Weight owns its memory.
+  virtual Weight prepare_weight(DType src_type, const void* src, int64_t rows, int64_t cols) = 0;
+  // Keeps a table for embedding gathers in its source storage (e.g. q8_0 rows).
+  virtual Weight prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) = 0;
+
+  // y[m, w.rows] = x[m, w.cols] · Wᵀ.
+  virtual void matmul(const float* x, int64_t m, const Weight& w, float* y) = 0;
+  // y[m, d] = x / rms(x) * gamma (y may alias x).
+  virtual void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
+                        float* y) = 0;
+  // In-place rotary embedding of x[n_tokens][n_heads][head_dim] at the given positions.
+  virtual void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                    const int32_t* positions, float theta, RopeStyle style) = 0;
+  // out[i] = silu(gate[i]) * up[i] over rows of width n in an interleaved [m][2][n] or separate
+  // layout: gate and up are [m, n] with row strides gate_stride/up_stride.
+  virtual void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
+                      float* out) = 0;
+  // y[i] += x[i]
+  virtual void add(float* y, const float* x, int64_t n) = 0;
+  // out[i, :] = table[ids[i], :] (dequantised).
+  virtual void embedding(const Weight& table, const int32_t* ids, int64_t n, float* out) = 0;
+  // Causal attention of q[rows][n_heads][head_dim] over each sequence's KV slots; out has q's shape.
+  virtual void attention(const float* q, const AttentionArgs& args, float* out) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+}  // namespace offgen

@@ -1,0 +1,171 @@
+// CPU backend ops.
+#include "runtime/backend/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "runtime/core/error.h"
+
+namespace offgen {
+
+CpuBackend::CpuBackend(int threads) : ctx_(threads) { openblas_set_num_threads(ctx_.threads()); }
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  return std::make_unique<CpuBackend>(threads);
+}
+
+Weight CpuBackend::prepare_weight(DType src_type, const void* src, int64_t rows, int64_t cols) {
+  Weight w;
+  w.rows = rows;
+  w.cols = cols;
+  w.dtype = DType::kF32;
+  w.data = Buffer(rows * cols * 4, Tier::kDevice);
+  const int64_t row_bytes = dtype_bytes(src_type, cols);
+  float* dst = w.data.as<float>();
+  const auto* s = static_cast<const uint8_t*>(src);
+  ctx_.parallel_for(rows, 64, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) dequantize_row(src_type, s + r * row_bytes, dst + r * cols, cols);
+  });
+  return w;
+}
+
+Weight CpuBackend::prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) {
+  Weight w;
+  w.rows = rows;
+  w.cols = cols;
+  w.dtype = src_type;
+  const int64_t bytes = dtype_bytes(src_type, cols) * rows;
+  w.data = Buffer(bytes, Tier::kDevice);
+  std::memcpy(w.data.data(), src, bytes);
+  return w;
+}
+
+void CpuBackend::matmul(const float* x, int64_t m, const Weight& w, float* y) {
+  OFFGEN_DCHECK(w.dtype == DType::kF32);
+  if (m == 0) return;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m),
+              static_cast<int>(w.rows), static_cast<int>(w.cols), 1.0f, x,
+              static_cast<int>(w.cols), w.data.as<float>(), static_cast<int>(w.cols), 0.0f, y,
+              static_cast<int>(w.rows));
+}
+
+void CpuBackend::rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
+                          float* y) {
+  ctx_.parallel_for(m, 16, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = x + r * d;
+      float* yr = y + r * d;
+      float ss = 0.0f;
+      for (int64_t i = 0; i < d; ++i) ss += xr[i] * xr[i];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+      for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * inv * gamma[i];
+    }
+  });
+}
+
+void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                      const int32_t* positions, float theta, RopeStyle style) {
+  const int64_t half = head_dim / 2;
+  std::vector<float> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = static_cast<float>(1.0 / std::pow(static_cast<double>(theta),
+                                                    static_cast<double>(2 * i) / head_dim));
+  ctx_.parallel_for(n_tokens, 8, [&](int64_t b, int64_t e) {
+    std::vector<float> cs(half), sn(half);
+    for (int64_t t = b; t < e; ++t) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = static_cast<float>(positions[t]) * inv_freq[i];
+        cs[i] = std::cos(a);
+        sn[i] = std::sin(a);
+      }
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* v = x + (t * n_heads + h) * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const int64_t i0 = style == RopeStyle::kInterleaved ? 2 * i : i;
+          const int64_t i1 = style == RopeStyle::kInterleaved ? 2 * i + 1 : i + half;
+          const float a = v[i0], c = v[i1];
+          v[i0] = a * cs[i] - c * sn[i];
+          v[i1] = a * sn[i] + c * cs[i];
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
+                        float* out) {
+  ctx_.parallel_for(m, 4, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* g = gate + r * stride;
+      const float* u = up + r * stride;
+      float* o = out + r * n;
+      for (int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    }
+  });
+}
+
+void CpuBackend::add(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void CpuBackend::embedding(const Weight& table, const int32_t* ids, int64_t n, float* out) {
+  const int64_t row_bytes = dtype_bytes(table.dtype, table.cols);
+  const auto* base = table.data.as<uint8_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    OFFGEN_CHECK(ids[i] >= 0 && ids[i] < table.rows, kInput, "token id {} outside vocabulary of {}",
+                 ids[i], table.rows);
+    dequantize_row(table.dtype, base + ids[i] * row_bytes, out + i * table.cols, table.cols);
+  }
+}
+
+void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
+  const int64_t n_seqs = static_cast<int64_t>(a.seqs.size());
+  const int64_t group = a.n_heads / a.n_kv_heads;
+  const int64_t hd = a.head_dim;
+  const int64_t row_stride = a.n_heads * hd;
+  // One task per (sequence, query head); each task's arithmetic does not depend on the batch.
+  ctx_.parallel_for(n_seqs * a.n_heads, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> scores;
+    for (int64_t task = b; task < e; ++task) {
+      const int64_t s = task / a.n_heads;
+      const int64_t h = task % a.n_heads;
+      const SeqSpan& sp = a.seqs[s];
+      const KvSeqView& kv = a.kv[s];
+      const int64_t kvh = h / group;
+      const float* kbase = kv.k + kvh * kv.capacity * hd;
+      const float* vbase = kv.v + kvh * kv.capacity * hd;
+      scores.resize(sp.n_past + sp.n_new);
+      for (int64_t t = 0; t < sp.n_new; ++t) {
+        const float* qv = q + (sp.row_begin + t) * row_stride + h * hd;
+        const int64_t n_vis = sp.n_past + t + 1;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < n_vis; ++j) {
+          const float* kj = kbase + j * hd;
+          float d = 0.0f;
+          for (int64_t i = 0; i < hd; ++i) d += qv[i] * kj[i];
+          d *= a.scale;
+          scores[j] = d;
+          mx = std::max(mx, d);
+        }
+        float sum = 0.0f;
+        for (int64_t j = 0; j < n_vis; ++j) {
+          scores[j] = std::exp(scores[j] - mx);
+          sum += scores[j];
+        }
+        const float inv = 1.0f / sum;
+        float* o = out + (sp.row_begin + t) * row_stride + h * hd;
+        std::fill(o, o + hd, 0.0f);
+        for (int64_t j = 0; j < n_vis; ++j) {
+          const float p = scores[j] * inv;
+          const float* vj = vbase + j * hd;
+          for (int64_t i = 0; i < hd; ++i) o[i] += p * vj[i];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace offgen

@@ -1,0 +1,26 @@
+// Explicit compute context: a TBB arena with a fixed thread count, passed to every op (no
+// hidden global pool). Thread-safe: parallel_for may be called from any thread.
+#pragma once
+
+#include <tbb/task_arena.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace offgen {
+
+class ThreadContext {
+ public:
+  // threads <= 0 means all hardware threads.
+  explicit ThreadContext(int threads = 0);
+  int threads() const { return threads_; }
+  // Runs fn(begin, end) over [0, n) in chunks of at least `grain`, inside this context's arena.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  int threads_;
+  std::unique_ptr<tbb::task_arena> arena_;
+};
+
+}  // namespace offgen

@@ -1,0 +1,28 @@
+// GgufWeightSource: a WeightSource over a memory-mapped GGUF file (config from llama.* metadata).
+#pragma once
+
+#include <string>
+
+#include "runtime/loaders/gguf.h"
+#include "runtime/model/weight_source.h"
+
+namespace offgen {
+
+// Reads the architecture hyper-parameters; throws kInput naming the missing/invalid key.
+ModelConfig config_from_gguf(const GgufFile& f);
+
+class GgufWeightSource final : public WeightSource {
+ public:
+  explicit GgufWeightSource(GgufFile file);
+  const ModelConfig& config() const override { return config_; }
+  TensorRef tensor(const std::string& name) const override;
+  bool has_tensor(const std::string& name) const override;
+  std::string describe() const override { return file_.path(); }
+  const GgufFile& file() const { return file_; }
+
+ private:
+  GgufFile file_;
+  ModelConfig config_;
+};
+
+}  // namespace offgen

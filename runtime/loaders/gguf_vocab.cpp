@@ -1,0 +1,48 @@
+// GGUF tokenizer metadata -> VocabData.
+#include "runtime/loaders/gguf_vocab.h"
+
+#include "runtime/core/error.h"
+
+namespace offgen {
+
+VocabData vocab_from_gguf(const GgufFile& f) {
+  VocabData v;
+  v.model = f.get_string("tokenizer.ggml.model");
+  v.pre = f.get_string_opt("tokenizer.ggml.pre").value_or("default");
+  const auto* tokens = f.find("tokenizer.ggml.tokens");
+  OFFGEN_CHECK(tokens && tokens->type == GgufType::kArray && tokens->elem_type == GgufType::kString,
+               kInput, "{}: tokenizer.ggml.tokens missing or not a string array", f.path());
+  v.tokens = tokens->strs;
+  if (const auto* tt = f.find("tokenizer.ggml.token_type")) {
+    OFFGEN_CHECK(tt->type == GgufType::kArray && tt->nums.size() == v.tokens.size(), kInput,
+                 "{}: tokenizer.ggml.token_type has {} entries for {} tokens", f.path(),
+                 tt->nums.size(), v.tokens.size());
+    v.token_types.reserve(tt->nums.size());
+    for (double d : tt->nums) v.token_types.push_back(static_cast<int32_t>(d));
+  } else {
+    v.token_types.assign(v.tokens.size(), 1);
+  }
+  if (const auto* m = f.find("tokenizer.ggml.merges")) {
+    OFFGEN_CHECK(m->type == GgufType::kArray && m->elem_type == GgufType::kString, kInput,
+                 "{}: tokenizer.ggml.merges is not a string array", f.path());
+    v.merges = m->strs;
+  }
+  const auto id = [&](const char* key) {
+    auto x = f.get_int_opt(key);
+    if (!x) return int32_t{-1};
+    OFFGEN_CHECK(*x >= 0 && *x < static_cast<int64_t>(v.tokens.size()), kInput,
+                 "{}: {} = {} is outside the vocabulary of {}", f.path(), key, *x, v.tokens.size());
+    return static_cast<int32_t>(*x);
+  };
+  v.bos_id = id("tokenizer.ggml.bos_token_id");
+  v.eos_id = id("tokenizer.ggml.eos_token_id");
+  v.unk_id = id("tokenizer.ggml.unknown_token_id");
+  v.pad_id = id("tokenizer.ggml.padding_token_id");
+  v.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", false);
+  v.chat_template = f.get_string_opt("tokenizer.chat_template").value_or("");
+  return v;
+}
+
+VocabData load_gguf_vocab(const std::string& path) { return vocab_from_gguf(GgufFile::open(path)); }
+
+}  // namespace offgen

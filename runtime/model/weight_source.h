@@ -1,0 +1,36 @@
+// WeightSource: what a loader hands a model — config plus named tensors (GGUF naming:
+// token_embd.weight, blk.N.attn_q.weight, ...) as typed read-only views. Loaders implement it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/core/dtype.h"
+#include "runtime/model/config.h"
+
+namespace offgen {
+
+struct TensorRef {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> dims;  // dims[0] innermost (row length), GGML order
+  const void* data = nullptr;
+  int64_t n_elems() const {
+    int64_t n = 1;
+    for (auto d : dims) n *= d;
+    return n;
+  }
+};
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual const ModelConfig& config() const = 0;
+  // Returns the tensor or throws offgen::Error(kInput) naming it and the source file.
+  virtual TensorRef tensor(const std::string& name) const = 0;
+  virtual bool has_tensor(const std::string& name) const = 0;
+  virtual std::string describe() const = 0;  // e.g. the file path
+};
+
+}  // namespace offgen

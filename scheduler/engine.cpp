@@ -1,0 +1,289 @@
+// Engine: continuous batching over the Llama steps with all weights in RAM.
+#include "scheduler/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/loaders/model_loader.h"
+
+namespace offgen {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kError: return "error";
+  }
+  return "?";
+}
+
+void EngineOptions::validate() const {
+  OFFGEN_CHECK(backend == "cpu", kConfig, "--backend {}: this build supports only 'cpu'", backend);
+  OFFGEN_CHECK(threads >= 0 && threads <= 1024, kConfig, "--threads {} must be in [0, 1024]", threads);
+  OFFGEN_CHECK(batch_size >= 1 && batch_size <= 65536, kConfig,
+               "--batch-size {} must be in [1, 65536]", batch_size);
+  OFFGEN_CHECK(prefill_chunk >= 1, kConfig, "prefill chunk {} must be >= 1", prefill_chunk);
+  OFFGEN_CHECK(max_context >= 0, kConfig, "max context {} must be >= 0", max_context);
+}
+
+struct Engine::Sequence {
+  size_t index = 0;
+  const Request* req = nullptr;
+  std::vector<int32_t> prompt;
+  int64_t n_past = 0;  // tokens whose K/V are in the cache
+  int64_t capacity = 0;
+  int64_t max_tokens = 0;
+  Buffer kv;
+  Sampler sampler;
+  Result result;
+  int32_t pending = -1;  // sampled, not yet fed
+  bool finished = false;
+
+  Sequence(const SamplingParams& p) : sampler(p) {}
+  bool prefilling() const { return n_past < static_cast<int64_t>(prompt.size()); }
+};
+
+Engine::Engine(EngineOptions options) : options_(std::move(options)) {
+  options_.validate();
+  backend_ = make_cpu_backend(options_.threads);
+  OpenedModel opened = open_model(options_.model);
+  tokenizer_ = std::make_unique<Tokenizer>(std::move(opened.vocab));
+  const auto t0 = Clock::now();
+  model_ = std::make_unique<LlamaModel>(*opened.source, *backend_);
+  log_debug("loaded {} in {:.2f}s", options_.model, seconds_since(t0));
+  OFFGEN_CHECK(tokenizer_->vocab_size() <= model_->config().vocab_size, kInput,
+               "{}: tokenizer has {} tokens but the model only {} embeddings", options_.model,
+               tokenizer_->vocab_size(), model_->config().vocab_size);
+  max_context_ = model_->config().context_length;
+  const VocabData& v = tokenizer_->vocab();
+  if (v.eos_id >= 0) end_of_generation_.insert(v.eos_id);
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    const std::string& t = v.tokens[i];
+    const bool control = i < v.token_types.size() && v.token_types[i] == 3;
+    if (control && (t == "<|endoftext|>" || t == "<|im_end|>" || t == "<|eot_id|>" ||
+                    t == "<|end_of_text|>" || t == "</s>"))
+      end_of_generation_.insert(static_cast<int32_t>(i));
+  }
+  if (options_.max_context > 0) max_context_ = std::min(max_context_, options_.max_context);
+}
+
+Engine::~Engine() = default;
+
+const ModelConfig& Engine::config() const { return model_->config(); }
+const Tokenizer& Engine::tokenizer() const { return *tokenizer_; }
+int64_t Engine::weight_bytes() const { return model_->weights().bytes(); }
+
+std::vector<int32_t> Engine::encode_prompt(const Request& r) const {
+  if (!r.prompt_ids.empty()) {
+    for (int32_t id : r.prompt_ids)
+      OFFGEN_CHECK(id >= 0 && id < model_->config().vocab_size, kInput,
+                   "prompt token id {} is outside the vocabulary of {}", id,
+                   model_->config().vocab_size);
+    return r.prompt_ids;
+  }
+  std::string text;
+  if (!r.messages.empty()) {
+    text = apply_chat_template(tokenizer_->vocab().chat_template, r.messages, true);
+  } else if (r.chat) {
+    text = apply_chat_template(tokenizer_->vocab().chat_template, {{"user", r.prompt}}, true);
+  } else {
+    text = r.prompt;
+  }
+  std::vector<int32_t> ids = tokenizer_->encode(text, true);
+  OFFGEN_CHECK(!ids.empty(), kInput, "prompt is empty");
+  return ids;
+}
+
+std::vector<Result> Engine::generate(const std::vector<Request>& requests,
+                                     const GenerateCallbacks& cb) {
+  stats_ = GenerationStats{};
+  stats_.requests = static_cast<int64_t>(requests.size());
+  const auto t0 = Clock::now();
+  const ModelConfig& c = model_->config();
+  std::vector<Result> results(requests.size());
+  std::deque<size_t> waiting;
+  for (size_t i = 0; i < requests.size(); ++i) waiting.push_back(i);
+  std::vector<std::unique_ptr<Sequence>> active;
+  int64_t done = 0;
+
+  auto finish = [&](Sequence& s) {
+    s.result.completion_tokens = static_cast<int64_t>(s.result.tokens.size());
+    stats_.completion_tokens += s.result.completion_tokens;
+    if (s.result.finish_reason == FinishReason::kError) ++stats_.failed;
+    results[s.index] = std::move(s.result);
+    ++done;
+    if (cb.on_result) cb.on_result(s.index, results[s.index]);
+  };
+
+  while (!waiting.empty() || !active.empty()) {
+    // Admit waiting requests into free batch slots.
+    while (static_cast<int64_t>(active.size()) < options_.batch_size && !waiting.empty()) {
+      const size_t i = waiting.front();
+      waiting.pop_front();
+      const Request& r = requests[i];
+      auto s = std::make_unique<Sequence>(r.sampling);
+      s->index = i;
+      s->req = &r;
+      s->result.id = r.id;
+      try {
+        r.sampling.validate();
+        s->prompt = encode_prompt(r);
+        const int64_t p = static_cast<int64_t>(s->prompt.size());
+        s->result.prompt_tokens = p;
+        OFFGEN_CHECK(p < max_context_, kInput,
+                     "prompt has {} tokens; the context window is {} (room is needed for at least "
+                     "one generated token)",
+                     p, max_context_);
+        s->max_tokens = std::min(r.sampling.max_tokens, max_context_ - p);
+        s->capacity = std::max<int64_t>(1, p + s->max_tokens - 1);
+        s->kv = Buffer(c.n_layers * 2 * c.kv_dim() * s->capacity * 4);
+      } catch (const Error& e) {
+        s->result.finish_reason = FinishReason::kError;
+        s->result.error = e.what();
+        finish(*s);
+        continue;
+      }
+      if (s->max_tokens == 0) {
+        s->result.finish_reason = FinishReason::kLength;
+        finish(*s);
+        continue;
+      }
+      active.push_back(std::move(s));
+    }
+    if (active.empty()) continue;
+
+    std::vector<Sequence*> pre, dec;
+    for (auto& s : active) (s->prefilling() ? pre : dec).push_back(s.get());
+    if (!pre.empty()) run_prefill(pre);
+    if (!dec.empty()) run_decode(dec);
+
+    for (auto& s : active)
+      if (s->finished) {
+        finish(*s);
+        s.reset();
+      }
+    std::erase_if(active, [](const auto& s) { return !s; });
+    if (cb.on_progress)
+      cb.on_progress(Progress{done, static_cast<int64_t>(requests.size()), stats_.completion_tokens,
+                              seconds_since(t0)});
+  }
+  stats_.wall_seconds = seconds_since(t0);
+  return results;
+}
+
+// Feeds each sequence's chunk of tokens, then samples from the last row of those that are due.
+void Engine::forward(std::vector<Sequence*>& seqs, const std::vector<std::vector<int32_t>>& chunks) {
+  const ModelConfig& c = model_->config();
+  std::vector<int32_t> ids, pos;
+  std::vector<SeqSpan> spans(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    spans[i] = SeqSpan{static_cast<int64_t>(ids.size()), static_cast<int64_t>(chunks[i].size()),
+                       seqs[i]->n_past};
+    for (size_t t = 0; t < chunks[i].size(); ++t) {
+      ids.push_back(chunks[i][t]);
+      pos.push_back(static_cast<int32_t>(seqs[i]->n_past + t));
+    }
+  }
+  const int64_t kv_layer = 2 * c.kv_dim();  // floats per slot per layer (K and V)
+  std::vector<KvSeqView> views(c.n_layers * seqs.size());
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      float* base = seqs[i]->kv.as<float>() + l * kv_layer * seqs[i]->capacity;
+      views[l * seqs.size() + i] =
+          KvSeqView{base, base + c.kv_dim() * seqs[i]->capacity, seqs[i]->capacity};
+    }
+  logits_.resize(seqs.size() * c.vocab_size);
+  model_->forward(ids, pos.data(), spans,
+                  [&](int64_t l) {
+                    return std::span<const KvSeqView>(views.data() + l * seqs.size(), seqs.size());
+                  },
+                  logits_.data(), scratch_);
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->n_past += static_cast<int64_t>(chunks[i].size());
+}
+
+void Engine::accept(Sequence& s, int32_t tok) {
+  const SamplingParams& sp = s.req->sampling;
+  if (!sp.ignore_eos && end_of_generation_.count(tok)) {
+    s.result.finish_reason = FinishReason::kStop;
+    s.finished = true;
+    return;
+  }
+  s.result.tokens.push_back(tok);
+  std::string& text = s.result.text;
+  const size_t before = text.size();
+  text += tokenizer_->token_bytes(tok);
+  for (const std::string& stop : sp.stop) {
+    const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
+    const size_t at = text.find(stop, from);
+    if (at != std::string::npos) {
+      text.resize(at);
+      s.result.finish_reason = FinishReason::kStop;
+      s.finished = true;
+      return;
+    }
+  }
+  if (static_cast<int64_t>(s.result.tokens.size()) >= s.max_tokens) {
+    s.result.finish_reason = FinishReason::kLength;
+    s.finished = true;
+    return;
+  }
+  s.pending = tok;
+}
+
+void Engine::run_prefill(std::vector<Sequence*>& seqs) {
+  const auto t0 = Clock::now();
+  // Group sequences into forwards of at most prefill_chunk tokens; long prompts go in pieces.
+  size_t i = 0;
+  while (i < seqs.size()) {
+    std::vector<Sequence*> group;
+    std::vector<std::vector<int32_t>> chunks;
+    int64_t budget = options_.prefill_chunk;
+    while (i < seqs.size() && budget > 0) {
+      Sequence* s = seqs[i];
+      const int64_t left = static_cast<int64_t>(s->prompt.size()) - s->n_past;
+      const int64_t take = std::min(left, budget);
+      chunks.emplace_back(s->prompt.begin() + s->n_past, s->prompt.begin() + s->n_past + take);
+      group.push_back(s);
+      budget -= take;
+      stats_.prefill_tokens += take;
+      if (take == left) ++i;
+      else break;  // the rest of this prompt goes in the next forward
+    }
+    forward(group, chunks);
+    const ModelConfig& c = model_->config();
+    for (size_t g = 0; g < group.size(); ++g) {
+      Sequence* s = group[g];
+      if (s->prefilling()) continue;
+      const int32_t tok = s->sampler.sample({logits_.data() + g * c.vocab_size,
+                                             static_cast<size_t>(c.vocab_size)});
+      accept(*s, tok);
+    }
+  }
+  stats_.prefill_seconds += seconds_since(t0);
+}
+
+void Engine::run_decode(std::vector<Sequence*>& seqs) {
+  const auto t0 = Clock::now();
+  std::vector<std::vector<int32_t>> chunks;
+  for (Sequence* s : seqs) chunks.push_back({s->pending});
+  forward(seqs, chunks);
+  stats_.decode_tokens += static_cast<int64_t>(seqs.size());
+  const ModelConfig& c = model_->config();
+  for (size_t g = 0; g < seqs.size(); ++g)
+    accept(*seqs[g], seqs[g]->sampler.sample(
+                         {logits_.data() + g * c.vocab_size, static_cast<size_t>(c.vocab_size)}));
+  stats_.decode_seconds += seconds_since(t0);
+}
+
+}  // namespace offgen

@@ -1,0 +1,92 @@
+// Engine: the public C++ API. Loads a model once and generates completions for batches of
+// requests with continuous batching (finished sequences are replaced by waiting ones).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "runtime/backend/backend.h"
+#include "runtime/model/llama.h"
+#include "runtime/text/tokenizer.h"
+#include "scheduler/request.h"
+
+namespace offgen {
+
+struct EngineOptions {
+  std::string model;              // path to a .gguf file
+  std::string backend = "cpu";
+  int threads = 0;                // 0 = all cores
+  int64_t batch_size = 32;        // sequences decoded together
+  int64_t prefill_chunk = 2048;   // max prompt tokens per prefill forward
+  int64_t max_context = 0;        // 0 = the model's context length
+  void validate() const;          // throws offgen::Error(kConfig)
+};
+
+struct GenerationStats {
+  int64_t requests = 0;
+  int64_t failed = 0;
+  int64_t prefill_tokens = 0;
+  int64_t decode_tokens = 0;      // tokens produced by decode forwards
+  int64_t completion_tokens = 0;  // all sampled tokens (first one comes from prefill)
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  double wall_seconds = 0;
+};
+
+struct Progress {
+  int64_t done = 0;
+  int64_t total = 0;
+  int64_t completion_tokens = 0;
+  double elapsed_seconds = 0;
+};
+
+struct GenerateCallbacks {
+  // Called once per request as it finishes (any order), with its index in the input vector.
+  std::function<void(size_t index, const Result& result)> on_result;
+  // Called after each engine iteration.
+  std::function<void(const Progress&)> on_progress;
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineOptions options);
+  ~Engine();
+
+  const ModelConfig& config() const;
+  const Tokenizer& tokenizer() const;
+  const EngineOptions& options() const { return options_; }
+  int64_t max_context() const { return max_context_; }
+  int64_t weight_bytes() const;
+
+  // Renders and tokenises a request's prompt (chat template when asked). Throws kInput.
+  std::vector<int32_t> encode_prompt(const Request& r) const;
+
+  // Generates all requests; results are returned in input order. Per-request failures (prompt
+  // too long, invalid sampling values) become error results; the others still run. Not
+  // thread-safe: one generate() at a time.
+  std::vector<Result> generate(const std::vector<Request>& requests,
+                               const GenerateCallbacks& callbacks = {});
+  const GenerationStats& last_stats() const { return stats_; }
+
+ private:
+  struct Sequence;
+  void run_prefill(std::vector<Sequence*>& seqs);
+  void run_decode(std::vector<Sequence*>& seqs);
+  void accept(Sequence& s, int32_t token);  // appends a sampled token; marks finished
+  void forward(std::vector<Sequence*>& seqs, const std::vector<std::vector<int32_t>>& chunks);
+
+  EngineOptions options_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  int64_t max_context_ = 0;
+  GenerationStats stats_;
+  LlamaScratch scratch_;
+  std::vector<float> logits_;
+  std::unordered_set<int32_t> end_of_generation_;
+};
+
+}  // namespace offgen

@@ -1,0 +1,35 @@
+// Request and Result: one prompt to complete and its outcome, as the Engine API exchanges them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/text/chat_template.h"
+#include "runtime/text/sampler.h"
+
+namespace offgen {
+
+struct Request {
+  std::string id;
+  std::string prompt;                 // plain-text prompt (used when messages is empty)
+  std::vector<ChatMessage> messages;  // chat form; rendered with the model's chat template
+  bool chat = false;                  // render `prompt` as one user message with the template
+  std::vector<int32_t> prompt_ids;    // pre-tokenised prompt; overrides prompt/messages if set
+  SamplingParams sampling;
+};
+
+enum class FinishReason { kStop, kLength, kError };
+const char* finish_reason_name(FinishReason r);
+
+struct Result {
+  std::string id;
+  std::string text;
+  std::vector<int32_t> tokens;  // completion token ids
+  FinishReason finish_reason = FinishReason::kLength;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  std::string error;            // set when finish_reason == kError
+};
+
+}  // namespace offgen

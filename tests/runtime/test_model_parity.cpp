@@ -1,0 +1,95 @@
+// Model parity against golden data from Hugging Face transformers (tests/data/golden, regenerated
+// by tools/gen_golden_model.py): last-position logits within 2e-3 and 32 greedy tokens identical.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/backend/backend.h"
+#include "runtime/loaders/model_loader.h"
+#include "runtime/model/llama.h"
+#include "scheduler/engine.h"
+#include "tests/model_path.h"
+
+using namespace offgen;
+
+namespace {
+
+nlohmann::json golden() {
+  std::ifstream in(std::string(OFFGEN_TEST_DATA) + "/golden/smollm2.json");
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+
+std::vector<float> read_f32(const std::string& name, size_t n) {
+  std::ifstream in(std::string(OFFGEN_TEST_DATA) + "/golden/" + name, std::ios::binary);
+  REQUIRE(in.good());
+  std::vector<float> v(n);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * 4));
+  REQUIRE(in.gcount() == static_cast<std::streamsize>(n * 4));
+  return v;
+}
+
+// Runs one prompt through every step with a private KV cache; returns last-position logits.
+std::vector<float> last_logits(LlamaModel& m, const std::vector<int32_t>& ids) {
+  const ModelConfig& c = m.config();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  std::vector<float> kv(c.n_layers * 2 * c.kv_dim() * n);
+  std::vector<KvSeqView> views(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    float* base = kv.data() + l * 2 * c.kv_dim() * n;
+    views[l] = KvSeqView{base, base + c.kv_dim() * n, n};
+  }
+  std::vector<int32_t> pos(n);
+  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i);
+  SeqSpan span{0, n, 0};
+  std::vector<float> logits(c.vocab_size);
+  LlamaScratch scratch;
+  m.forward(ids, pos.data(), {&span, 1},
+            [&](int64_t l) { return std::span<const KvSeqView>(&views[l], 1); }, logits.data(),
+            scratch);
+  return logits;
+}
+
+}  // namespace
+
+TEST_CASE("SmolLM2 logits match transformers (fp32) within 2e-3", "[model][parity]") {
+  const auto g = golden();
+  auto be = make_cpu_backend(0);
+  OpenedModel om = open_model(test::default_model_path());
+  LlamaModel model(*om.source, *be);
+  for (const auto& p : g["prompts"]) {
+    const std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
+    const auto want = read_f32(p["logits_file"].get<std::string>(), model.config().vocab_size);
+    const auto got = last_logits(model, ids);
+    double max_diff = 0;
+    for (size_t i = 0; i < want.size(); ++i)
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(got[i] - want[i])));
+    INFO("prompt " << p["name"].get<std::string>() << ": max |dlogit| = " << max_diff);
+    CHECK(max_diff <= 2e-3);
+  }
+}
+
+TEST_CASE("SmolLM2 greedy tokens match transformers for 32 steps", "[model][parity]") {
+  const auto g = golden();
+  EngineOptions eo;
+  eo.model = test::default_model_path();
+  Engine engine(eo);
+  std::vector<Request> reqs;
+  for (const auto& p : g["prompts"]) {
+    Request r;
+    r.id = p["name"].get<std::string>();
+    r.prompt_ids = p["ids"].get<std::vector<int32_t>>();
+    r.sampling.max_tokens = 32;
+    r.sampling.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  const auto results = engine.generate(reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const auto want = g["prompts"][i]["greedy_ids"].get<std::vector<int32_t>>();
+    INFO("prompt " << reqs[i].id);
+    CHECK(results[i].tokens == want);
+  }
+}

@@ -1,0 +1,67 @@
+// Batched generation gives every request the same greedy tokens as running it alone, for
+// several batch sizes (continuous batching mixes prefill lengths and decode positions).
+#include <catch2/catch.hpp>
+
+#include "scheduler/engine.h"
+#include "tests/model_path.h"
+
+using namespace offgen;
+
+namespace {
+
+std::vector<Request> mixed_requests() {
+  const std::vector<std::string> prompts = {
+      "Once upon a time",
+      "The three primary colors are",
+      "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+      "Q: What is the boiling point of water at sea level?\nA:",
+      "List of European capitals: Paris, Berlin,",
+      "In 1969, astronauts",
+      "The quick brown fox jumps over the lazy dog. The quick brown fox",
+      "Photosynthesis is the process by which plants",
+      "int main(void) {\n  printf(",
+      "A haiku about autumn:\n",
+      "Translate to French: 'Good morning, how are you?'\nFrench:",
+      "The largest planet in our solar system is",
+      "1, 1, 2, 3, 5, 8, 13,",
+      "Dear hiring manager, I am writing to apply for the position of senior software engineer at "
+      "your company, which I learned about through a colleague who has worked with your team for "
+      "several years and spoke highly of",
+      "SELECT name, email FROM users WHERE",
+      "Water is made of",
+  };
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Request r;
+    r.id = std::to_string(i);
+    r.prompt = prompts[i];
+    r.sampling.max_tokens = 12 + static_cast<int64_t>(i % 5) * 4;  // sequences finish at different steps
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
+std::vector<Result> run(int64_t batch_size, const std::vector<Request>& reqs) {
+  EngineOptions eo;
+  eo.model = test::default_model_path();
+  eo.batch_size = batch_size;
+  Engine engine(eo);
+  return engine.generate(reqs);
+}
+
+}  // namespace
+
+TEST_CASE("greedy text is identical alone and in batches of 16, 5 and 3", "[model][batch]") {
+  const auto reqs = mixed_requests();
+  REQUIRE(reqs.size() >= 16);
+  const auto alone = run(1, reqs);
+  for (int64_t b : {16, 5, 3}) {
+    const auto batched = run(b, reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      INFO("batch size " << b << ", request " << i);
+      CHECK(batched[i].tokens == alone[i].tokens);
+      CHECK(batched[i].text == alone[i].text);
+      CHECK(batched[i].finish_reason == alone[i].finish_reason);
+    }
+  }
+}
