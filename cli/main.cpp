@@ -39,8 +39,10 @@ void add_sampling(CLI::App* app, SamplingParams& s) {
   app->add_option("--stop", s.stop, "Stop string (repeatable)");
 }
 
-int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, int64_t batch_size, bool quiet) {
+int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, int64_t batch_size,
+                 int64_t max_context, bool quiet) {
   EngineOptions eo;
+  eo.max_context = max_context;
   eo.model = f.model;
   eo.threads = f.threads;
   eo.backend = f.backend;
@@ -106,12 +108,16 @@ int main(int argc, char** argv) {
   CommonFlags gen_common, ins_common;
   GenerateJobOptions job;
   int64_t batch_size = 32;
+  int64_t max_context = 0;
   bool quiet = false;
   auto* gen = app.add_subcommand("generate", "Complete every request of a JSONL file");
   add_common(gen, gen_common);
   gen->add_option("--input", job.input, "Input JSONL (one request per line)")->required();
   gen->add_option("--output", job.output, "Output JSONL (one record per request)")->required();
   gen->add_option("--batch-size", batch_size, "Sequences decoded together")->check(CLI::Range(1, 65536));
+  gen->add_option("--max-context", max_context,
+                  "Cap the context window (prompt + completion tokens; 0 = the model's)")
+      ->check(CLI::NonNegativeNumber);
   gen->add_flag("--chat", job.chat, "Apply the model's chat template to plain prompts");
   gen->add_flag("--quiet,-q", quiet, "No progress output");
   add_sampling(gen, job.defaults);
@@ -122,10 +128,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);  // prints help/version, or the error and a --help hint
+    return rc == 0 ? 0 : 2;
   }
   try {
-    if (gen->parsed()) return cmd_generate(gen_common, job, batch_size, quiet);
+    if (gen->parsed()) return cmd_generate(gen_common, job, batch_size, max_context, quiet);
     if (ins->parsed()) return cmd_inspect(ins_common);
   } catch (const Error& e) {
     std::fprintf(stderr, "offgen: error: %s\n", e.what());

@@ -122,15 +122,23 @@ std::string chatml_default_system(const std::string& tmpl) {
     }
     const size_t end = tmpl.find(kImEnd, body);
     if (end == std::string::npos) continue;
+    // The quote that opens the Jinja string literal holding the marker.
+    char quote = 0;
+    for (size_t q = at; q-- > 0;) {
+      if ((tmpl[q] == '\'' || tmpl[q] == '"') && (q == 0 || tmpl[q - 1] != '\\')) {
+        quote = tmpl[q];
+        break;
+      }
+    }
+    if (!quote) continue;
     const std::string_view text(tmpl.data() + body, end - body);
-    // The literal must run unbroken up to <|im_end|>: a bare quote or Jinja delimiter means the
-    // system text is an expression (the user's system message), not a default.
+    // The literal must run unbroken up to <|im_end|>: its closing quote or a Jinja delimiter
+    // means the system text is an expression (the user's system message), not a default.
     bool literal = !text.empty();
     for (size_t i = 0; i < text.size() && literal; ++i) {
       if (text[i] == '\\') {
         ++i;
-      } else if (text[i] == '\'' || text[i] == '"' || text.substr(i, 2) == "{{" ||
-                 text.substr(i, 2) == "{%") {
+      } else if (text[i] == quote || text.substr(i, 2) == "{{" || text.substr(i, 2) == "{%") {
         literal = false;
       }
     }

@@ -19,9 +19,12 @@ void SamplingParams::validate() const {
 }
 
 int32_t argmax(std::span<const float> logits) {
+  OFFGEN_CHECK(!logits.empty(), kInput, "cannot sample from an empty row of logits");
+  // NaN never wins (it compares false); a NaN at index 0 must not either.
   int32_t best = 0;
   for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+    if (logits[i] > logits[best] || (std::isnan(logits[best]) && !std::isnan(logits[i])))
+      best = static_cast<int32_t>(i);
   return best;
 }
 
@@ -37,9 +40,12 @@ double Sampler::next_uniform() {
 
 int32_t Sampler::sample(std::span<const float> logits) {
   if (p_.temperature == 0.0f) return argmax(logits);
+  OFFGEN_CHECK(!logits.empty(), kInput, "cannot sample from an empty row of logits");
   const int64_t n = static_cast<int64_t>(logits.size());
   cand_.resize(n);
-  for (int64_t i = 0; i < n; ++i) cand_[i] = {logits[i], static_cast<int32_t>(i)};
+  // NaN would break the sort's strict weak ordering (undefined behaviour): rank it lowest.
+  for (int64_t i = 0; i < n; ++i)
+    cand_[i] = {std::isnan(logits[i]) ? -INFINITY : logits[i], static_cast<int32_t>(i)};
   auto by_logit = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
@@ -51,6 +57,8 @@ int32_t Sampler::sample(std::span<const float> logits) {
     std::sort(cand_.begin(), cand_.end(), by_logit);
   }
   const float mx = cand_[0].first;
+  // +inf dominates every finite logit; all -inf (or NaN) leaves nothing to weigh.
+  if (std::isinf(mx)) return cand_[0].second;
   double total = 0.0;
   std::vector<double> w(k);
   for (int64_t i = 0; i < k; ++i) {

@@ -24,7 +24,8 @@ struct SamplingParams {
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& p);
-  // Picks a token from one row of logits. Greedy ties go to the lowest id.
+  // Picks a token from one row of logits. Greedy ties go to the lowest id; NaN logits rank
+  // lowest. Throws offgen::Error(kInput) on an empty row.
   int32_t sample(std::span<const float> logits);
 
  private:
@@ -34,6 +35,7 @@ class Sampler {
   std::vector<std::pair<float, int32_t>> cand_;
 };
 
+// Lowest id among the largest logits (NaN ranks lowest); throws kInput on an empty row.
 int32_t argmax(std::span<const float> logits);
 
 }  // namespace offgen

@@ -354,7 +354,7 @@ TEST_CASE("gguf corrupt: huge array count", "[gguf]") {
   w.add_i32_array("tokenizer.ggml.token_type", {1, 2, 3});
   GgufLayout L2;
   Bytes b = w.build(&L2);
-  GgufWriter::patch(b, L2.kvs[0].value_at + 4, uint64_t{4});
+  GgufWriter::patch(b, L2.kvs[0].value_at + 4, uint64_t{64});
   check_message(parse_error(b), {"tokenizer.ggml.token_type", "offset"});
 }
 
