@@ -59,6 +59,7 @@ void CpuBackend::rms_norm(const float* x, const float* gamma, int64_t m, int64_t
       const float* xr = x + r * d;
       float* yr = y + r * d;
       float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
       for (int64_t i = 0; i < d; ++i) ss += xr[i] * xr[i];
       const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
       for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * inv * gamma[i];
@@ -145,6 +146,7 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
         for (int64_t j = 0; j < n_vis; ++j) {
           const float* kj = kbase + j * hd;
           float d = 0.0f;
+#pragma omp simd reduction(+ : d)
           for (int64_t i = 0; i < hd; ++i) d += qv[i] * kj[i];
           d *= a.scale;
           scores[j] = d;
