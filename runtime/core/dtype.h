@@ -55,7 +55,7 @@ inline uint16_t f32_to_fp16_portable(float f) {
   const uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN
   if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
-  if (a >= 0x38800000u) {  // normal fp16 range (>= 2^-14)
+  if (a >= 0x38800000u) {                // normal fp16 range (>= 2^-14)
     const uint32_t r = a - 0x38000000u;  // rebias exponent 127 -> 15
     const uint32_t h = (r + 0xfffu + ((r >> 13) & 1u)) >> 13;
     return static_cast<uint16_t>(sign | h);

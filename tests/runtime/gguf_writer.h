@@ -12,31 +12,47 @@ namespace offgen::test {
 
 // GGUF metadata value type ids (gguf.md).
 enum : uint32_t {
-  kGgufU8 = 0, kGgufI8 = 1, kGgufU16 = 2, kGgufI16 = 3, kGgufU32 = 4, kGgufI32 = 5, kGgufF32 = 6,
-  kGgufBool = 7, kGgufString = 8, kGgufArray = 9, kGgufU64 = 10, kGgufI64 = 11, kGgufF64 = 12,
+  kGgufU8 = 0,
+  kGgufI8 = 1,
+  kGgufU16 = 2,
+  kGgufI16 = 3,
+  kGgufU32 = 4,
+  kGgufI32 = 5,
+  kGgufF32 = 6,
+  kGgufBool = 7,
+  kGgufString = 8,
+  kGgufArray = 9,
+  kGgufU64 = 10,
+  kGgufI64 = 11,
+  kGgufF64 = 12,
 };
 // ggml tensor type ids.
 enum : uint32_t {
-  kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ8_0 = 8, kGgmlBF16 = 30,
+  kGgmlF32 = 0,
+  kGgmlF16 = 1,
+  kGgmlQ4_0 = 2,
+  kGgmlQ4_1 = 3,
+  kGgmlQ8_0 = 8,
+  kGgmlBF16 = 30,
 };
 
 // Where each piece landed in the built file (absolute byte offsets).
 struct GgufLayout {
   struct Kv {
     std::string key;
-    size_t begin = 0;       // the key's length prefix
-    size_t type_at = 0;     // the u32 value type
-    size_t value_at = 0;    // first byte of the value (array: its element type)
+    size_t begin = 0;     // the key's length prefix
+    size_t type_at = 0;   // the u32 value type
+    size_t value_at = 0;  // first byte of the value (array: its element type)
   };
   struct TensorInfo {
     std::string name;
-    size_t begin = 0;       // the name's length prefix
+    size_t begin = 0;  // the name's length prefix
     size_t n_dims_at = 0;
-    size_t dims_at = 0;     // first u64 dim
+    size_t dims_at = 0;  // first u64 dim
     size_t type_at = 0;
     size_t offset_at = 0;
-    uint64_t offset = 0;    // relative to the data section
-    size_t data_at = 0;     // absolute
+    uint64_t offset = 0;  // relative to the data section
+    size_t data_at = 0;   // absolute
   };
   size_t tensor_count_at = 8;
   size_t kv_count_at = 16;

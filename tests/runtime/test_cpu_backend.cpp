@@ -1,8 +1,7 @@
 // CpuBackend ops against naive double-precision references on random data with odd sizes; every
 // output sits between sentinel guard regions that must stay untouched.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -84,7 +83,8 @@ std::vector<uint8_t> quantize_q4_1(const std::vector<float>& x) {
     put_half(blk, d);
     put_half(blk + 2, mn);
     auto q = [&](int j) {
-      return static_cast<uint8_t>(std::clamp<long>(d ? std::lround((x[b + j] - mn) / d) : 0, 0, 15));
+      return static_cast<uint8_t>(
+          std::clamp<long>(d ? std::lround((x[b + j] - mn) / d) : 0, 0, 15));
     };
     for (int j = 0; j < 16; ++j) blk[4 + j] = static_cast<uint8_t>(q(j) | (q(j + 16) << 4));
     out.insert(out.end(), blk, blk + 20);
@@ -115,15 +115,20 @@ TEST_CASE("cpu backend: matmul matches a double reference for every weight sourc
     DType type;
     int64_t cols;
   };
-  for (Src src : {Src{DType::kF32, 37}, Src{DType::kF32, 96}, Src{DType::kF16, 67},
-                  Src{DType::kQ8_0, 96}, Src{DType::kQ4_1, 64}, Src{DType::kQ4_0, 32},
-                  Src{DType::kBF16, 35}}) {
+  for (Src src :
+       {Src{DType::kF32, 37}, Src{DType::kF32, 96}, Src{DType::kF16, 67}, Src{DType::kQ8_0, 96},
+        Src{DType::kQ4_1, 64}, Src{DType::kQ4_0, 32}, Src{DType::kBF16, 35}}) {
     const int64_t n = 37, k = src.cols;
     const auto wf = randn(rng, n * k, 0.5f);
     std::vector<uint8_t> raw;
     switch (src.type) {
-      case DType::kF32: raw.resize(wf.size() * 4); std::memcpy(raw.data(), wf.data(), raw.size()); break;
-      case DType::kF16: raw = to_f16(wf); break;
+      case DType::kF32:
+        raw.resize(wf.size() * 4);
+        std::memcpy(raw.data(), wf.data(), raw.size());
+        break;
+      case DType::kF16:
+        raw = to_f16(wf);
+        break;
       case DType::kBF16:
         raw.resize(wf.size() * 2);
         for (size_t i = 0; i < wf.size(); ++i) {
@@ -131,8 +136,12 @@ TEST_CASE("cpu backend: matmul matches a double reference for every weight sourc
           std::memcpy(raw.data() + 2 * i, &b, 2);
         }
         break;
-      case DType::kQ8_0: raw = quantize_q8_0(wf); break;
-      case DType::kQ4_1: raw = quantize_q4_1(wf); break;
+      case DType::kQ8_0:
+        raw = quantize_q8_0(wf);
+        break;
+      case DType::kQ4_1:
+        raw = quantize_q4_1(wf);
+        break;
       case DType::kQ4_0: {  // random nibbles and scales
         std::uniform_int_distribution<int> byte(0, 255);
         for (int64_t b = 0; b < n * k / 32; ++b) {
@@ -155,7 +164,8 @@ TEST_CASE("cpu backend: matmul matches a double reference for every weight sourc
     if (src.type == DType::kQ8_0 || src.type == DType::kQ4_1) {
       double max_err = 0, max_abs = 0;
       for (size_t i = 0; i < wf.size(); ++i)
-        max_err = std::max(max_err, std::fabs(double(wd[i]) - wf[i])), max_abs = std::max(max_abs, std::fabs(double(wf[i])));
+        max_err = std::max(max_err, std::fabs(double(wd[i]) - wf[i])),
+        max_abs = std::max(max_abs, std::fabs(double(wf[i])));
       CHECK(max_err < max_abs * (src.type == DType::kQ8_0 ? 0.01 : 0.1));
     }
     for (int64_t m : {1, 3, 17, 64}) {
@@ -422,7 +432,8 @@ TEST_CASE("cpu backend: GQA attention on a ragged batch", "[cpu]") {
         double mx = -1e300, z = 0;
         for (int64_t j = 0; j < n_vis; ++j) {
           double d = 0;
-          for (int64_t i = 0; i < c.hd; ++i) d += double(qv[i]) * c.k[s][(kvh * cap + j) * c.hd + i];
+          for (int64_t i = 0; i < c.hd; ++i)
+            d += double(qv[i]) * c.k[s][(kvh * cap + j) * c.hd + i];
           p[j] = d * scale;
           mx = std::max(mx, p[j]);
         }

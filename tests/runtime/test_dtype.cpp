@@ -1,6 +1,5 @@
 // Unit tests for runtime/core/dtype: fp16/bf16 conversions and dequantize_row on hand-built blocks.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -31,8 +30,9 @@ double fp16_value_ref(uint16_t h) {
   const int sign = (h >> 15) ? -1 : 1;
   const int e = (h >> 10) & 0x1f;
   const int m = h & 0x3ff;
-  if (e == 0x1f) return m ? std::numeric_limits<double>::quiet_NaN()
-                          : sign * std::numeric_limits<double>::infinity();
+  if (e == 0x1f)
+    return m ? std::numeric_limits<double>::quiet_NaN()
+             : sign * std::numeric_limits<double>::infinity();
   if (e == 0) return sign * std::ldexp(m, -24);
   return sign * std::ldexp(1024 + m, e - 25);
 }
@@ -47,7 +47,10 @@ uint16_t f32_to_fp16_ref(float f) {
   uint16_t lo = 0, hi = 0x7bff;  // largest h with value <= a
   while (lo < hi) {
     const uint16_t mid = static_cast<uint16_t>((lo + hi + 1) / 2);
-    if (fp16_value_ref(mid) <= a) lo = mid; else hi = mid - 1;
+    if (fp16_value_ref(mid) <= a)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   if (lo == 0x7bff) return sign | lo;
   const double dl = a - fp16_value_ref(lo), dh = fp16_value_ref(lo + 1) - a;
@@ -56,7 +59,9 @@ uint16_t f32_to_fp16_ref(float f) {
   return sign | r;
 }
 
-std::vector<uint8_t> half_bytes(uint16_t h) { return {static_cast<uint8_t>(h), static_cast<uint8_t>(h >> 8)}; }
+std::vector<uint8_t> half_bytes(uint16_t h) {
+  return {static_cast<uint8_t>(h), static_cast<uint8_t>(h >> 8)};
+}
 
 }  // namespace
 
@@ -81,9 +86,9 @@ TEST_CASE("fp16 known values", "[dtype]") {
   CHECK(f32_to_fp16(1.0f) == 0x3c00);
   CHECK(f32_to_fp16(-2.0f) == 0xc000);
   CHECK(f32_to_fp16(0.5f) == 0x3800);
-  CHECK(f32_to_fp16(65504.0f) == 0x7bff);                 // max finite
-  CHECK(f32_to_fp16(std::ldexp(1.0f, -14)) == 0x0400);    // min normal
-  CHECK(f32_to_fp16(std::ldexp(1.0f, -24)) == 0x0001);    // min subnormal
+  CHECK(f32_to_fp16(65504.0f) == 0x7bff);               // max finite
+  CHECK(f32_to_fp16(std::ldexp(1.0f, -14)) == 0x0400);  // min normal
+  CHECK(f32_to_fp16(std::ldexp(1.0f, -24)) == 0x0001);  // min subnormal
   CHECK(f32_to_fp16(std::ldexp(3.0f, -24)) == 0x0003);
   CHECK(fp16_to_f32(0x3c00) == 1.0f);
   CHECK(fp16_to_f32(0xc000) == -2.0f);
@@ -94,15 +99,15 @@ TEST_CASE("fp16 known values", "[dtype]") {
 }
 
 TEST_CASE("fp16 rounds to nearest even", "[dtype]") {
-  const float ulp = std::ldexp(1.0f, -10);  // fp16 spacing in [1, 2)
-  CHECK(f32_to_fp16(1.0f + ulp / 2) == 0x3c00);              // tie -> even (down)
-  CHECK(f32_to_fp16(1.0f + 3 * ulp / 2) == 0x3c02);          // tie -> even (up)
+  const float ulp = std::ldexp(1.0f, -10);                    // fp16 spacing in [1, 2)
+  CHECK(f32_to_fp16(1.0f + ulp / 2) == 0x3c00);               // tie -> even (down)
+  CHECK(f32_to_fp16(1.0f + 3 * ulp / 2) == 0x3c02);           // tie -> even (up)
   CHECK(f32_to_fp16(1.0f + ulp / 2 + ulp / 1024) == 0x3c01);  // just above the tie
   CHECK(f32_to_fp16(1.0f + ulp / 2 - ulp / 1024) == 0x3c00);  // just below
-  CHECK(f32_to_fp16(65519.0f) == 0x7bff);                    // below the overflow tie
-  CHECK(f32_to_fp16(65520.0f) == 0x7c00);                    // tie with 65536 -> inf
-  CHECK(f32_to_fp16(std::ldexp(1.0f, -25)) == 0x0000);       // tie between 0 and 2^-24 -> 0
-  CHECK(f32_to_fp16(std::ldexp(3.0f, -25)) == 0x0002);       // tie between 1 and 2 units -> 2
+  CHECK(f32_to_fp16(65519.0f) == 0x7bff);                     // below the overflow tie
+  CHECK(f32_to_fp16(65520.0f) == 0x7c00);                     // tie with 65536 -> inf
+  CHECK(f32_to_fp16(std::ldexp(1.0f, -25)) == 0x0000);        // tie between 0 and 2^-24 -> 0
+  CHECK(f32_to_fp16(std::ldexp(3.0f, -25)) == 0x0002);        // tie between 1 and 2 units -> 2
   CHECK(f32_to_fp16(std::ldexp(1.0f, -26)) == 0x0000);
   CHECK(f32_to_fp16(-std::ldexp(1.0f, -26)) == 0x8000);
   // Subnormal rounding up into the smallest normal.
@@ -151,7 +156,8 @@ TEST_CASE("fp16 encode matches a reference on midpoints and random floats", "[dt
     if (std::isnan(f)) {
       if (!is_fp16_nan(got) || !is_fp16_nan(got_p)) ++mismatches;
     } else if (got != want || got_p != want) {
-      if (mismatches < 5) UNSCOPED_INFO("f=" << f << " want " << want << " got " << got << "/" << got_p);
+      if (mismatches < 5)
+        UNSCOPED_INFO("f=" << f << " want " << want << " got " << got << "/" << got_p);
       ++mismatches;
     }
   };
@@ -227,7 +233,8 @@ TEST_CASE("dequantize_row Q8_0", "[dtype]") {
   for (uint8_t x : half_bytes(0x3800)) blk.push_back(x);
   for (int j = 0; j < 32; ++j) blk.push_back(static_cast<uint8_t>(static_cast<int8_t>(j - 16)));
   for (uint8_t x : half_bytes(0xc000)) blk.push_back(x);
-  for (int j = 0; j < 32; ++j) blk.push_back(static_cast<uint8_t>(static_cast<int8_t>(j % 2 ? -128 : 127)));
+  for (int j = 0; j < 32; ++j)
+    blk.push_back(static_cast<uint8_t>(static_cast<int8_t>(j % 2 ? -128 : 127)));
   REQUIRE(blk.size() == 68);
   std::vector<float> out(64);
   dequantize_row(DType::kQ8_0, blk.data(), out.data(), 64);
@@ -257,7 +264,7 @@ TEST_CASE("dequantize_row Q4_0: low nibbles are 0..15, high nibbles 16..31", "[d
 }
 
 TEST_CASE("dequantize_row Q4_1: value = d*q + m", "[dtype]") {
-  std::vector<uint8_t> blk = half_bytes(0x3800);  // d = 0.5
+  std::vector<uint8_t> blk = half_bytes(0x3800);          // d = 0.5
   for (uint8_t x : half_bytes(0xbc00)) blk.push_back(x);  // m = -1
   for (int j = 0; j < 16; ++j) blk.push_back(static_cast<uint8_t>((15 - j) | (j << 4)));
   REQUIRE(blk.size() == 20);

@@ -1,9 +1,8 @@
 // Unit tests for the GGUF reader: a well-formed file round-trips; every kind of corruption gives an
 // offgen::Error naming the field/tensor and the byte offset, never a crash.
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -412,7 +411,8 @@ TEST_CASE("gguf corrupt: tensor dimensions", "[gguf]") {
     w.add_tensor("tbig", {uint64_t{1} << 40, uint64_t{1} << 30}, T::kGgmlF32, Bytes(4));
     GgufLayout L;
     const Bytes b = w.build(&L);
-    check_message(parse_error(b), {"tensor 'tbig'", "dimension 1", "overflows", at(L.tensors[0].begin)});
+    check_message(parse_error(b),
+                  {"tensor 'tbig'", "dimension 1", "overflows", at(L.tensors[0].begin)});
   }
   SECTION("a dim beyond 2^40") {
     GgufWriter w;
@@ -424,7 +424,8 @@ TEST_CASE("gguf corrupt: tensor dimensions", "[gguf]") {
     w.add_tensor("tbytes", {uint64_t{1} << 40, uint64_t{1} << 22}, T::kGgmlF32, Bytes(4));
     GgufLayout L;
     const Bytes b = w.build(&L);
-    check_message(parse_error(b), {"tensor 'tbytes'", "byte size overflows", at(L.tensors[0].begin)});
+    check_message(parse_error(b),
+                  {"tensor 'tbytes'", "byte size overflows", at(L.tensors[0].begin)});
   }
   SECTION("row not a multiple of the block") {
     GgufWriter w;
@@ -441,8 +442,8 @@ TEST_CASE("gguf corrupt: unknown tensor type", "[gguf]") {
     w.add_tensor("tt", {32}, ty, Bytes(128));
     GgufLayout L;
     const Bytes b = w.build(&L);
-    check_message(parse_error(b),
-                  {"tensor 'tt'", "unsupported ggml type " + std::to_string(ty), at(L.tensors[0].begin)});
+    check_message(parse_error(b), {"tensor 'tt'", "unsupported ggml type " + std::to_string(ty),
+                                   at(L.tensors[0].begin)});
   }
 }
 
@@ -451,7 +452,8 @@ TEST_CASE("gguf corrupt: misaligned tensor offset", "[gguf]") {
   w.add_tensor("ta", {4}, T::kGgmlF32, Bytes(16), 7);
   GgufLayout L;
   const Bytes b = w.build(&L);
-  check_message(parse_error(b), {"tensor 'ta'", "data offset 7", "aligned to 32", at(L.tensors[0].begin)});
+  check_message(parse_error(b),
+                {"tensor 'ta'", "data offset 7", "aligned to 32", at(L.tensors[0].begin)});
 }
 
 TEST_CASE("gguf corrupt: tensor data past the end of the file", "[gguf]") {
@@ -465,14 +467,16 @@ TEST_CASE("gguf corrupt: tensor data past the end of the file", "[gguf]") {
   }
   SECTION("offset near 2^64 does not wrap") {
     GgufWriter w;
-    w.add_tensor("tw", {4}, T::kGgmlF32, Bytes(16), int64_t{-32} & std::numeric_limits<int64_t>::max());
+    w.add_tensor("tw", {4}, T::kGgmlF32, Bytes(16),
+                 int64_t{-32} & std::numeric_limits<int64_t>::max());
     check_message(parse_error(w.build()), {"tensor 'tw'", "outside the file"});
   }
   SECTION("last byte missing") {
     GgufLayout L;
     Bytes b = tiny_writer().build(&L);
     b.pop_back();
-    check_message(parse_error(b), {"tensor 'n'", "outside the file", std::to_string(L.tensors[1].data_at)});
+    check_message(parse_error(b),
+                  {"tensor 'n'", "outside the file", std::to_string(L.tensors[1].data_at)});
   }
   SECTION("data section starts past EOF") {
     GgufLayout L;
@@ -488,7 +492,8 @@ TEST_CASE("gguf corrupt: duplicate key", "[gguf]") {
   w.add_u32("llama.block_count", 7);
   GgufLayout L;
   const Bytes b = w.build(&L);
-  check_message(parse_error(b), {"duplicate metadata key 'llama.block_count'", at(L.kvs.back().begin)});
+  check_message(parse_error(b),
+                {"duplicate metadata key 'llama.block_count'", at(L.kvs.back().begin)});
 }
 
 TEST_CASE("gguf corrupt: duplicate tensor", "[gguf]") {
@@ -538,4 +543,24 @@ TEST_CASE("gguf corrupt: random byte flips never crash", "[gguf]") {
     }
   }
   CHECK(errors > 0);
+}
+
+TEST_CASE("gguf: the committed fuzz seed corpus parses as its names say", "[gguf]") {
+  const std::filesystem::path dir =
+      std::filesystem::path(OFFGEN_SOURCE_DIR) / "tests/fuzz/corpus/gguf";
+  REQUIRE(std::filesystem::is_directory(dir));
+  int valid = 0, invalid = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    INFO("seed " << name);
+    if (name.rfind("valid_", 0) == 0) {
+      CHECK_NOTHROW(GgufFile::open(entry.path().string()));
+      ++valid;
+    } else {
+      CHECK_THROWS_AS(GgufFile::open(entry.path().string()), Error);
+      ++invalid;
+    }
+  }
+  CHECK(valid >= 3);
+  CHECK(invalid >= 3);
 }

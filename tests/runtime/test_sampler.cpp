@@ -1,7 +1,6 @@
 // Unit tests for the sampler: greedy ties, seeded determinism, top-k/top-p limits, temperature
 // frequencies against softmax, and SamplingParams::validate().
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <limits>
 #include <random>
