@@ -7,8 +7,11 @@ Regenerate (dev-time only; needs the dev venv with transformers, tokenizers and 
         [--model ~/.cache/offgen/models/SmolLM2-135M-Instruct.Q4_1.gguf] [--out-dir tests/data]
 
 Writes
-  tests/data/tokenizer_corpus.jsonl  first line {"meta": {...}}, then one {"text", "ids", "lossless"}
-                                     per string (ids as Hugging Face encodes it, no BOS added)
+  tests/data/tokenizer_corpus.jsonl  first line {"meta": {...}}, then one {"text", "ids", "lossless",
+                                     "piece_bytes"} per string: ids as Hugging Face encodes it (no
+                                     BOS), and the byte lengths of HF's pre-tokenizer pieces for
+                                     smollm, gpt2, llama-bpe and qwen2 (absent when the text holds
+                                     a special token)
   tests/data/tokenizer_chat.jsonl    {"name", "chat_template" (null = the model's), "messages",
                                      "add_generation_prompt", "bos_token", "text", "ids" (or null)}
 
@@ -31,10 +34,13 @@ import random
 import sys
 import tempfile
 
-from tokenizers import pre_tokenizers
+from tokenizers import Regex, pre_tokenizers
 from transformers import AutoTokenizer
 from transformers.convert_slow_tokenizer import bytes_to_unicode
-from transformers.integrations.gguf.gguf_tokenizer_mapping import get_gguf_tokenizer
+from transformers.integrations.gguf.gguf_tokenizer_mapping import (
+    GGUF_PRE_TOKENIZER_SPLITS,
+    get_gguf_tokenizer,
+)
 
 # Pre-tokenizers of the real tokenizer.json for `tokenizer.ggml.pre` values the transformers
 # GGUF path does not reproduce.
@@ -45,6 +51,25 @@ REAL_PRE_TOKENIZERS = {
             pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
         ]
     ),
+}
+
+
+def split_then_bytelevel(pre):
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(GGUF_PRE_TOKENIZER_SPLITS[pre]), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+
+
+# HF pre-tokenizers whose piece boundaries the unit test checks PreTokenizer against, per
+# tokenizer.ggml.pre name (regexes for llama-bpe / qwen2 as transformers' GGUF path uses them).
+PIECE_PRE_TOKENIZERS = {
+    "smollm": REAL_PRE_TOKENIZERS["smollm"],
+    "gpt2": lambda: pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    "llama-bpe": lambda: split_then_bytelevel("llama-bpe"),
+    "qwen2": lambda: split_then_bytelevel("qwen2"),
 }
 
 # Meta-Llama-3-8B-Instruct's template (the plain Llama-3 header format).
@@ -182,6 +207,9 @@ SCRIPTS = [
     "\u00bd \u00bc \u00be \u2153 \u00b2 \u00b3 \u2460 \u2461 \u216b \u2167 superscripts and fractions",
     "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669 \u0966\u0967\u0968 \uff10\uff11\uff12",
     "full\u3000width\u3000space \uff21\uff22\uff23",
+    # Assigned after Unicode 14: letters/digits to HF (Unicode 16+), unknown to older PCRE2.
+    "CJK Ext. H \u4e2d\U00031350\U00031351\u6587, Kawi a\U00011F04\U00011F05b",
+    "new digits x\U000116D0\U000116D1 y\U00011DE0z \U00016D70 7",
     "\u00a9 2024 \u00ae \u2122 \u00a7 \u00b6 \u2020 \u2021 \u2022 \u00b0C \u20ac5 \u00a33 \u00a5100",
 ]
 
@@ -231,6 +259,9 @@ WHITESPACE = [
     "    12345",
     "\t\t7",
     "a \u00a01",
+    "a \u180e\u180e!b \u180e 1",  # U+180E: white space to PCRE2's \s, not to HF's
+    "\u180e\u180e",
+    "a\x1c\x1c b\x1f",  # Python isspace(), but not regex white space
 ]
 
 SPECIAL = [
@@ -355,6 +386,13 @@ def main():
             seen.add(s)
             corpus.append(s)
 
+    piece_splitters = {name: make() for name, make in PIECE_PRE_TOKENIZERS.items()}
+    specials = [t for t in ref.all_special_tokens]
+
+    def piece_bytes(splitter, s):
+        # Byte lengths of the pieces (ByteLevel output spells each byte as one character).
+        return [len(piece) for piece, _ in splitter.pre_tokenize_str(s)]
+
     differ_plain = 0
     lines = []
     for s in corpus:
@@ -364,7 +402,14 @@ def main():
             back = ref.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
             assert back == s, f"HF does not round-trip {s!r}: {back!r}"
         differ_plain += ids != plain.encode(s, add_special_tokens=False)
-        lines.append({"text": s, "ids": ids, "lossless": lossless})
+        line = {"text": s, "ids": ids, "lossless": lossless}
+        # Piece boundaries per pre-tokenizer, for text without special tokens (those are split
+        # off before pre-tokenisation).
+        if not any(t in s for t in specials):
+            line["piece_bytes"] = {n: piece_bytes(sp, s) for n, sp in piece_splitters.items()}
+            for n, lens in line["piece_bytes"].items():
+                assert sum(lens) == len(s.encode("utf-8")), (n, s)
+        lines.append(line)
 
     import tokenizers
     import transformers

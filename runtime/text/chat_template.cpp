@@ -14,9 +14,8 @@ constexpr std::string_view kImEnd = "<|im_end|>";
 constexpr std::string_view kHeaderStart = "<|start_header_id|>";
 
 // Markers of Llama-3.1+ templates, whose system header carries dates and tool instructions.
-constexpr std::array<std::string_view, 4> kLlama31Markers = {"Cutting Knowledge Date",
-                                                              "date_string", "strftime_now",
-                                                              "tools"};
+constexpr std::array<std::string_view, 4> kLlama31Markers = {
+    "Cutting Knowledge Date", "date_string", "strftime_now", "tools"};
 
 bool contains(std::string_view s, std::string_view what) {
   return s.find(what) != std::string_view::npos;
@@ -32,10 +31,18 @@ std::string unescape_literal(std::string_view s) {
     }
     const char c = s[++i];
     switch (c) {
-      case 'n': out.push_back('\n'); break;
-      case 't': out.push_back('\t'); break;
-      case 'r': out.push_back('\r'); break;
-      default: out.push_back(c); break;  // \\ \' \"
+      case 'n':
+        out.push_back('\n');
+        break;
+      case 't':
+        out.push_back('\t');
+        break;
+      case 'r':
+        out.push_back('\r');
+        break;
+      default:  // \\ \' \"
+        out.push_back(c);
+        break;
     }
   }
   return out;

@@ -12,31 +12,73 @@
 namespace offgen {
 namespace {
 
-// HF `tokenizers` runs these regexes with Oniguruma, whose \s also matches U+0085 (NEL); PCRE2's
-// \s under UCP does not, so the patterns spell white space as [\s\x{85}].
-#define OFFGEN_WS "[\\s\\x{85}]"
-#define OFFGEN_NOT_WS "[^\\s\\x{85}]"
+// HF `tokenizers` runs these regexes with Oniguruma (Unicode 16 in tokenizers 0.23). Two gaps to
+// PCRE2 10.42 (Unicode 14) are closed by spelling the classes out:
+//  - white space: Oniguruma's \s is TAB..CR, U+0085 and \p{Z}; PCRE2's UCP \s also takes U+180E;
+//  - letters and numbers assigned after Unicode 14 (CJK Ext. H/I, Kawi, Garay...) are listed, so
+//    \p{L} / \p{N} mean what they mean to HF. On a newer PCRE2 the lists overlap harmlessly.
+// Patterns use @S@, @L@, @N@, @D@ for the class bodies; expand_classes() substitutes them.
+constexpr const char* kSpaceClass = "\\t\\n\\x{0B}\\f\\r\\x{85}\\p{Z}";
+constexpr const char* kLetterClass =
+    "\\p{L}"
+    "\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CD}\\x{A7DA}-\\x{A7DC}\\x{105C0}-\\x{105F3}"
+    "\\x{10D4A}-\\x{10D65}\\x{10D6F}-\\x{10D85}\\x{10EC2}-\\x{10EC4}\\x{1123F}-\\x{11240}"
+    "\\x{11380}-\\x{11389}\\x{1138B}\\x{1138E}\\x{11390}-\\x{113B5}\\x{113B7}\\x{113D1}"
+    "\\x{113D3}\\x{11BC0}-\\x{11BE0}\\x{11F02}\\x{11F04}-\\x{11F10}\\x{11F12}-\\x{11F33}"
+    "\\x{1342F}\\x{13441}-\\x{13446}\\x{13460}-\\x{143FA}\\x{16100}-\\x{1611D}"
+    "\\x{16D40}-\\x{16D6C}\\x{18CFF}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}"
+    "\\x{1E030}-\\x{1E06D}\\x{1E4D0}-\\x{1E4EB}\\x{1E5D0}-\\x{1E5ED}\\x{1E5F0}\\x{2B739}"
+    "\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{323AF}";
+constexpr const char* kNumberClass =
+    "\\p{N}"
+    "\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}\\x{11F50}-\\x{11F59}"
+    "\\x{16130}-\\x{16139}\\x{16D70}-\\x{16D79}\\x{1CCF0}-\\x{1CCF9}\\x{1D2C0}-\\x{1D2D3}"
+    "\\x{1E4F0}-\\x{1E4F9}\\x{1E5F1}-\\x{1E5FA}";
+// HF's Digits pre-tokenizer uses Rust's char::is_numeric, whose tables are newer still.
+constexpr const char* kDigitExtra = "\\x{11DE0}-\\x{11DE9}\\x{16FF4}-\\x{16FF6}";
 
 // GPT-2 (HF ByteLevel use_regex=true). The trailing \s+ covers what \s+(?!\S) leaves.
 constexpr const char* kGpt2Regex =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\x{85}\\p{L}\\p{N}]+|" OFFGEN_WS
-    "+(?!" OFFGEN_NOT_WS ")|" OFFGEN_WS "+";
+    "'s|'t|'re|'ve|'m|'ll|'d| ?[@L@]+| ?[@N@]+| ?[^@S@@L@@N@]+|[@S@]+(?![^@S@])|[@S@]+";
 
-// HF Digits(individual_digits=true): every numeric character (Nd, Nl, No) is its own piece.
-constexpr const char* kDigitRegex = "\\p{N}";
+// HF Digits(individual_digits=true): every numeric character is its own piece.
+constexpr const char* kDigitRegex = "[@N@@D@]";
 
 constexpr const char* kLlama3Regex =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
-    "?[^\\s\\x{85}\\p{L}\\p{N}]+[\\r\\n]*|" OFFGEN_WS "*[\\r\\n]+|" OFFGEN_WS "+(?!" OFFGEN_NOT_WS
-    ")|" OFFGEN_WS "+";
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n@L@@N@]?[@L@]+|[@N@]{1,3}| ?[^@S@@L@@N@]+[\\r\\n]*|"
+    "[@S@]*[\\r\\n]+|[@S@]+(?![^@S@])|[@S@]+";
 
 constexpr const char* kQwen2Regex =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
-    "?[^\\s\\x{85}\\p{L}\\p{N}]+[\\r\\n]*|" OFFGEN_WS "*[\\r\\n]+|" OFFGEN_WS "+(?!" OFFGEN_NOT_WS
-    ")|" OFFGEN_WS "+";
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n@L@@N@]?[@L@]+|[@N@]| ?[^@S@@L@@N@]+[\\r\\n]*|"
+    "[@S@]*[\\r\\n]+|[@S@]+(?![^@S@])|[@S@]+";
 
-#undef OFFGEN_WS
-#undef OFFGEN_NOT_WS
+std::string expand_classes(std::string_view pattern) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '@' && i + 2 < pattern.size() && pattern[i + 2] == '@') {
+      switch (pattern[i + 1]) {
+        case 'S':
+          out += kSpaceClass;
+          break;
+        case 'L':
+          out += kLetterClass;
+          break;
+        case 'N':
+          out += kNumberClass;
+          break;
+        case 'D':
+          out += kDigitExtra;
+          break;
+        default:
+          OFFGEN_THROW(kInternal, "bad class placeholder in '{}'", pattern);
+      }
+      i += 2;
+    } else {
+      out.push_back(pattern[i]);
+    }
+  }
+  return out;
+}
 
 struct PreSpec {
   const char* name;
@@ -99,10 +141,11 @@ std::string pcre2_message(int code) {
 
 struct PreTokenizer::Stage {
   pcre2_code* code = nullptr;
-  explicit Stage(const char* pattern) {
+  explicit Stage(const char* pattern_template) {
+    const std::string pattern = expand_classes(pattern_template);
     int err = 0;
     PCRE2_SIZE offset = 0;
-    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
+    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &offset, nullptr);
     OFFGEN_CHECK(code, kInternal, "PCRE2 cannot compile pre-tokenizer regex at offset {}: {}",
                  offset, pcre2_message(err));
@@ -122,7 +165,8 @@ PreTokenizer::PreTokenizer(std::string_view pre) {
   if (!spec) {
     std::string names;
     for (const auto& s : kPreSpecs) names += (names.empty() ? "" : ", ") + std::string(s.name);
-    OFFGEN_THROW(kInput, "unsupported tokenizer pre-tokenizer '{}' (tokenizer.ggml.pre); supported: {}",
+    OFFGEN_THROW(kInput,
+                 "unsupported tokenizer pre-tokenizer '{}' (tokenizer.ggml.pre); supported: {}",
                  pre, names);
   }
   name_ = spec->name;

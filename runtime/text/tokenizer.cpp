@@ -134,11 +134,11 @@ struct Tokenizer::Impl {
   VocabData vocab;
   PreTokenizer pre;
   std::vector<TokenType> types;
-  std::vector<std::string> bytes;                        // raw bytes per id
-  std::unordered_map<std::string, int32_t> text_to_id;   // byte-level text -> id (last wins)
-  std::array<int32_t, 256> byte_id{};                    // single-byte symbol ids, -1 if none
+  std::vector<std::string> bytes;                       // raw bytes per id
+  std::unordered_map<std::string, int32_t> text_to_id;  // byte-level text -> id (last wins)
+  std::array<int32_t, 256> byte_id{};                   // single-byte symbol ids, -1 if none
   std::vector<uint8_t> missing;
-  std::unordered_map<uint64_t, MergeInfo> merges;        // (left, right) -> rank, result
+  std::unordered_map<uint64_t, MergeInfo> merges;  // (left, right) -> rank, result
   std::vector<Special> specials;
   mutable WordCache cache;
 
@@ -174,10 +174,10 @@ Tokenizer::Tokenizer(VocabData vocab) {
   OFFGEN_CHECK(n > 0 && n < INT32_MAX, kInput, "tokenizer vocabulary size {} is out of range", n);
   OFFGEN_CHECK(v.token_types.empty() || static_cast<int64_t>(v.token_types.size()) == n, kInput,
                "tokenizer.ggml.token_type has {} entries for {} tokens", v.token_types.size(), n);
-  for (auto [name, id] : {std::pair{"bos", v.bos_id}, {"eos", v.eos_id}, {"unk", v.unk_id},
-                          {"pad", v.pad_id}}) {
-    OFFGEN_CHECK(id >= -1 && id < n, kInput, "tokenizer {} id {} is outside the vocabulary (size {})",
-                 name, id, n);
+  for (auto [name, id] :
+       {std::pair{"bos", v.bos_id}, {"eos", v.eos_id}, {"unk", v.unk_id}, {"pad", v.pad_id}}) {
+    OFFGEN_CHECK(id >= -1 && id < n, kInput,
+                 "tokenizer {} id {} is outside the vocabulary (size {})", name, id, n);
   }
   OFFGEN_CHECK(!v.add_bos || v.bos_id >= 0, kInput, "tokenizer asks to add BOS but has no BOS id");
 
@@ -224,9 +224,9 @@ Tokenizer::Tokenizer(VocabData vocab) {
   for (size_t r = 0; r < v.merges.size(); ++r) {
     const std::string& mg = v.merges[r];
     const size_t sp = mg.find(' ', 1);
-    OFFGEN_CHECK(sp != std::string::npos && sp + 1 < mg.size() &&
-                     mg.find(' ', sp + 1) == std::string::npos,
-                 kInput, "tokenizer merge {} ('{}') is not two pieces separated by one space", r, mg);
+    OFFGEN_CHECK(
+        sp != std::string::npos && sp + 1 < mg.size() && mg.find(' ', sp + 1) == std::string::npos,
+        kInput, "tokenizer merge {} ('{}') is not two pieces separated by one space", r, mg);
     const std::string left = mg.substr(0, sp), right = mg.substr(sp + 1);
     auto find = [&](const std::string& s, const char* what) {
       auto it = m.text_to_id.find(s);
@@ -254,6 +254,7 @@ void Tokenizer::Impl::bpe_uncached(std::string_view piece, std::vector<int32_t>&
     int32_t rank, pos, result;
     bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
+  constexpr size_t kMaxScratch = 1 << 16;
   thread_local std::vector<Sym> syms;
   thread_local std::vector<Cand> heap;
   syms.clear();
@@ -294,6 +295,9 @@ void Tokenizer::Impl::bpe_uncached(std::string_view piece, std::vector<int32_t>&
   }
   for (const Sym& s : syms)
     if (s.alive) out.push_back(s.id);
+  // Don't keep a huge piece's scratch alive on this thread.
+  if (syms.capacity() > kMaxScratch) std::vector<Sym>().swap(syms);
+  if (heap.capacity() > kMaxScratch) std::vector<Cand>().swap(heap);
 }
 
 void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& out) const {
@@ -317,8 +321,7 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& out) con
 }
 
 void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& out) const {
-  thread_local std::vector<std::string_view> pieces;
-  pieces.clear();
+  std::vector<std::string_view> pieces;
   pre.split(text, pieces);
   for (std::string_view p : pieces) bpe(p, out);
 }
@@ -358,8 +361,8 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
   const Impl& m = *impl_;
   std::string out;
   for (int32_t id : ids) {
-    OFFGEN_CHECK(id >= 0 && id < vocab_size(), kInput, "token id {} is outside the vocabulary (size {})",
-                 id, vocab_size());
+    OFFGEN_CHECK(id >= 0 && id < vocab_size(), kInput,
+                 "token id {} is outside the vocabulary (size {})", id, vocab_size());
     const TokenType t = m.types[id];
     if (skip_special && (t == TokenType::kControl || t == TokenType::kUnknown)) continue;
     out += m.bytes[id];
@@ -368,8 +371,8 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
 }
 
 const std::string& Tokenizer::token_bytes(int32_t id) const {
-  OFFGEN_CHECK(id >= 0 && id < vocab_size(), kInput, "token id {} is outside the vocabulary (size {})",
-               id, vocab_size());
+  OFFGEN_CHECK(id >= 0 && id < vocab_size(), kInput,
+               "token id {} is outside the vocabulary (size {})", id, vocab_size());
   return impl_->bytes[id];
 }
 
@@ -378,8 +381,8 @@ int32_t Tokenizer::bos_id() const { return impl_->vocab.bos_id; }
 int32_t Tokenizer::eos_id() const { return impl_->vocab.eos_id; }
 
 TokenType Tokenizer::token_type(int32_t id) const {
-  OFFGEN_CHECK(id >= 0 && id < vocab_size(), kInput, "token id {} is outside the vocabulary (size {})",
-               id, vocab_size());
+  OFFGEN_CHECK(id >= 0 && id < vocab_size(), kInput,
+               "token id {} is outside the vocabulary (size {})", id, vocab_size());
   return impl_->types[id];
 }
 

@@ -29,7 +29,7 @@ struct VocabData {
   std::vector<int32_t> token_types;  // TokenType values; empty = all normal
   std::vector<std::string> merges;   // "Ġ t" (two pieces separated by one space), rank = index
   std::string model = "gpt2";        // tokenizer.ggml.model
-  std::string pre;                   // tokenizer.ggml.pre: "smollm", "gpt2", "llama-bpe", "qwen2"...
+  std::string pre;                   // tokenizer.ggml.pre: "smollm", "gpt2", "qwen2", ...
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
   bool add_bos = false;
   std::string chat_template;  // Jinja source from tokenizer.chat_template (may be empty)

@@ -2,7 +2,9 @@
 // merges by rank, pre-tokenizer splits, special tokens, lossless round-trip of arbitrary bytes
 // (invalid UTF-8 included), validation errors.
 #include <catch2/catch.hpp>
-
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
@@ -101,16 +103,22 @@ TEST_CASE("byte_to_unicode is GPT-2's table", "[tokenizer]") {
 
 TEST_CASE("merges apply by rank, leftmost first on ties", "[tokenizer]") {
   // "b c" outranks "a b": "abc" must become [a, bc], not [ab, c].
-  Tokenizer t(tiny_vocab({{"b", "c"}, {"a", "b"}, {"a", "a"}, {"h", "e"}, {"l", "l"},
-                          {"he", "ll"}, {"hell", "o"}, {" ", "w"}, {"o", " "}}));
+  Tokenizer t(tiny_vocab({{"b", "c"},
+                          {"a", "b"},
+                          {"a", "a"},
+                          {"h", "e"},
+                          {"l", "l"},
+                          {"he", "ll"},
+                          {"hell", "o"},
+                          {" ", "w"},
+                          {"o", " "}}));
   CHECK(t.encode("abc") == ids_of(t, {"a", "bc"}));
   CHECK(t.encode("ab") == ids_of(t, {"ab"}));
   CHECK(t.encode("aaa") == ids_of(t, {"aa", "a"}));
   CHECK(t.encode("aaaa") == ids_of(t, {"aa", "aa"}));
   CHECK(t.encode("hello") == ids_of(t, {"hello"}));
   // The GPT-2 regex splits "hello" | " world", so "o " never merges across pieces.
-  CHECK(t.encode("hello world") ==
-        ids_of(t, {"hello", " w", "o", "r", "l", "d"}));
+  CHECK(t.encode("hello world") == ids_of(t, {"hello", " w", "o", "r", "l", "d"}));
   CHECK(t.encode("") == std::vector<int32_t>{});
   CHECK(t.decode(t.encode("hello world")) == "hello world");
 }
@@ -123,7 +131,8 @@ TEST_CASE("pre-tokenizer splits like HF", "[tokenizer]") {
   CHECK(split("smollm", "a  12") == Pieces{"a", "  ", "1", "2"});
   CHECK(split("smollm", "x\n\n3.5") == Pieces{"x", "\n\n", "3", ".", "5"});
   CHECK(split("smollm", "\u00bd\u0663") == Pieces{"\u00bd", "\u0663"});
-  CHECK(split("llama-bpe", "12345 I'M here\n\n") == Pieces{"123", "45", " I", "'M", " here", "\n\n"});
+  CHECK(split("llama-bpe", "12345 I'M here\n\n") ==
+        Pieces{"123", "45", " I", "'M", " here", "\n\n"});
   CHECK(split("qwen2", "123 abc") == Pieces{"1", "2", "3", " abc"});
   // U+0085 is white space to HF's Oniguruma regexes.
   CHECK(split("gpt2", "a\u0085\u0085b") == Pieces{"a", "\u0085", "\u0085", "b"});
@@ -131,6 +140,31 @@ TEST_CASE("pre-tokenizer splits like HF", "[tokenizer]") {
   CHECK(split("gpt2", "ab\xff\xfe cd") == Pieces{"ab", "\xff\xfe", " cd"});
   CHECK(split("gpt2", "") == Pieces{});
   require_error([] { PreTokenizer p("no-such-pre"); }, ErrorCategory::kInput, "no-such-pre");
+}
+
+TEST_CASE("pre-tokenizer pieces match Hugging Face on the corpus", "[tokenizer]") {
+  // tests/data/tokenizer_corpus.jsonl carries HF's piece byte lengths for each pre-tokenizer
+  // (tools/gen_tokenizer_golden.py); no model is needed for this part.
+  std::ifstream in(std::string(OFFGEN_TEST_DATA) + "/tokenizer_corpus.jsonl");
+  REQUIRE(in.good());
+  std::map<std::string, PreTokenizer> pres;
+  size_t checked = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto row = nlohmann::json::parse(line);
+    if (!row.contains("piece_bytes")) continue;
+    const std::string text = row.at("text").get<std::string>();
+    for (const auto& [name, lens] : row.at("piece_bytes").items()) {
+      auto it = pres.try_emplace(name, name).first;
+      std::vector<std::string_view> pieces;
+      it->second.split(text, pieces);
+      std::vector<size_t> got;
+      for (auto p : pieces) got.push_back(p.size());
+      INFO("pre=" << name << " text=" << nlohmann::json(text).dump());
+      CHECK(got == lens.get<std::vector<size_t>>());
+      ++checked;
+    }
+  }
+  CHECK(checked > 4 * 200);
 }
 
 TEST_CASE("smollm pre-tokenizer isolates digits before BPE", "[tokenizer]") {
@@ -155,7 +189,8 @@ TEST_CASE("llama-bpe takes whole pieces that are tokens (ignore_merges)", "[toke
 
 TEST_CASE("special tokens are matched literally, leftmost-longest", "[tokenizer]") {
   Tokenizer t(tiny_vocab({{"a", "b"}}));
-  CHECK(t.encode("ab<|eot|>ab") == std::vector<int32_t>{ids_of(t, {"ab"})[0], 256, ids_of(t, {"ab"})[0]});
+  CHECK(t.encode("ab<|eot|>ab") ==
+        std::vector<int32_t>{ids_of(t, {"ab"})[0], 256, ids_of(t, {"ab"})[0]});
   CHECK(t.encode("<|eot|>!") == std::vector<int32_t>{257});
   CHECK(t.encode("<|eot|><|eot|>") == std::vector<int32_t>{256, 256});
   CHECK(t.encode("<|eot") == ids_of(t, {"<", "|", "e", "o", "t"}));
@@ -186,13 +221,26 @@ TEST_CASE("BOS is added only when the vocabulary asks", "[tokenizer]") {
 TEST_CASE("encode/decode round-trips arbitrary bytes, invalid UTF-8 included", "[tokenizer]") {
   for (const char* pre : {"gpt2", "smollm", "llama-bpe", "qwen2"}) {
     INFO("pre=" << pre);
-    Tokenizer t(tiny_vocab({{"a", "b"}, {" ", "a"}, {"\xc3", "\xa9"}, {"1", "2"}, {" ", " "}}, pre));
+    Tokenizer t(
+        tiny_vocab({{"a", "b"}, {" ", "a"}, {"\xc3", "\xa9"}, {"1", "2"}, {" ", " "}}, pre));
     REQUIRE(t.missing_bytes().empty());
     const std::vector<std::string> fixed = {
-        "", "\x80", "\xbf\x80", "\xc0\x80", "\xc3", "\xc3(", "\xe2\x82", "\xed\xa0\x80",
-        "\xf0\x9f\x98", "\xf4\x90\x80\x80", "\xf5\xff\xfe", "ok \xff ok", std::string("\0\0a\0", 4),
+        "",
+        "\x80",
+        "\xbf\x80",
+        "\xc0\x80",
+        "\xc3",
+        "\xc3(",
+        "\xe2\x82",
+        "\xed\xa0\x80",
+        "\xf0\x9f\x98",
+        "\xf4\x90\x80\x80",
+        "\xf5\xff\xfe",
+        "ok \xff ok",
+        std::string("\0\0a\0", 4),
         "caf\xc3\xa9 \xe2\x9d\xa4\xef\xb8\x8f 12 \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd",
-        "<|eot|>\xff<|eot", "  \xa0\x85 \n\r\n\t"};
+        "<|eot|>\xff<|eot",
+        "  \xa0\x85 \n\r\n\t"};
     for (const auto& s : fixed) CHECK(t.decode(t.encode(s)) == s);
     std::mt19937 rng(42);
     for (int i = 0; i < 3000; ++i) {
@@ -209,10 +257,10 @@ TEST_CASE("encode/decode round-trips arbitrary bytes, invalid UTF-8 included", "
 
 TEST_CASE("long runs do not exhaust the regex engine", "[tokenizer]") {
   Tokenizer t(tiny_vocab({{" ", " "}, {"a", "a"}}, "smollm"));
-  for (std::string s : {std::string(200000, ' '), std::string(200000, 'a'),
-                        std::string(200000, '7'), std::string(200000, '\xff'),
-                        std::string(100000, '!') + std::string(100000, '\n'),
-                        std::string(100000, ' ') + "x"}) {
+  for (std::string s :
+       {std::string(200000, ' '), std::string(200000, 'a'), std::string(200000, '7'),
+        std::string(200000, '\xff'), std::string(100000, '!') + std::string(100000, '\n'),
+        std::string(100000, ' ') + "x"}) {
     CHECK(t.decode(t.encode(s)) == s);
   }
 }
@@ -257,8 +305,10 @@ TEST_CASE("invalid vocabularies are rejected with kInput", "[tokenizer]") {
   require_error([&] { Tokenizer t(with_merge("a ")); }, ErrorCategory::kInput, "two pieces");
   require_error([&] { Tokenizer t(with_merge("a b c")); }, ErrorCategory::kInput, "two pieces");
   // Pieces exist but their concatenation is not a token.
-  require_error([&] { Tokenizer t(with_merge("a b")); }, ErrorCategory::kInput, "merged token 'ab'");
-  require_error([&] { Tokenizer t(with_merge("a zz")); }, ErrorCategory::kInput, "right piece 'zz'");
+  require_error([&] { Tokenizer t(with_merge("a b")); }, ErrorCategory::kInput,
+                "merged token 'ab'");
+  require_error([&] { Tokenizer t(with_merge("a zz")); }, ErrorCategory::kInput,
+                "right piece 'zz'");
   VocabData v = tiny_vocab();
   v.model = "llama";
   require_error([&] { Tokenizer t(v); }, ErrorCategory::kInput, "'llama'");
@@ -324,7 +374,8 @@ TEST_CASE("ChatML rendering", "[chat]") {
   CHECK(apply_chat_template(kSmolTemplate, user, true) ==
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
         "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  const std::vector<ChatMessage> sys = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Yo"}};
+  const std::vector<ChatMessage> sys = {
+      {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Yo"}};
   CHECK(apply_chat_template(kSmolTemplate, sys, false) ==
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
         "<|im_start|>assistant\nYo<|im_end|>\n");
@@ -348,12 +399,20 @@ TEST_CASE("Llama-3 rendering trims content and places BOS once", "[chat]") {
 }
 
 TEST_CASE("unsupported chat templates throw kConfig", "[chat]") {
-  require_error([] { apply_chat_template("", {{"user", "x"}}, true); }, ErrorCategory::kConfig,
-                "no chat template");
   require_error(
-      [] { apply_chat_template("{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}", {}, true); },
+      [] {
+        apply_chat_template("", {{"user", "x"}}, true);
+      },
+      ErrorCategory::kConfig, "no chat template");
+  require_error(
+      [] {
+        apply_chat_template("{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}", {},
+                            true);
+      },
       ErrorCategory::kConfig, "unsupported chat template");
   require_error(
-      [] { apply_chat_template("<|start_header_id|>system Cutting Knowledge Date: ...", {}, true); },
+      [] {
+        apply_chat_template("<|start_header_id|>system Cutting Knowledge Date: ...", {}, true);
+      },
       ErrorCategory::kConfig, "Llama-3.1+");
 }
