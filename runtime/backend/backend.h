@@ -16,13 +16,24 @@
 
 namespace offgen {
 
-// A weight matrix W[rows=out_features, cols=in_features] in the backend's preferred storage.
+// A weight matrix W[rows=out_features, cols=in_features] in a backend's storage (non-owning).
+// `dtype` names the source precision the storage holds (the layout is the backend's own).
+struct WeightView {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  DType dtype = DType::kF32;
+  const void* data = nullptr;
+};
+
+// An owning weight: storage plus its view.
 struct Weight {
   int64_t rows = 0;
   int64_t cols = 0;
-  DType dtype = DType::kF32;  // storage type after prepare_weight
+  DType dtype = DType::kF32;
   Buffer data;
   int64_t bytes() const { return data.bytes(); }
+  WeightView view() const { return {rows, cols, dtype, data.data()}; }
+  operator WeightView() const { return view(); }
 };
 
 // One sequence of a ragged batch: its n_new tokens occupy rows [row_begin, row_begin + n_new) of
@@ -55,14 +66,20 @@ class Backend {
   virtual std::string name() const = 0;
   virtual ThreadContext& threads() = 0;
 
+  // Bytes of matmul storage for a rows x cols weight (a multiple of 64).
+  virtual int64_t weight_bytes(int64_t rows, int64_t cols) const = 0;
   // Converts rows x cols elements of `src` (type `src_type`, row-major, rows contiguous) into the
-  // backend's matmul storage. The returned Weight owns its memory.
-  virtual Weight prepare_weight(DType src_type, const void* src, int64_t rows, int64_t cols) = 0;
+  // backend's matmul storage at `dst` (64-byte aligned, weight_bytes() long; host memory on the
+  // CPU backend). Returns the view of dst. Deterministic: the same input gives the same bytes.
+  virtual WeightView prepare_weight_into(DType src_type, const void* src, int64_t rows,
+                                         int64_t cols, void* dst) = 0;
+  // Owning convenience over prepare_weight_into.
+  Weight prepare_weight(DType src_type, const void* src, int64_t rows, int64_t cols);
   // Keeps a table for embedding gathers in its source storage (e.g. q8_0 rows).
   virtual Weight prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) = 0;
 
   // y[m, w.rows] = x[m, w.cols] · Wᵀ.
-  virtual void matmul(const float* x, int64_t m, const Weight& w, float* y) = 0;
+  virtual void matmul(const float* x, int64_t m, const WeightView& w, float* y) = 0;
   // y[m, d] = x / rms(x) * gamma (y may alias x).
   virtual void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
                         float* y) = 0;
@@ -76,7 +93,7 @@ class Backend {
   // y[i] += x[i]
   virtual void add(float* y, const float* x, int64_t n) = 0;
   // out[i, :] = table[ids[i], :] (dequantised).
-  virtual void embedding(const Weight& table, const int32_t* ids, int64_t n, float* out) = 0;
+  virtual void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
   // Causal attention of q[rows][n_heads][head_dim] over each sequence's KV slots; out has q's shape.
   virtual void attention(const float* q, const AttentionArgs& args, float* out) = 0;
 };

@@ -158,8 +158,18 @@ TEST_CASE("cpu backend: matmul matches a double reference for every weight sourc
     const Weight w = be.prepare_weight(src.type, raw.data(), n, k);
     REQUIRE(w.rows == n);
     REQUIRE(w.cols == k);
-    // The prepared weight is exactly the dequantised source.
-    CHECK(std::memcmp(w.data.data(), wd.data(), wd.size() * 4) == 0);
+    // The prepared weight is exactly the dequantised source: multiplying by the identity reads
+    // it back bit for bit (every other term is an exact +0).
+    {
+      std::vector<float> eye(k * k, 0.0f);
+      for (int64_t i = 0; i < k; ++i) eye[i * k + i] = 1.0f;
+      std::vector<float> wt(k * n);
+      be.matmul(eye.data(), k, w, wt.data());
+      int mismatched = 0;
+      for (int64_t i = 0; i < k; ++i)
+        for (int64_t j = 0; j < n; ++j) mismatched += wt[i * n + j] != wd[j * k + i];
+      CHECK(mismatched == 0);
+    }
     // Quantisation error vs the float source stays within the format's resolution.
     if (src.type == DType::kQ8_0 || src.type == DType::kQ4_1) {
       double max_err = 0, max_abs = 0;

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -92,4 +93,48 @@ TEST_CASE("SmolLM2 greedy tokens match transformers for 32 steps", "[model][pari
     INFO("prompt " << reqs[i].id);
     CHECK(results[i].tokens == want);
   }
+}
+
+TEST_CASE("logits are bitwise identical for a sequence alone and inside a ragged batch",
+          "[model][batch]") {
+  // Every CPU kernel is batch-invariant (GEMM reduction order fixed per output, attention and
+  // norms per row), so batching changes nothing, not even the last bit.
+  auto be = make_cpu_backend(0);
+  OpenedModel om = open_model(test::default_model_path());
+  LlamaModel model(*om.source, *be);
+  const ModelConfig& c = model.config();
+  const std::vector<std::vector<int32_t>> prompts = {
+      {504, 3575, 282, 4649, 314}, {28, 1797, 216, 33, 34, 35, 36, 37, 38}, {4649}, {42, 7042, 30}};
+  std::vector<std::vector<float>> alone;
+  for (const auto& p : prompts) alone.push_back(last_logits(model, p));
+  // All four as one ragged prefill batch.
+  std::vector<int32_t> ids, pos;
+  std::vector<SeqSpan> spans;
+  int64_t total = 0;
+  for (const auto& p : prompts) total += static_cast<int64_t>(p.size());
+  std::vector<std::vector<float>> kv(prompts.size());
+  std::vector<KvSeqView> views(c.n_layers * prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(prompts[i].size());
+    spans.push_back(SeqSpan{static_cast<int64_t>(ids.size()), n, 0});
+    for (int64_t t = 0; t < n; ++t) {
+      ids.push_back(prompts[i][t]);
+      pos.push_back(static_cast<int32_t>(t));
+    }
+    kv[i].resize(c.n_layers * 2 * c.kv_dim() * n);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      float* base = kv[i].data() + l * 2 * c.kv_dim() * n;
+      views[l * prompts.size() + i] = KvSeqView{base, base + c.kv_dim() * n, n};
+    }
+  }
+  std::vector<float> logits(prompts.size() * c.vocab_size);
+  LlamaScratch scratch;
+  model.forward(ids, pos.data(), spans,
+                [&](int64_t l) {
+                  return std::span<const KvSeqView>(views.data() + l * prompts.size(),
+                                                    prompts.size());
+                },
+                logits.data(), scratch);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    CHECK(std::memcmp(logits.data() + i * c.vocab_size, alone[i].data(), c.vocab_size * 4) == 0);
 }

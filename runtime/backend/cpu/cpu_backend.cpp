@@ -1,35 +1,41 @@
 // CPU backend ops.
 #include "runtime/backend/cpu/cpu_backend.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "runtime/backend/cpu/gemm_f32.h"
 #include "runtime/core/error.h"
 
 namespace offgen {
 
-CpuBackend::CpuBackend(int threads) : ctx_(threads) { openblas_set_num_threads(ctx_.threads()); }
+CpuBackend::CpuBackend(int threads) : ctx_(threads) {}
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) {
   return std::make_unique<CpuBackend>(threads);
 }
 
-Weight CpuBackend::prepare_weight(DType src_type, const void* src, int64_t rows, int64_t cols) {
-  Weight w;
-  w.rows = rows;
-  w.cols = cols;
-  w.dtype = DType::kF32;
-  w.data = Buffer(rows * cols * 4, Tier::kDevice);
+int64_t CpuBackend::weight_bytes(int64_t rows, int64_t cols) const {
+  return cpu::packed_f32_bytes(rows, cols);
+}
+
+WeightView CpuBackend::prepare_weight_into(DType src_type, const void* src, int64_t rows,
+                                           int64_t cols, void* dst) {
+  // Dequantise 16-row panels and pack them; panels are independent, so threads split them.
   const int64_t row_bytes = dtype_bytes(src_type, cols);
-  float* dst = w.data.as<float>();
   const auto* s = static_cast<const uint8_t*>(src);
-  ctx_.parallel_for(rows, 64, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) dequantize_row(src_type, s + r * row_bytes, dst + r * cols, cols);
+  const int64_t panels = (rows + 15) / 16;
+  ctx_.parallel_for(panels, 4, [&](int64_t p0, int64_t p1) {
+    std::vector<float> tmp(16 * cols);
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t r0 = p * 16, nr = std::min<int64_t>(16, rows - r0);
+      for (int64_t r = 0; r < nr; ++r)
+        dequantize_row(src_type, s + (r0 + r) * row_bytes, tmp.data() + r * cols, cols);
+      cpu::pack_f32(tmp.data(), nr, cols, static_cast<float*>(dst) + p * 16 * cols);
+    }
   });
-  return w;
+  return WeightView{rows, cols, src_type, dst};
 }
 
 Weight CpuBackend::prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) {
@@ -43,13 +49,8 @@ Weight CpuBackend::prepare_table(DType src_type, const void* src, int64_t rows, 
   return w;
 }
 
-void CpuBackend::matmul(const float* x, int64_t m, const Weight& w, float* y) {
-  OFFGEN_DCHECK(w.dtype == DType::kF32);
-  if (m == 0) return;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m),
-              static_cast<int>(w.rows), static_cast<int>(w.cols), 1.0f, x,
-              static_cast<int>(w.cols), w.data.as<float>(), static_cast<int>(w.cols), 0.0f, y,
-              static_cast<int>(w.rows));
+void CpuBackend::matmul(const float* x, int64_t m, const WeightView& w, float* y) {
+  cpu::gemm_f32(x, m, w.cols, static_cast<const float*>(w.data), w.rows, w.cols, y, w.rows, ctx_);
 }
 
 void CpuBackend::rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
@@ -112,9 +113,9 @@ void CpuBackend::add(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-void CpuBackend::embedding(const Weight& table, const int32_t* ids, int64_t n, float* out) {
+void CpuBackend::embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) {
   const int64_t row_bytes = dtype_bytes(table.dtype, table.cols);
-  const auto* base = table.data.as<uint8_t>();
+  const auto* base = static_cast<const uint8_t*>(table.data);
   for (int64_t i = 0; i < n; ++i) {
     OFFGEN_CHECK(ids[i] >= 0 && ids[i] < table.rows, kInput, "token id {} outside vocabulary of {}",
                  ids[i], table.rows);

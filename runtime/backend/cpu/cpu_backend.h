@@ -1,5 +1,5 @@
-// CPU backend: TBB-parallel elementwise/attention kernels and GEMM through the measured-fastest
-// library. Device and host memory are the same RAM.
+// CPU backend: TBB-parallel elementwise/attention kernels and the batch-invariant fp32 GEMM of
+// gemm_f32.h (measured fastest here). Device and host memory are the same RAM.
 #pragma once
 
 #include "runtime/backend/backend.h"
@@ -12,9 +12,11 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   ThreadContext& threads() override { return ctx_; }
 
-  Weight prepare_weight(DType src_type, const void* src, int64_t rows, int64_t cols) override;
+  int64_t weight_bytes(int64_t rows, int64_t cols) const override;
+  WeightView prepare_weight_into(DType src_type, const void* src, int64_t rows, int64_t cols,
+                                 void* dst) override;
   Weight prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) override;
-  void matmul(const float* x, int64_t m, const Weight& w, float* y) override;
+  void matmul(const float* x, int64_t m, const WeightView& w, float* y) override;
   void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
                 float* y) override;
   void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
@@ -22,7 +24,7 @@ class CpuBackend final : public Backend {
   void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
               float* out) override;
   void add(float* y, const float* x, int64_t n) override;
-  void embedding(const Weight& table, const int32_t* ids, int64_t n, float* out) override;
+  void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) override;
   void attention(const float* q, const AttentionArgs& args, float* out) override;
 
  private:
