@@ -60,7 +60,9 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   OpenedModel opened = open_model(options_.model);
   tokenizer_ = std::make_unique<Tokenizer>(std::move(opened.vocab));
   const auto t0 = Clock::now();
-  model_ = std::make_unique<LlamaModel>(*opened.source, *backend_);
+  source_ = std::move(opened.source);
+  model_ = std::make_unique<LlamaModel>(*source_, *backend_);
+  units_ = std::make_unique<ResidentUnits>(*model_);
   log_debug("loaded {} in {:.2f}s", options_.model, seconds_since(t0));
   OFFGEN_CHECK(tokenizer_->vocab_size() <= model_->config().vocab_size, kInput,
                "{}: tokenizer has {} tokens but the model only {} embeddings", options_.model,
@@ -82,7 +84,7 @@ Engine::~Engine() = default;
 
 const ModelConfig& Engine::config() const { return model_->config(); }
 const Tokenizer& Engine::tokenizer() const { return *tokenizer_; }
-int64_t Engine::weight_bytes() const { return model_->weights().bytes(); }
+int64_t Engine::weight_bytes() const { return model_->resident_bytes() + units_->bytes(); }
 
 std::vector<int32_t> Engine::encode_prompt(const Request& r) const {
   if (!r.prompt_ids.empty()) {
@@ -208,7 +210,7 @@ void Engine::forward(std::vector<Sequence*>& seqs, const std::vector<std::vector
                   [&](int64_t l) {
                     return std::span<const KvSeqView>(views.data() + l * seqs.size(), seqs.size());
                   },
-                  logits_.data(), scratch_);
+                  units_->fn(), logits_.data(), scratch_);
   for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->n_past += static_cast<int64_t>(chunks[i].size());
 }
 

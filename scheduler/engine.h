@@ -80,7 +80,9 @@ class Engine {
 
   EngineOptions options_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<WeightSource> source_;
   std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<ResidentUnits> units_;
   std::unique_ptr<Tokenizer> tokenizer_;
   int64_t max_context_ = 0;
   GenerationStats stats_;

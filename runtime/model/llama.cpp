@@ -27,9 +27,10 @@ std::vector<float> load_vector(const WeightSource& src, const std::string& name,
   return v;
 }
 
-// Stacks several [rows_i, cols] tensors into one backend weight (rows concatenated).
-Weight load_stacked(Backend& be, const WeightSource& src, const std::vector<std::string>& names,
-                    const std::vector<int64_t>& rows, int64_t cols) {
+// Stacks several [rows_i, cols] tensors (rows concatenated) into one source matrix: raw bytes when
+// they share a type, fp32 otherwise. Returns the type; `packed` receives the bytes.
+DType stack_source(const WeightSource& src, const std::vector<std::string>& names,
+                   const std::vector<int64_t>& rows, int64_t cols, std::vector<uint8_t>& packed) {
   std::vector<TensorRef> refs;
   bool same_type = true;
   int64_t total_rows = 0;
@@ -39,10 +40,9 @@ Weight load_stacked(Backend& be, const WeightSource& src, const std::vector<std:
     same_type = same_type && refs.back().dtype == refs.front().dtype;
     total_rows += rows[i];
   }
-  if (refs.size() == 1) return be.prepare_weight(refs[0].dtype, refs[0].data, rows[0], cols);
   const DType dt = same_type ? refs.front().dtype : DType::kF32;
   const int64_t row_bytes = dtype_bytes(dt, cols);
-  std::vector<uint8_t> packed(total_rows * row_bytes);
+  packed.resize(total_rows * row_bytes);
   int64_t r0 = 0;
   for (size_t i = 0; i < refs.size(); ++i) {
     uint8_t* dst = packed.data() + r0 * row_bytes;
@@ -56,18 +56,22 @@ Weight load_stacked(Backend& be, const WeightSource& src, const std::vector<std:
     }
     r0 += rows[i];
   }
-  return be.prepare_weight(dt, packed.data(), total_rows, cols);
+  return dt;
 }
+
+Weight load_stacked(Backend& be, const WeightSource& src, const std::vector<std::string>& names,
+                    const std::vector<int64_t>& rows, int64_t cols) {
+  std::vector<uint8_t> packed;
+  const DType dt = stack_source(src, names, rows, cols, packed);
+  int64_t total = 0;
+  for (auto r : rows) total += r;
+  return be.prepare_weight(dt, packed.data(), total, cols);
+}
+
+constexpr int64_t kBlobAlign = 4096;
+int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
 }  // namespace
-
-int64_t LlamaWeights::bytes() const {
-  int64_t b = tok_embd.bytes() + lm_head.bytes() + static_cast<int64_t>(out_norm.size()) * 4;
-  for (const auto& l : layers)
-    b += l.wqkv.bytes() + l.wo.bytes() + l.w_gate_up.bytes() + l.w_down.bytes() +
-         static_cast<int64_t>(l.attn_norm.size() + l.ffn_norm.size()) * 4;
-  return b;
-}
 
 void LlamaScratch::reserve(const ModelConfig& c, int64_t rows) {
   auto grow = [rows](std::vector<float>& v, int64_t width) {
@@ -83,69 +87,116 @@ void LlamaScratch::reserve(const ModelConfig& c, int64_t rows) {
 }
 
 LlamaModel::LlamaModel(const WeightSource& src, Backend& backend)
-    : config_(src.config()), backend_(backend) {
+    : src_(src), config_(src.config()), backend_(backend) {
   const ModelConfig& c = config_;
   c.validate();
   const int64_t d = c.d_model;
   TensorRef emb = src.tensor("token_embd.weight");
   expect_matrix(emb, c.vocab_size, d, src.describe());
-  weights_.tok_embd = backend_.prepare_table(emb.dtype, emb.data, c.vocab_size, d);
-  weights_.out_norm = load_vector(src, "output_norm.weight", d);
+  tok_embd_ = backend_.prepare_table(emb.dtype, emb.data, c.vocab_size, d);
+  out_norm_ = load_vector(src, "output_norm.weight", d);
   const bool tied = !src.has_tensor("output.weight");
   config_.tied_embeddings = tied;
-  weights_.lm_head =
-      load_stacked(backend_, src, {tied ? "token_embd.weight" : "output.weight"}, {c.vocab_size}, d);
-  weights_.layers.resize(c.n_layers);
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    auto& L = weights_.layers[l];
-    L.attn_norm = load_vector(src, layer_name(l, "attn_norm.weight"), d);
-    L.ffn_norm = load_vector(src, layer_name(l, "ffn_norm.weight"), d);
-    L.wqkv = load_stacked(backend_, src,
-                          {layer_name(l, "attn_q.weight"), layer_name(l, "attn_k.weight"),
-                           layer_name(l, "attn_v.weight")},
-                          {c.q_dim(), c.kv_dim(), c.kv_dim()}, d);
-    L.wo = load_stacked(backend_, src, {layer_name(l, "attn_output.weight")}, {d}, c.q_dim());
-    L.w_gate_up = load_stacked(backend_, src,
-                               {layer_name(l, "ffn_gate.weight"), layer_name(l, "ffn_up.weight")},
-                               {c.ffn_dim, c.ffn_dim}, d);
-    L.w_down = load_stacked(backend_, src, {layer_name(l, "ffn_down.weight")}, {d}, c.ffn_dim);
-  }
+  lm_head_ = load_stacked(backend_, src, {tied ? "token_embd.weight" : "output.weight"},
+                          {c.vocab_size}, d);
 }
 
-void LlamaModel::embed(std::span<const int32_t> ids, float* hidden) {
-  backend_.embedding(weights_.tok_embd, ids.data(), static_cast<int64_t>(ids.size()), hidden);
-}
-
-void LlamaModel::attention_step(int64_t layer, float* hidden, std::span<const SeqSpan> seqs,
-                                const int32_t* positions, std::span<const KvSeqView> kv,
-                                LlamaScratch& s) {
+LlamaModel::Layout LlamaModel::layout(int64_t unit) const {
   const ModelConfig& c = config_;
-  const auto& L = weights_.layers[layer];
-  int64_t rows = 0;
-  for (const auto& sp : seqs) rows = std::max(rows, sp.row_begin + sp.n_new);
+  Layout L;
+  if (unit_has_cache(unit)) {
+    L.w0_rows = c.q_dim() + 2 * c.kv_dim(), L.w0_cols = c.d_model;
+    L.w1_rows = c.d_model, L.w1_cols = c.q_dim();
+  } else {
+    L.w0_rows = 2 * c.ffn_dim, L.w0_cols = c.d_model;
+    L.w1_rows = c.d_model, L.w1_cols = c.ffn_dim;
+  }
+  L.norm = 0;
+  L.w0 = align_up(c.d_model * 4, 64);
+  L.w1 = align_up(L.w0 + backend_.weight_bytes(L.w0_rows, L.w0_cols), 64);
+  L.bytes = align_up(L.w1 + backend_.weight_bytes(L.w1_rows, L.w1_cols), kBlobAlign);
+  return L;
+}
+
+int64_t LlamaModel::unit_bytes(int64_t unit) const { return layout(unit).bytes; }
+
+int64_t LlamaModel::resident_bytes() const {
+  return tok_embd_.bytes() + lm_head_.bytes() + static_cast<int64_t>(out_norm_.size()) * 4;
+}
+
+void LlamaModel::build_unit(int64_t unit, void* dst) const {
+  OFFGEN_CHECK(unit >= 0 && unit < num_units(), kInternal, "unit {} out of range", unit);
+  const ModelConfig& c = config_;
+  const Layout L = layout(unit);
+  const int64_t l = unit_layer(unit);
+  auto* base = static_cast<uint8_t*>(dst);
+  std::memset(base, 0, L.bytes);
+  const bool attn = unit_has_cache(unit);
+  const auto norm = load_vector(src_, layer_name(l, attn ? "attn_norm.weight" : "ffn_norm.weight"),
+                                c.d_model);
+  std::memcpy(base + L.norm, norm.data(), c.d_model * 4);
+  std::vector<uint8_t> stacked;
+  DType dt;
+  if (attn) {
+    dt = stack_source(src_,
+                      {layer_name(l, "attn_q.weight"), layer_name(l, "attn_k.weight"),
+                       layer_name(l, "attn_v.weight")},
+                      {c.q_dim(), c.kv_dim(), c.kv_dim()}, c.d_model, stacked);
+  } else {
+    dt = stack_source(src_, {layer_name(l, "ffn_gate.weight"), layer_name(l, "ffn_up.weight")},
+                      {c.ffn_dim, c.ffn_dim}, c.d_model, stacked);
+  }
+  backend_.prepare_weight_into(dt, stacked.data(), L.w0_rows, L.w0_cols, base + L.w0);
+  dt = stack_source(src_, {layer_name(l, attn ? "attn_output.weight" : "ffn_down.weight")},
+                    {L.w1_rows}, L.w1_cols, stacked);
+  backend_.prepare_weight_into(dt, stacked.data(), L.w1_rows, L.w1_cols, base + L.w1);
+}
+
+void LlamaModel::embed(std::span<const int32_t> ids, float* hidden) const {
+  backend_.embedding(tok_embd_, ids.data(), static_cast<int64_t>(ids.size()), hidden);
+}
+
+void LlamaModel::run_unit(int64_t unit, const void* blob, float* hidden, const UnitBatch& b,
+                          LlamaScratch& s) const {
+  const ModelConfig& c = config_;
+  const Layout L = layout(unit);
+  const auto* base = static_cast<const uint8_t*>(blob);
+  const float* norm = reinterpret_cast<const float*>(base + L.norm);
+  // The view dtype is informational for the CPU backend's packed fp32 storage.
+  const WeightView w0{L.w0_rows, L.w0_cols, DType::kF32, base + L.w0};
+  const WeightView w1{L.w1_rows, L.w1_cols, DType::kF32, base + L.w1};
+  const int64_t rows = b.rows;
   s.reserve(c, rows);
+  backend_.rms_norm(hidden, norm, rows, c.d_model, c.norm_eps, s.x.data());
+  if (!unit_has_cache(unit)) {
+    backend_.matmul(s.x.data(), rows, w0, s.gate_up.data());
+    backend_.swiglu(s.gate_up.data(), s.gate_up.data() + c.ffn_dim, rows, c.ffn_dim,
+                    2 * c.ffn_dim, s.act.data());
+    backend_.matmul(s.act.data(), rows, w1, s.proj.data());
+    backend_.add(hidden, s.proj.data(), rows * c.d_model);
+    return;
+  }
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), hd = c.head_dim, wqkv = qd + 2 * kvd;
-  backend_.rms_norm(hidden, L.attn_norm.data(), rows, c.d_model, c.norm_eps, s.x.data());
-  backend_.matmul(s.x.data(), rows, L.wqkv, s.qkv.data());
+  backend_.matmul(s.x.data(), rows, w0, s.qkv.data());
   // Split Q out (contiguous rows for attention) and rotate Q and K in place.
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(s.q.data() + r * qd, s.qkv.data() + r * wqkv, qd * 4);
-  backend_.rope(s.q.data(), rows, c.n_heads, hd, positions, c.rope_theta, c.rope_style);
-  // K rows are strided inside qkv: rotate them per row.
+  backend_.rope(s.q.data(), rows, c.n_heads, hd, b.positions, c.rope_theta, c.rope_style);
   for (int64_t r = 0; r < rows; ++r)
-    backend_.rope(s.qkv.data() + r * wqkv + qd, 1, c.n_kv_heads, hd, positions + r, c.rope_theta,
-                  c.rope_style);
+    backend_.rope(s.qkv.data() + r * wqkv + qd, 1, c.n_kv_heads, hd, b.positions + r,
+                  c.rope_theta, c.rope_style);
   // Scatter new K/V into each sequence's slots.
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    const SeqSpan& sp = seqs[i];
-    OFFGEN_CHECK(sp.n_past + sp.n_new <= kv[i].capacity, kInternal,
-                 "KV capacity {} exceeded ({} + {})", kv[i].capacity, sp.n_past, sp.n_new);
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    const SeqSpan& sp = b.seqs[i];
+    const KvSeqView& kv = b.kv[i];
+    OFFGEN_CHECK(sp.n_past + sp.n_new <= kv.capacity, kInternal, "KV capacity {} exceeded ({} + {})",
+                 kv.capacity, sp.n_past, sp.n_new);
     for (int64_t t = 0; t < sp.n_new; ++t) {
       const float* row = s.qkv.data() + (sp.row_begin + t) * wqkv;
       for (int64_t h = 0; h < c.n_kv_heads; ++h) {
-        const int64_t slot = (h * kv[i].capacity + sp.n_past + t) * hd;
-        std::memcpy(kv[i].k + slot, row + qd + h * hd, hd * 4);
-        std::memcpy(kv[i].v + slot, row + qd + kvd + h * hd, hd * 4);
+        const int64_t slot = (h * kv.capacity + sp.n_past + t) * hd;
+        std::memcpy(kv.k + slot, row + qd + h * hd, hd * 4);
+        std::memcpy(kv.v + slot, row + qd + kvd + h * hd, hd * 4);
       }
     }
   }
@@ -154,50 +205,53 @@ void LlamaModel::attention_step(int64_t layer, float* hidden, std::span<const Se
   args.n_kv_heads = c.n_kv_heads;
   args.head_dim = hd;
   args.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  args.seqs = seqs;
-  args.kv = kv;
+  args.seqs = b.seqs;
+  args.kv = b.kv;
   backend_.attention(s.q.data(), args, s.attn.data());
-  backend_.matmul(s.attn.data(), rows, L.wo, s.proj.data());
-  backend_.add(hidden, s.proj.data(), rows * c.d_model);
-}
-
-void LlamaModel::mlp_step(int64_t layer, float* hidden, int64_t rows, LlamaScratch& s) {
-  const ModelConfig& c = config_;
-  const auto& L = weights_.layers[layer];
-  s.reserve(c, rows);
-  backend_.rms_norm(hidden, L.ffn_norm.data(), rows, c.d_model, c.norm_eps, s.x.data());
-  backend_.matmul(s.x.data(), rows, L.w_gate_up, s.gate_up.data());
-  backend_.swiglu(s.gate_up.data(), s.gate_up.data() + c.ffn_dim, rows, c.ffn_dim, 2 * c.ffn_dim,
-                  s.act.data());
-  backend_.matmul(s.act.data(), rows, L.w_down, s.proj.data());
+  backend_.matmul(s.attn.data(), rows, w1, s.proj.data());
   backend_.add(hidden, s.proj.data(), rows * c.d_model);
 }
 
 void LlamaModel::output_step(const float* hidden, std::span<const int64_t> rows, float* logits,
-                             LlamaScratch& s) {
+                             LlamaScratch& s) const {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(rows.size());
   s.reserve(c, n);
   for (int64_t i = 0; i < n; ++i)
     std::memcpy(s.proj.data() + i * c.d_model, hidden + rows[i] * c.d_model, c.d_model * 4);
-  backend_.rms_norm(s.proj.data(), weights_.out_norm.data(), n, c.d_model, c.norm_eps, s.x.data());
-  backend_.matmul(s.x.data(), n, weights_.lm_head, logits);
+  backend_.rms_norm(s.proj.data(), out_norm_.data(), n, c.d_model, c.norm_eps, s.x.data());
+  backend_.matmul(s.x.data(), n, lm_head_, logits);
 }
 
 void LlamaModel::forward(std::span<const int32_t> ids, const int32_t* positions,
-                         std::span<const SeqSpan> seqs, const KvViewFn& kv, float* logits,
-                         LlamaScratch& s) {
+                         std::span<const SeqSpan> seqs, const KvViewFn& kv, const BlobFn& blob,
+                         float* logits, LlamaScratch& s) const {
   const int64_t rows = static_cast<int64_t>(ids.size());
   std::vector<float> hidden(rows * config_.d_model);
   embed(ids, hidden.data());
-  for (int64_t l = 0; l < config_.n_layers; ++l) {
-    attention_step(l, hidden.data(), seqs, positions, kv(l), s);
-    mlp_step(l, hidden.data(), rows, s);
+  for (int64_t u = 0; u < num_units(); ++u) {
+    UnitBatch b{rows, seqs, positions,
+                unit_has_cache(u) ? kv(unit_layer(u)) : std::span<const KvSeqView>()};
+    run_unit(u, blob(u), hidden.data(), b, s);
   }
   std::vector<int64_t> last;
   last.reserve(seqs.size());
   for (const auto& sp : seqs) last.push_back(sp.row_begin + sp.n_new - 1);
   output_step(hidden.data(), last, logits, s);
+}
+
+ResidentUnits::ResidentUnits(const LlamaModel& model) {
+  blobs_.resize(model.num_units());
+  for (int64_t u = 0; u < model.num_units(); ++u) {
+    blobs_[u] = Buffer(model.unit_bytes(u), Tier::kDevice);
+    model.build_unit(u, blobs_[u].data());
+  }
+}
+
+int64_t ResidentUnits::bytes() const {
+  int64_t b = 0;
+  for (const auto& x : blobs_) b += x.bytes();
+  return b;
 }
 
 }  // namespace offgen

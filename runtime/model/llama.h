@@ -1,5 +1,7 @@
 // Llama-family decoder (RMSNorm, RoPE, GQA, SwiGLU, optional tied embeddings) as schedulable
-// steps — embed, per-layer attention and MLP, output — over a Backend, on ragged batches.
+// units — per layer an attention unit (2l) and an MLP unit (2l+1) — plus the resident embedding
+// and output head. A unit's weights live in one "blob" (backend storage, 4 KiB-multiple size)
+// that the caller places anywhere (RAM, staged from disk) and passes to run_unit.
 #pragma once
 
 #include <functional>
@@ -12,61 +14,84 @@
 
 namespace offgen {
 
-struct LlamaLayerWeights {
-  std::vector<float> attn_norm;
-  std::vector<float> ffn_norm;
-  Weight wqkv;       // [q_dim + 2 kv_dim, d_model]: Q rows, then K, then V
-  Weight wo;         // [d_model, q_dim]
-  Weight w_gate_up;  // [2 ffn, d_model]: gate rows, then up
-  Weight w_down;     // [d_model, ffn]
-};
-
-struct LlamaWeights {
-  Weight tok_embd;  // gather table [vocab, d_model]
-  std::vector<float> out_norm;
-  Weight lm_head;   // [vocab, d_model]
-  std::vector<LlamaLayerWeights> layers;
-  int64_t bytes() const;
-};
-
 // Scratch activations for one ragged batch; grown on demand. One per concurrently running batch.
 struct LlamaScratch {
   std::vector<float> x, qkv, q, attn, proj, gate_up, act;
   void reserve(const ModelConfig& c, int64_t rows);
 };
 
+// The rows of one ragged batch as a unit sees them.
+struct UnitBatch {
+  int64_t rows = 0;
+  std::span<const SeqSpan> seqs;
+  const int32_t* positions = nullptr;  // per row
+  std::span<const KvSeqView> kv;       // per sequence, for this unit's layer (attention units)
+};
+
 // Per-layer KV views for the sequences of a batch, supplied by the caller (who owns the cache).
 using KvViewFn = std::function<std::span<const KvSeqView>(int64_t layer)>;
+// Where unit u's blob currently is.
+using BlobFn = std::function<const void*(int64_t unit)>;
 
 class LlamaModel {
  public:
-  // Builds backend weights from the source (dequantising as the backend prefers).
+  // Prepares the resident tensors (embedding table, output norm and head). `src` must outlive the
+  // model: build_unit reads it.
   LlamaModel(const WeightSource& src, Backend& backend);
 
   const ModelConfig& config() const { return config_; }
-  const LlamaWeights& weights() const { return weights_; }
-  Backend& backend() { return backend_; }
+  Backend& backend() const { return backend_; }
+
+  int64_t num_units() const { return 2 * config_.n_layers; }
+  static bool unit_has_cache(int64_t unit) { return unit % 2 == 0; }
+  static int64_t unit_layer(int64_t unit) { return unit / 2; }
+  int64_t unit_bytes(int64_t unit) const;  // multiple of 4096
+  // Writes unit u's blob (unit_bytes(u), 64-byte aligned) from the weight source. Thread-safe.
+  void build_unit(int64_t unit, void* dst) const;
+  int64_t resident_bytes() const;  // embedding + output head + norms
 
   // hidden[rows, d_model] = embedding of ids.
-  void embed(std::span<const int32_t> ids, float* hidden);
-  // hidden += attention(norm(hidden)); writes the new tokens' K/V into kv at slots
-  // n_past .. n_past+n_new-1 of each sequence. positions[row] is each token's position.
-  void attention_step(int64_t layer, float* hidden, std::span<const SeqSpan> seqs,
-                      const int32_t* positions, std::span<const KvSeqView> kv, LlamaScratch& s);
-  // hidden += mlp(norm(hidden)).
-  void mlp_step(int64_t layer, float* hidden, int64_t rows, LlamaScratch& s);
+  void embed(std::span<const int32_t> ids, float* hidden) const;
+  // Attention unit: hidden += attention(norm(hidden)), writing the new tokens' K/V into the
+  // batch's KV views at slots n_past .. n_past+n_new-1. MLP unit: hidden += mlp(norm(hidden)).
+  void run_unit(int64_t unit, const void* blob, float* hidden, const UnitBatch& batch,
+                LlamaScratch& s) const;
   // logits[i, vocab] for hidden rows rows[i].
   void output_step(const float* hidden, std::span<const int64_t> rows, float* logits,
-                   LlamaScratch& s);
+                   LlamaScratch& s) const;
 
-  // All steps in order; logits for the last token of each sequence: [seqs.size(), vocab].
+  // All units in order; logits for the last token of each sequence: [seqs.size(), vocab].
   void forward(std::span<const int32_t> ids, const int32_t* positions,
-               std::span<const SeqSpan> seqs, const KvViewFn& kv, float* logits, LlamaScratch& s);
+               std::span<const SeqSpan> seqs, const KvViewFn& kv, const BlobFn& blob,
+               float* logits, LlamaScratch& s) const;
 
  private:
+  struct Layout {  // byte offsets inside a unit blob
+    int64_t norm = 0, w0 = 0, w1 = 0, bytes = 0;
+    int64_t w0_rows = 0, w0_cols = 0, w1_rows = 0, w1_cols = 0;
+  };
+  Layout layout(int64_t unit) const;
+
+  const WeightSource& src_;
   ModelConfig config_;
   Backend& backend_;
-  LlamaWeights weights_;
+  Weight tok_embd_;  // gather table [vocab, d_model]
+  std::vector<float> out_norm_;
+  Weight lm_head_;   // [vocab, d_model]
+};
+
+// Every unit blob built once in RAM: the all-resident placement.
+class ResidentUnits {
+ public:
+  explicit ResidentUnits(const LlamaModel& model);
+  const void* blob(int64_t unit) const { return blobs_[unit].data(); }
+  int64_t bytes() const;
+  BlobFn fn() const {
+    return [this](int64_t u) { return blob(u); };
+  }
+
+ private:
+  std::vector<Buffer> blobs_;
 };
 
 }  // namespace offgen

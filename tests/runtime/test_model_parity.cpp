@@ -34,7 +34,8 @@ std::vector<float> read_f32(const std::string& name, size_t n) {
 }
 
 // Runs one prompt through every step with a private KV cache; returns last-position logits.
-std::vector<float> last_logits(LlamaModel& m, const std::vector<int32_t>& ids) {
+std::vector<float> last_logits(LlamaModel& m, const ResidentUnits& units,
+                               const std::vector<int32_t>& ids) {
   const ModelConfig& c = m.config();
   const int64_t n = static_cast<int64_t>(ids.size());
   std::vector<float> kv(c.n_layers * 2 * c.kv_dim() * n);
@@ -49,8 +50,8 @@ std::vector<float> last_logits(LlamaModel& m, const std::vector<int32_t>& ids) {
   std::vector<float> logits(c.vocab_size);
   LlamaScratch scratch;
   m.forward(ids, pos.data(), {&span, 1},
-            [&](int64_t l) { return std::span<const KvSeqView>(&views[l], 1); }, logits.data(),
-            scratch);
+            [&](int64_t l) { return std::span<const KvSeqView>(&views[l], 1); }, units.fn(),
+            logits.data(), scratch);
   return logits;
 }
 
@@ -61,10 +62,11 @@ TEST_CASE("SmolLM2 logits match transformers (fp32) within 2e-3", "[model][parit
   auto be = make_cpu_backend(0);
   OpenedModel om = open_model(test::default_model_path());
   LlamaModel model(*om.source, *be);
+  ResidentUnits units(model);
   for (const auto& p : g["prompts"]) {
     const std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
     const auto want = read_f32(p["logits_file"].get<std::string>(), model.config().vocab_size);
-    const auto got = last_logits(model, ids);
+    const auto got = last_logits(model, units, ids);
     double max_diff = 0;
     for (size_t i = 0; i < want.size(); ++i)
       max_diff = std::max(max_diff, static_cast<double>(std::fabs(got[i] - want[i])));
@@ -102,11 +104,12 @@ TEST_CASE("logits are bitwise identical for a sequence alone and inside a ragged
   auto be = make_cpu_backend(0);
   OpenedModel om = open_model(test::default_model_path());
   LlamaModel model(*om.source, *be);
+  ResidentUnits units(model);
   const ModelConfig& c = model.config();
   const std::vector<std::vector<int32_t>> prompts = {
       {504, 3575, 282, 4649, 314}, {28, 1797, 216, 33, 34, 35, 36, 37, 38}, {4649}, {42, 7042, 30}};
   std::vector<std::vector<float>> alone;
-  for (const auto& p : prompts) alone.push_back(last_logits(model, p));
+  for (const auto& p : prompts) alone.push_back(last_logits(model, units, p));
   // All four as one ragged prefill batch.
   std::vector<int32_t> ids, pos;
   std::vector<SeqSpan> spans;
@@ -134,7 +137,7 @@ TEST_CASE("logits are bitwise identical for a sequence alone and inside a ragged
                   return std::span<const KvSeqView>(views.data() + l * prompts.size(),
                                                     prompts.size());
                 },
-                logits.data(), scratch);
+                units.fn(), logits.data(), scratch);
   for (size_t i = 0; i < prompts.size(); ++i)
     CHECK(std::memcmp(logits.data() + i * c.vocab_size, alone[i].data(), c.vocab_size * 4) == 0);
 }
