@@ -44,7 +44,8 @@ struct SeqSpan {
   int64_t n_past = 0;
 };
 
-// K and V of one sequence for one layer: [n_kv_heads][capacity][head_dim], fp32.
+// K and V of one sequence for one layer, slot-major: [capacity][n_kv_heads][head_dim], fp32 (a
+// token's K (or V) for all heads is one contiguous row, so a prefix of slots is one extent).
 struct KvSeqView {
   float* k = nullptr;
   float* v = nullptr;

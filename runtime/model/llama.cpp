@@ -193,11 +193,9 @@ void LlamaModel::run_unit(int64_t unit, const void* blob, float* hidden, const U
                  kv.capacity, sp.n_past, sp.n_new);
     for (int64_t t = 0; t < sp.n_new; ++t) {
       const float* row = s.qkv.data() + (sp.row_begin + t) * wqkv;
-      for (int64_t h = 0; h < c.n_kv_heads; ++h) {
-        const int64_t slot = (h * kv.capacity + sp.n_past + t) * hd;
-        std::memcpy(kv.k + slot, row + qd + h * hd, hd * 4);
-        std::memcpy(kv.v + slot, row + qd + kvd + h * hd, hd * 4);
-      }
+      const int64_t slot = (sp.n_past + t) * kvd;
+      std::memcpy(kv.k + slot, row + qd, kvd * 4);
+      std::memcpy(kv.v + slot, row + qd + kvd, kvd * 4);
     }
   }
   AttentionArgs args;

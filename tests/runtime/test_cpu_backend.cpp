@@ -400,8 +400,8 @@ struct AttnCase {
       for (int64_t h = 0; h < n_kv; ++h)
         for (int64_t s = 0; s < past + nnew; ++s)
           for (int64_t i = 0; i < hd; ++i) {
-            kk[(h * cap + s) * hd + i] = std::normal_distribution<float>(0, 1.5f)(rng);
-            vv[(h * cap + s) * hd + i] = std::normal_distribution<float>(0, 1)(rng);
+            kk[(s * n_kv + h) * hd + i] = std::normal_distribution<float>(0, 1.5f)(rng);
+            vv[(s * n_kv + h) * hd + i] = std::normal_distribution<float>(0, 1)(rng);
           }
       k.push_back(std::move(kk));
       v.push_back(std::move(vv));
@@ -443,14 +443,14 @@ TEST_CASE("cpu backend: GQA attention on a ragged batch", "[cpu]") {
         for (int64_t j = 0; j < n_vis; ++j) {
           double d = 0;
           for (int64_t i = 0; i < c.hd; ++i)
-            d += double(qv[i]) * c.k[s][(kvh * cap + j) * c.hd + i];
+            d += double(qv[i]) * c.k[s][(j * c.n_kv + kvh) * c.hd + i];
           p[j] = d * scale;
           mx = std::max(mx, p[j]);
         }
         for (auto& x : p) z += x = std::exp(x - mx);
         for (int64_t i = 0; i < c.hd; ++i) {
           double o = 0;
-          for (int64_t j = 0; j < n_vis; ++j) o += p[j] / z * c.v[s][(kvh * cap + j) * c.hd + i];
+          for (int64_t j = 0; j < n_vis; ++j) o += p[j] / z * c.v[s][(j * c.n_kv + kvh) * c.hd + i];
           const double got = out[(sp.row_begin + t) * row_w + h * c.hd + i];
           if (!(std::fabs(got - o) <= 1e-5 * (std::fabs(o) + 1))) ++bad;
         }

@@ -137,15 +137,16 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
       const SeqSpan& sp = a.seqs[s];
       const KvSeqView& kv = a.kv[s];
       const int64_t kvh = h / group;
-      const float* kbase = kv.k + kvh * kv.capacity * hd;
-      const float* vbase = kv.v + kvh * kv.capacity * hd;
+      const int64_t slot_stride = a.n_kv_heads * hd;
+      const float* kbase = kv.k + kvh * hd;
+      const float* vbase = kv.v + kvh * hd;
       scores.resize(sp.n_past + sp.n_new);
       for (int64_t t = 0; t < sp.n_new; ++t) {
         const float* qv = q + (sp.row_begin + t) * row_stride + h * hd;
         const int64_t n_vis = sp.n_past + t + 1;
         float mx = -INFINITY;
         for (int64_t j = 0; j < n_vis; ++j) {
-          const float* kj = kbase + j * hd;
+          const float* kj = kbase + j * slot_stride;
           float d = 0.0f;
 #pragma omp simd reduction(+ : d)
           for (int64_t i = 0; i < hd; ++i) d += qv[i] * kj[i];
@@ -163,7 +164,7 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
         std::fill(o, o + hd, 0.0f);
         for (int64_t j = 0; j < n_vis; ++j) {
           const float p = scores[j] * inv;
-          const float* vj = vbase + j * hd;
+          const float* vj = vbase + j * slot_stride;
           for (int64_t i = 0; i < hd; ++i) o[i] += p * vj[i];
         }
       }
