@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
     EngineOptions eo;
     eo.model = model;
     eo.threads = threads;
-    eo.batch_size = max_batch;
+    eo.policy.gpu_batch_size = max_batch;
     eo.prefill_chunk = std::max<int64_t>(2048, prompt_len * max_batch);
     Engine engine(eo);
     std::mt19937 rng(1234);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cli/policy_flags.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/loaders/gguf.h"
@@ -39,14 +40,14 @@ void add_sampling(CLI::App* app, SamplingParams& s) {
   app->add_option("--stop", s.stop, "Stop string (repeatable)");
 }
 
-int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, int64_t batch_size,
+int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlags& pf,
                  int64_t max_context, bool quiet) {
   EngineOptions eo;
+  eo.policy = pf.resolve();
   eo.max_context = max_context;
   eo.model = f.model;
   eo.threads = f.threads;
   eo.backend = f.backend;
-  eo.batch_size = batch_size;
   Engine engine(eo);
   job.progress = !quiet;
   JobSummary s = run_generate_job(engine, job);
@@ -107,14 +108,14 @@ int main(int argc, char** argv) {
 
   CommonFlags gen_common, ins_common;
   GenerateJobOptions job;
-  int64_t batch_size = 32;
+  PolicyFlags gen_policy;
   int64_t max_context = 0;
   bool quiet = false;
   auto* gen = app.add_subcommand("generate", "Complete every request of a JSONL file");
   add_common(gen, gen_common);
   gen->add_option("--input", job.input, "Input JSONL (one request per line)")->required();
   gen->add_option("--output", job.output, "Output JSONL (one record per request)")->required();
-  gen->add_option("--batch-size", batch_size, "Sequences decoded together")->check(CLI::Range(1, 65536));
+  gen_policy.add_to(gen);
   gen->add_option("--max-context", max_context,
                   "Cap the context window (prompt + completion tokens; 0 = the model's)")
       ->check(CLI::NonNegativeNumber);
@@ -132,7 +133,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   try {
-    if (gen->parsed()) return cmd_generate(gen_common, job, batch_size, max_context, quiet);
+    if (gen->parsed()) return cmd_generate(gen_common, job, gen_policy, max_context, quiet);
     if (ins->parsed()) return cmd_inspect(ins_common);
   } catch (const Error& e) {
     std::fprintf(stderr, "offgen: error: %s\n", e.what());

@@ -31,8 +31,11 @@ const char* finish_reason_name(FinishReason r) {
 void EngineOptions::validate() const {
   OFFGEN_CHECK(backend == "cpu", kConfig, "--backend {}: this build supports only 'cpu'", backend);
   OFFGEN_CHECK(threads >= 0 && threads <= 1024, kConfig, "--threads {} must be in [0, 1024]", threads);
-  OFFGEN_CHECK(batch_size >= 1 && batch_size <= 65536, kConfig,
-               "--batch-size {} must be in [1, 65536]", batch_size);
+  policy.validate();
+  OFFGEN_CHECK(policy.act_disk_percent() <= 0, kConfig,
+               "activations on disk (--percent ... HG HC summing to {} < 100) are not supported; "
+               "keep HG + HC = 100",
+               policy.act_gpu_percent + policy.act_cpu_percent);
   OFFGEN_CHECK(prefill_chunk >= 1, kConfig, "prefill chunk {} must be >= 1", prefill_chunk);
   OFFGEN_CHECK(max_context >= 0, kConfig, "max context {} must be >= 0", max_context);
 }
@@ -44,7 +47,7 @@ struct Engine::Sequence {
   int64_t n_past = 0;  // tokens whose K/V are in the cache
   int64_t capacity = 0;
   int64_t max_tokens = 0;
-  Buffer kv;
+  int64_t kv = -1;  // KvStore handle
   Sampler sampler;
   Result result;
   int32_t pending = -1;  // sampled, not yet fed
@@ -62,7 +65,25 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   const auto t0 = Clock::now();
   source_ = std::move(opened.source);
   model_ = std::make_unique<LlamaModel>(*source_, *backend_);
-  units_ = std::make_unique<ResidentUnits>(*model_);
+  const Policy& p = options_.policy;
+  if (p.uses_disk()) {
+    NvmeStoreOptions no;
+    no.dir = p.offload_dir;
+    if (no.dir.empty()) {
+      const char* tmp = std::getenv("TMPDIR");
+      no.dir = tmp && *tmp ? tmp : "/tmp";
+    }
+    no.queue_depth = static_cast<uint32_t>(p.io_queue_depth);
+    no.capacity_bytes = static_cast<uint64_t>(p.disk_mem);
+    nvme_ = std::make_unique<NvmeStore>(no);
+  }
+  weights_ = std::make_unique<WeightStore>(
+      model_->num_units(), [&](int64_t u) { return model_->unit_bytes(u); },
+      [&](int64_t u, void* dst) { model_->build_unit(u, dst); },
+      p.weight_gpu_percent + p.weight_cpu_percent, nvme_.get());
+  kv_ = std::make_unique<KvStore>(model_->config(), p.cache_gpu_percent + p.cache_cpu_percent,
+                                  nvme_.get());
+  executor_ = std::make_unique<BlockExecutor>(*model_, *weights_, *kv_, p.overlap);
   log_debug("loaded {} in {:.2f}s", options_.model, seconds_since(t0));
   OFFGEN_CHECK(tokenizer_->vocab_size() <= model_->config().vocab_size, kInput,
                "{}: tokenizer has {} tokens but the model only {} embeddings", options_.model,
@@ -84,7 +105,9 @@ Engine::~Engine() = default;
 
 const ModelConfig& Engine::config() const { return model_->config(); }
 const Tokenizer& Engine::tokenizer() const { return *tokenizer_; }
-int64_t Engine::weight_bytes() const { return model_->resident_bytes() + units_->bytes(); }
+int64_t Engine::weight_bytes() const {
+  return model_->resident_bytes() + weights_->stats().ram_bytes + weights_->stats().disk_bytes;
+}
 
 std::vector<int32_t> Engine::encode_prompt(const Request& r) const {
   if (!r.prompt_ids.empty()) {
@@ -113,6 +136,8 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
   stats_.requests = static_cast<int64_t>(requests.size());
   const auto t0 = Clock::now();
   const ModelConfig& c = model_->config();
+  const LaneTimes lanes0 = executor_->times();
+  const IoStats io0 = nvme_ ? nvme_->stats() : IoStats{};
   std::vector<Result> results(requests.size());
   std::deque<size_t> waiting;
   for (size_t i = 0; i < requests.size(); ++i) waiting.push_back(i);
@@ -120,6 +145,8 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
   int64_t done = 0;
 
   auto finish = [&](Sequence& s) {
+    if (s.kv >= 0) kv_->remove(s.kv);
+    s.kv = -1;
     s.result.completion_tokens = static_cast<int64_t>(s.result.tokens.size());
     stats_.completion_tokens += s.result.completion_tokens;
     if (s.result.finish_reason == FinishReason::kError) ++stats_.failed;
@@ -130,7 +157,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
 
   while (!waiting.empty() || !active.empty()) {
     // Admit waiting requests into free batch slots.
-    while (static_cast<int64_t>(active.size()) < options_.batch_size && !waiting.empty()) {
+    while (static_cast<int64_t>(active.size()) < options_.batch_size() && !waiting.empty()) {
       const size_t i = waiting.front();
       waiting.pop_front();
       const Request& r = requests[i];
@@ -149,7 +176,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
                      p, max_context_);
         s->max_tokens = std::min(r.sampling.max_tokens, max_context_ - p);
         s->capacity = std::max<int64_t>(1, p + s->max_tokens - 1);
-        s->kv = Buffer(c.n_layers * 2 * c.kv_dim() * s->capacity * 4);
+        s->kv = kv_->add(s->capacity);
       } catch (const Error& e) {
         s->result.finish_reason = FinishReason::kError;
         s->result.error = e.what();
@@ -181,6 +208,14 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
                               seconds_since(t0)});
   }
   stats_.wall_seconds = seconds_since(t0);
+  const LaneTimes& l = executor_->times();
+  stats_.lanes = LaneTimes{l.load - lanes0.load, l.compute - lanes0.compute,
+                           l.store - lanes0.store, l.wall - lanes0.wall};
+  if (nvme_) {
+    const IoStats io = nvme_->stats();
+    stats_.io.bytes_read = io.bytes_read - io0.bytes_read;
+    stats_.io.bytes_written = io.bytes_written - io0.bytes_written;
+  }
   return results;
 }
 
@@ -197,20 +232,22 @@ void Engine::forward(std::vector<Sequence*>& seqs, const std::vector<std::vector
       pos.push_back(static_cast<int32_t>(seqs[i]->n_past + t));
     }
   }
-  const int64_t kv_layer = 2 * c.kv_dim();  // floats per slot per layer (K and V)
-  std::vector<KvSeqView> views(c.n_layers * seqs.size());
-  for (int64_t l = 0; l < c.n_layers; ++l)
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      float* base = seqs[i]->kv.as<float>() + l * kv_layer * seqs[i]->capacity;
-      views[l * seqs.size() + i] =
-          KvSeqView{base, base + c.kv_dim() * seqs[i]->capacity, seqs[i]->capacity};
-    }
+  // Split into GPU batches of at most gpu_batch_size sequences; they share each weight load.
+  const size_t gbs = static_cast<size_t>(options_.policy.gpu_batch_size);
+  std::vector<BatchInput> batches;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (i % gbs == 0) batches.emplace_back();
+    BatchInput& b = batches.back();
+    const int64_t rows_before = static_cast<int64_t>(b.ids.size());
+    b.spans.push_back(SeqSpan{rows_before, spans[i].n_new, spans[i].n_past});
+    b.ids.insert(b.ids.end(), ids.begin() + spans[i].row_begin,
+                 ids.begin() + spans[i].row_begin + spans[i].n_new);
+    b.positions.insert(b.positions.end(), pos.begin() + spans[i].row_begin,
+                       pos.begin() + spans[i].row_begin + spans[i].n_new);
+    b.kv.push_back(seqs[i]->kv);
+  }
   logits_.resize(seqs.size() * c.vocab_size);
-  model_->forward(ids, pos.data(), spans,
-                  [&](int64_t l) {
-                    return std::span<const KvSeqView>(views.data() + l * seqs.size(), seqs.size());
-                  },
-                  units_->fn(), logits_.data(), scratch_);
+  executor_->run(batches, logits_.data());
   for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->n_past += static_cast<int64_t>(chunks[i].size());
 }
 

@@ -8,9 +8,14 @@
 #include <unordered_set>
 #include <vector>
 
+#include "offload/kv_store.h"
+#include "offload/nvme_store.h"
+#include "offload/weight_store.h"
+#include "policies/policy.h"
 #include "runtime/backend/backend.h"
 #include "runtime/model/llama.h"
 #include "runtime/text/tokenizer.h"
+#include "scheduler/block_executor.h"
 #include "scheduler/request.h"
 
 namespace offgen {
@@ -19,10 +24,13 @@ struct EngineOptions {
   std::string model;              // path to a .gguf file
   std::string backend = "cpu";
   int threads = 0;                // 0 = all cores
-  int64_t batch_size = 32;        // sequences decoded together
+  // Placement and batch split: up to gpu_batch_size x num_gpu_batches sequences decode together,
+  // split into num_gpu_batches batches that share each unit's weight load.
+  Policy policy;
   int64_t prefill_chunk = 2048;   // max prompt tokens per prefill forward
   int64_t max_context = 0;        // 0 = the model's context length
   void validate() const;          // throws offgen::Error(kConfig)
+  int64_t batch_size() const { return policy.block_size(); }
 };
 
 struct GenerationStats {
@@ -34,6 +42,8 @@ struct GenerationStats {
   double prefill_seconds = 0;
   double decode_seconds = 0;
   double wall_seconds = 0;
+  LaneTimes lanes;                // busy time per lane over the forwards
+  IoStats io;                     // NVMe traffic during generate()
 };
 
 struct Progress {
@@ -60,6 +70,9 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   int64_t max_context() const { return max_context_; }
   int64_t weight_bytes() const;
+  const WeightStore& weight_store() const { return *weights_; }
+  const KvStore& kv_store() const { return *kv_; }
+  const NvmeStore* nvme() const { return nvme_.get(); }
 
   // Renders and tokenises a request's prompt (chat template when asked). Throws kInput.
   std::vector<int32_t> encode_prompt(const Request& r) const;
@@ -82,11 +95,13 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<WeightSource> source_;
   std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<ResidentUnits> units_;
+  std::unique_ptr<NvmeStore> nvme_;
+  std::unique_ptr<WeightStore> weights_;
+  std::unique_ptr<KvStore> kv_;
+  std::unique_ptr<BlockExecutor> executor_;
   std::unique_ptr<Tokenizer> tokenizer_;
   int64_t max_context_ = 0;
   GenerationStats stats_;
-  LlamaScratch scratch_;
   std::vector<float> logits_;
   std::unordered_set<int32_t> end_of_generation_;
 };

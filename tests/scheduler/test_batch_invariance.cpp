@@ -44,7 +44,7 @@ std::vector<Request> mixed_requests() {
 std::vector<Result> run(int64_t batch_size, const std::vector<Request>& reqs) {
   EngineOptions eo;
   eo.model = test::default_model_path();
-  eo.batch_size = batch_size;
+  eo.policy.gpu_batch_size = batch_size;
   Engine engine(eo);
   return engine.generate(reqs);
 }

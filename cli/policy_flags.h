@@ -1,0 +1,32 @@
+// The policy flags of DESIGN.md §3 (--policy FILE, --percent, batch split, overlap, offload dir,
+// tier capacities) on a CLI11 command, resolved into a Policy: TOML first, then given flags.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+#include "policies/policy.h"
+
+namespace offgen {
+
+class PolicyFlags {
+ public:
+  void add_to(CLI::App* app);
+  // Builds the policy; throws offgen::Error(kConfig) naming the flag or file on bad values.
+  Policy resolve() const;
+
+ private:
+  std::string policy_file_;
+  std::vector<double> percent_;
+  int64_t gpu_batch_size_ = 0, num_gpu_batches_ = 0;
+  std::string offload_dir_;
+  bool overlap_ = true;
+  bool no_overlap_ = false;
+  int io_queue_depth_ = 0;
+  std::string gpu_mem_, cpu_mem_, disk_mem_;
+  CLI::Option *overlap_opt_ = nullptr, *no_overlap_opt_ = nullptr;
+};
+
+}  // namespace offgen

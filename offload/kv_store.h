@@ -1,0 +1,72 @@
+// KvStore: each sequence's K/V cache for every layer, homed by placement — slots [0, r) of every
+// layer in RAM and slots [r, capacity) on the NVMe store, r = the RAM share of the capacity
+// (rounded so slot r starts a 4 KiB page). Wholly resident sequences are used in place; others
+// are assembled into caller-provided staging buffers for compute and their new slots written back.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "offload/aligned_buffer.h"
+#include "offload/nvme_store.h"
+#include "runtime/backend/backend.h"
+#include "runtime/model/config.h"
+
+namespace offgen {
+
+struct KvStoreStats {
+  int64_t ram_bytes = 0, disk_bytes = 0;            // current homes
+  int64_t peak_ram_bytes = 0, peak_disk_bytes = 0;
+  int64_t sequences = 0;
+};
+
+class KvStore {
+ public:
+  // ram_percent: share of each sequence's slots homed in RAM (the rest on `disk`, which must be
+  // non-null when ram_percent < 100).
+  KvStore(const ModelConfig& config, double ram_percent, NvmeStore* disk);
+
+  // Bytes of one staging buffer (K or V) for a sequence of this capacity (4 KiB multiple).
+  int64_t staging_bytes(int64_t capacity) const;
+  // Slots of a sequence of this capacity homed in RAM.
+  int64_t ram_slots(int64_t capacity) const;
+
+  // Creates the home of a sequence with `capacity` slots per layer; returns its handle.
+  // Not thread-safe against load/store: call between steps.
+  int64_t add(int64_t capacity);
+  void remove(int64_t handle);
+
+  bool resident(int64_t handle) const { return seqs_[handle]->ram_slots == seqs_[handle]->capacity; }
+  int64_t capacity(int64_t handle) const { return seqs_[handle]->capacity; }
+  // The in-place view of a wholly resident sequence's layer.
+  KvSeqView home_view(int64_t handle, int64_t layer) const;
+  // Copies slots [0, n_valid) of a layer into staging k/v (4 KiB-aligned, staging_bytes long):
+  // RAM slots by memcpy, disk slots by reading the pages that hold them. Thread-safe for
+  // distinct (handle, layer) pairs.
+  void load(int64_t handle, int64_t layer, int64_t n_valid, float* k, float* v) const;
+  // Writes slots [begin, end) of a layer from staging back to their homes.
+  void store(int64_t handle, int64_t layer, int64_t begin, int64_t end, const float* k,
+             const float* v);
+  const KvStoreStats& stats() const { return stats_; }
+
+ private:
+  struct Seq {
+    int64_t capacity = 0, ram_slots = 0;
+    int64_t disk_segment = 0;  // bytes of one layer's K (or V) disk part, 4 KiB multiple
+    AlignedHostBuffer ram;     // [layer][K|V][ram_slots][kv_dim]
+    Extent disk;               // [layer][K|V][disk_segment]
+  };
+  int64_t row_bytes() const { return kv_dim_ * 4; }
+  float* ram_slot0(const Seq& s, int64_t layer, int which) const;
+
+  int64_t n_layers_, kv_dim_;
+  int64_t granule_;  // slots per 4 KiB-aligned step of the RAM/disk split
+  double ram_percent_;
+  NvmeStore* disk_;
+  std::vector<std::unique_ptr<Seq>> seqs_;
+  std::vector<int64_t> free_;
+  KvStoreStats stats_;
+};
+
+}  // namespace offgen

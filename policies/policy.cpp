@@ -1,0 +1,163 @@
+// Policy validation and TOML loading.
+#include "policies/policy.h"
+
+#include <toml++/toml.h>
+
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <set>
+
+#include "runtime/core/error.h"
+
+namespace offgen {
+namespace {
+
+void check_pair(double gpu, double cpu, const char* what) {
+  OFFGEN_CHECK(std::isfinite(gpu) && gpu >= 0 && gpu <= 100, kConfig,
+               "policy: {} GPU percent {} must be in [0, 100]", what, gpu);
+  OFFGEN_CHECK(std::isfinite(cpu) && cpu >= 0 && cpu <= 100, kConfig,
+               "policy: {} CPU percent {} must be in [0, 100]", what, cpu);
+  OFFGEN_CHECK(gpu + cpu <= 100 + 1e-9, kConfig,
+               "policy: {} percentages GPU {} + CPU {} = {} exceed 100 (disk gets 100 - GPU - CPU)",
+               what, gpu, cpu, gpu + cpu);
+}
+
+}  // namespace
+
+void Policy::validate() const {
+  OFFGEN_CHECK(gpu_batch_size >= 1 && gpu_batch_size <= (1 << 20), kConfig,
+               "policy: gpu_batch_size {} must be in [1, 1048576]", gpu_batch_size);
+  OFFGEN_CHECK(num_gpu_batches >= 1 && num_gpu_batches <= (1 << 20), kConfig,
+               "policy: num_gpu_batches {} must be in [1, 1048576]", num_gpu_batches);
+  check_pair(weight_gpu_percent, weight_cpu_percent, "weight");
+  check_pair(cache_gpu_percent, cache_cpu_percent, "cache");
+  check_pair(act_gpu_percent, act_cpu_percent, "activation");
+  OFFGEN_CHECK(io_queue_depth >= 1 && io_queue_depth <= 4096, kConfig,
+               "policy: io_queue_depth {} must be in [1, 4096]", io_queue_depth);
+  OFFGEN_CHECK(gpu_mem >= 0 && cpu_mem >= 0 && disk_mem >= 0, kConfig,
+               "policy: memory capacities must be >= 0");
+  OFFGEN_CHECK(!compress_weight && !compress_cache, kConfig,
+               "policy: compress_weight/compress_cache (4-bit group compression) are not available "
+               "in this build");
+}
+
+int64_t parse_size(const std::string& text, const std::string& what) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  OFFGEN_CHECK(i > 0, kConfig, "{}: '{}' is not a size (examples: 4096, 512M, 8G)", what, text);
+  double v = 0;
+  try {
+    v = std::stod(text.substr(0, i));
+  } catch (const std::exception&) {
+    OFFGEN_THROW(kConfig, "{}: '{}' is not a size (examples: 4096, 512M, 8G)", what, text);
+  }
+  std::string unit = text.substr(i);
+  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
+  if (unit.size() == 2 && (unit[1] == 'i' || unit[1] == 'I')) unit.pop_back();
+  double mult = 1;
+  if (unit.empty()) mult = 1;
+  else if (unit == "K" || unit == "k") mult = 1024.0;
+  else if (unit == "M" || unit == "m") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "t") mult = 1024.0 * 1024 * 1024 * 1024;
+  else OFFGEN_THROW(kConfig, "{}: unknown unit in '{}' (use K, M, G or T)", what, text);
+  const double bytes = v * mult;
+  OFFGEN_CHECK(std::isfinite(bytes) && bytes >= 0 && bytes < 9.2e18, kConfig, "{}: '{}' is out of range",
+               what, text);
+  return static_cast<int64_t>(bytes);
+}
+
+std::string format_bytes(int64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+Policy load_policy_toml(const std::string& path, const Policy& base) {
+  toml::table t;
+  try {
+    t = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    OFFGEN_THROW(kConfig, "{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column,
+                 std::string(e.description()));
+  }
+  Policy p = base;
+  auto where = [&](const toml::node& n, const std::string& key) {
+    return fmt::format("{}:{}: '{}'", path, n.source().begin.line, key);
+  };
+  auto get_int = [&](const toml::node& n, const std::string& key) -> int64_t {
+    auto v = n.value<int64_t>();
+    OFFGEN_CHECK(v.has_value() && n.is_integer(), kConfig, "{} must be an integer", where(n, key));
+    return *v;
+  };
+  auto get_num = [&](const toml::node& n, const std::string& key) -> double {
+    OFFGEN_CHECK(n.is_number(), kConfig, "{} must be a number", where(n, key));
+    return *n.value<double>();
+  };
+  auto get_bool = [&](const toml::node& n, const std::string& key) -> bool {
+    OFFGEN_CHECK(n.is_boolean(), kConfig, "{} must be true or false", where(n, key));
+    return *n.value<bool>();
+  };
+  auto get_size = [&](const toml::node& n, const std::string& key) -> int64_t {
+    if (n.is_integer()) return *n.value<int64_t>();
+    OFFGEN_CHECK(n.is_string(), kConfig, "{} must be a size such as \"8G\"", where(n, key));
+    return parse_size(*n.value<std::string>(), where(n, key));
+  };
+  auto get_percent = [&](const toml::node& n, const std::string& key) -> std::array<double, 2> {
+    const toml::array* a = n.as_array();
+    OFFGEN_CHECK(a && a->size() == 2 && (*a)[0].is_number() && (*a)[1].is_number(), kConfig,
+                 "{} must be [gpu_percent, cpu_percent]", where(n, key));
+    return {*(*a)[0].value<double>(), *(*a)[1].value<double>()};
+  };
+  for (auto&& [k, node] : t) {
+    const std::string key(k.str());
+    if (key == "kv") continue;  // KV eviction policy section, read by the KV policy loader
+    if (key == "gpu_batch_size") p.gpu_batch_size = get_int(node, key);
+    else if (key == "num_gpu_batches") p.num_gpu_batches = get_int(node, key);
+    else if (key == "weights") {
+      auto v = get_percent(node, key);
+      p.weight_gpu_percent = v[0], p.weight_cpu_percent = v[1];
+    } else if (key == "cache") {
+      auto v = get_percent(node, key);
+      p.cache_gpu_percent = v[0], p.cache_cpu_percent = v[1];
+    } else if (key == "activations") {
+      auto v = get_percent(node, key);
+      p.act_gpu_percent = v[0], p.act_cpu_percent = v[1];
+    } else if (key == "percent") {
+      const toml::array* a = node.as_array();
+      OFFGEN_CHECK(a && a->size() == 6, kConfig, "{} must list 6 numbers: WG WC CG CC HG HC",
+                   where(node, key));
+      double v[6];
+      for (int i = 0; i < 6; ++i) v[i] = get_num((*a)[i], key);
+      p.weight_gpu_percent = v[0], p.weight_cpu_percent = v[1], p.cache_gpu_percent = v[2];
+      p.cache_cpu_percent = v[3], p.act_gpu_percent = v[4], p.act_cpu_percent = v[5];
+    } else if (key == "overlap") p.overlap = get_bool(node, key);
+    else if (key == "sep_layer") p.sep_layer = get_bool(node, key);
+    else if (key == "cpu_cache_compute") p.cpu_cache_compute = get_bool(node, key);
+    else if (key == "pin_weight") p.pin_weight = get_bool(node, key);
+    else if (key == "compress_weight") p.compress_weight = get_bool(node, key);
+    else if (key == "compress_cache") p.compress_cache = get_bool(node, key);
+    else if (key == "offload_dir") {
+      OFFGEN_CHECK(node.is_string(), kConfig, "{} must be a string", where(node, key));
+      p.offload_dir = *node.value<std::string>();
+    } else if (key == "io_queue_depth") p.io_queue_depth = static_cast<int>(get_int(node, key));
+    else if (key == "gpu_mem") p.gpu_mem = get_size(node, key);
+    else if (key == "cpu_mem") p.cpu_mem = get_size(node, key);
+    else if (key == "disk_mem") p.disk_mem = get_size(node, key);
+    else OFFGEN_THROW(kConfig, "{} is not a policy key", where(node, key));
+  }
+  try {
+    p.validate();
+  } catch (const Error& e) {
+    OFFGEN_THROW(kConfig, "{}: {}", path, e.what());
+  }
+  return p;
+}
+
+}  // namespace offgen

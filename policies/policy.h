@@ -1,0 +1,46 @@
+// Placement policy (FlexGen's Policy): batch split, weight / KV-cache / activation percentages per
+// tier (disk = remainder), overlap and compute options, tier capacities and the offload dir.
+// Read from TOML (`--policy FILE`) and overridden by CLI flags; validate() runs before any work.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace offgen {
+
+struct Policy {
+  int64_t gpu_batch_size = 32;
+  int64_t num_gpu_batches = 1;
+  // Percent of each kind of tensor on the device (GPU) and host (CPU) tiers; disk gets the rest.
+  double weight_gpu_percent = 100, weight_cpu_percent = 0;
+  double cache_gpu_percent = 100, cache_cpu_percent = 0;
+  double act_gpu_percent = 100, act_cpu_percent = 0;
+  bool overlap = true;
+  bool sep_layer = true;
+  bool cpu_cache_compute = false;
+  bool pin_weight = true;
+  bool compress_weight = false;
+  bool compress_cache = false;
+  std::string offload_dir;  // empty: $TMPDIR (or /tmp)
+  int io_queue_depth = 64;
+  // Tier capacities in bytes; 0 = unlimited.
+  int64_t gpu_mem = 0, cpu_mem = 0, disk_mem = 0;
+
+  double weight_disk_percent() const { return 100.0 - weight_gpu_percent - weight_cpu_percent; }
+  double cache_disk_percent() const { return 100.0 - cache_gpu_percent - cache_cpu_percent; }
+  double act_disk_percent() const { return 100.0 - act_gpu_percent - act_cpu_percent; }
+  int64_t block_size() const { return gpu_batch_size * num_gpu_batches; }
+  bool uses_disk() const {
+    return weight_disk_percent() > 0 || cache_disk_percent() > 0 || act_disk_percent() > 0;
+  }
+  // Throws offgen::Error(kConfig) with the offending field and value.
+  void validate() const;
+};
+
+// Loads a policy TOML file over `base`; throws kConfig naming the file, line and key on errors.
+Policy load_policy_toml(const std::string& path, const Policy& base = Policy{});
+// Parses "512M", "8G", "1.5T", "4096" (bytes; K/M/G/T are powers of 1024). Throws kConfig.
+int64_t parse_size(const std::string& text, const std::string& what);
+std::string format_bytes(int64_t bytes);
+
+}  // namespace offgen

@@ -1,0 +1,45 @@
+// The block schedule as data: for one generation step over num_batches GPU batches and num_units
+// schedulable units (attention / MLP), the zig-zag task list (unit-major, batch-minor) with the
+// lane each task runs on and the tasks it waits for. Pure: no I/O, unit-tested on its own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace offgen {
+
+enum class Lane { kLoad, kCompute, kStore };
+enum class TaskKind { kLoadWeight, kLoadCache, kLoadHidden, kCompute, kStoreCache, kStoreHidden };
+
+const char* task_kind_name(TaskKind k);
+
+struct Task {
+  TaskKind kind = TaskKind::kCompute;
+  Lane lane = Lane::kCompute;
+  int64_t unit = 0;
+  int64_t batch = 0;   // -1 for weight loads (shared by every batch)
+  int slot = 0;        // double-buffer slot of the staging buffer the task fills/uses
+  std::vector<int64_t> deps;  // indices of earlier tasks in the plan that must finish first
+};
+
+struct StepShape {
+  int64_t num_units = 0;
+  int64_t num_batches = 0;
+  std::vector<bool> unit_has_cache;  // which units read/write the KV cache (attention units)
+  bool load_weights = true;          // false when every weight is resident (no load tasks)
+  bool load_cache = true;            // false when every KV block is resident
+  bool load_hidden = false;          // true when activations live (partly) off the compute tier
+};
+
+// Tasks in a valid sequential order (running them in order is the no-overlap schedule); every
+// dependency points to an earlier task, so lanes that each run their own tasks in plan order
+// never deadlock. Weight slot = unit % 2; cache slot alternates over the cache-using (unit, batch)
+// pairs; activation slot = (unit * num_batches + batch) % 2.
+// Unit 0 computes the embedding first (no hidden load); the last unit ends with the logits
+// (no hidden store).
+std::vector<Task> plan_step(const StepShape& shape);
+
+std::string describe_plan(const std::vector<Task>& plan);
+
+}  // namespace offgen
