@@ -9,6 +9,7 @@
 #include "runtime/core/log.h"
 #include "runtime/loaders/gguf.h"
 #include "runtime/loaders/gguf_source.h"
+#include "scheduler/bench_runner.h"
 #include "scheduler/engine.h"
 #include "scheduler/job_runner.h"
 
@@ -23,7 +24,7 @@ struct CommonFlags {
 };
 
 void add_common(CLI::App* app, CommonFlags& f) {
-  app->add_option("--model", f.model, "Model: path to a .gguf file")->required();
+  app->add_option("--model", f.model, "Model: path to a .gguf file, or dummy:PRESET")->required();
   app->add_option("--threads", f.threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
   app->add_option("--backend", f.backend, "Compute backend")->check(CLI::IsMember({"cpu", "cuda"}));
 }
@@ -62,6 +63,27 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
                st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0, st.wall_seconds,
                job.output.c_str());
   return s.failed > 0 ? 3 : 0;
+}
+
+int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& bo,
+              const std::string& json_path) {
+  EngineOptions eo;
+  eo.model = f.model;
+  eo.threads = f.threads;
+  eo.backend = f.backend;
+  eo.policy = pf.resolve();
+  eo.max_context = bo.prompt_len + bo.gen_len;
+  Engine engine(eo);
+  const BenchReport r = run_bench(engine, bo);
+  std::printf("%s\n", r.summary().c_str());
+  if (!json_path.empty()) {
+    std::FILE* out = std::fopen(json_path.c_str(), "wb");
+    OFFGEN_CHECK(out != nullptr, kIo, "{}: cannot write the JSON report", json_path);
+    const std::string text = r.to_json().dump(2) + "\n";
+    const bool ok = std::fwrite(text.data(), 1, text.size(), out) == text.size();
+    OFFGEN_CHECK(std::fclose(out) == 0 && ok, kIo, "{}: write failed", json_path);
+  }
+  return 0;
 }
 
 int cmd_inspect(const CommonFlags& f) {
@@ -123,6 +145,23 @@ int main(int argc, char** argv) {
   gen->add_flag("--quiet,-q", quiet, "No progress output");
   add_sampling(gen, job.defaults);
 
+  CommonFlags bench_common;
+  PolicyFlags bench_policy;
+  BenchOptions bench_opts;
+  std::string bench_json;
+  auto* bench = app.add_subcommand("bench", "FlexGen's throughput workload: random prompts, fixed lengths");
+  add_common(bench, bench_common);
+  bench_policy.add_to(bench);
+  bench->add_option("--prompt-len", bench_opts.prompt_len, "Prompt tokens (default 512)")
+      ->check(CLI::Range(1, 1 << 20));
+  bench->add_option("--gen-len", bench_opts.gen_len, "Generated tokens (default 32)")
+      ->check(CLI::Range(2, 1 << 20));
+  bench->add_option("--num-prompts", bench_opts.batch_size,
+                    "Prompts (default: gpu batch size x num gpu batches)")
+      ->check(CLI::Range(1, 1 << 24));
+  bench->add_flag("!--no-warmup", bench_opts.warmup, "Skip the untimed warm-up run");
+  bench->add_option("--json", bench_json, "Write the report as JSON");
+
   auto* ins = app.add_subcommand("inspect", "Print a model's config, tensor table and memory footprint");
   add_common(ins, ins_common);
 
@@ -135,6 +174,7 @@ int main(int argc, char** argv) {
   try {
     if (gen->parsed()) return cmd_generate(gen_common, job, gen_policy, max_context, quiet);
     if (ins->parsed()) return cmd_inspect(ins_common);
+    if (bench->parsed()) return cmd_bench(bench_common, bench_policy, bench_opts, bench_json);
   } catch (const Error& e) {
     std::fprintf(stderr, "offgen: error: %s\n", e.what());
     return e.category() == ErrorCategory::kConfig ? 2 : 1;

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "runtime/core/error.h"
+#include "runtime/loaders/dummy_source.h"
 #include "runtime/loaders/gguf_source.h"
 #include "runtime/loaders/gguf_vocab.h"
 
@@ -11,7 +12,14 @@ namespace offgen {
 
 OpenedModel open_model(const std::string& spec) {
   namespace fs = std::filesystem;
-  OFFGEN_CHECK(!spec.empty(), kConfig, "no model given (--model PATH.gguf)");
+  OFFGEN_CHECK(!spec.empty(), kConfig, "no model given (--model PATH.gguf or dummy:PRESET)");
+  if (spec.rfind("dummy:", 0) == 0) {
+    auto src = std::make_unique<DummyWeightSource>(spec.substr(6));
+    OpenedModel m;
+    m.vocab = src->vocab();
+    m.source = std::move(src);
+    return m;
+  }
   std::error_code ec;
   OFFGEN_CHECK(fs::exists(spec, ec), kIo, "{}: model file not found", spec);
   OFFGEN_CHECK(!fs::is_directory(spec, ec), kConfig,

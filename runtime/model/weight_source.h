@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@ struct TensorRef {
   DType dtype = DType::kF32;
   std::vector<int64_t> dims;  // dims[0] innermost (row length), GGML order
   const void* data = nullptr;
+  std::shared_ptr<const void> keepalive;  // owns `data` when the source generated it on demand
   int64_t n_elems() const {
     int64_t n = 1;
     for (auto d : dims) n *= d;
@@ -27,7 +29,9 @@ class WeightSource {
  public:
   virtual ~WeightSource() = default;
   virtual const ModelConfig& config() const = 0;
-  // Returns the tensor or throws offgen::Error(kInput) naming it and the source file.
+  // Returns the tensor or throws offgen::Error(kInput) naming it and the source file. The data
+  // stays valid while the source lives, or while the TensorRef lives when it has a keepalive.
+  // Thread-safe.
   virtual TensorRef tensor(const std::string& name) const = 0;
   virtual bool has_tensor(const std::string& name) const = 0;
   virtual std::string describe() const = 0;  // e.g. the file path

@@ -1,0 +1,145 @@
+// Deterministic random weights for benchmark presets.
+#include "runtime/loaders/dummy_source.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "runtime/core/error.h"
+
+namespace offgen {
+namespace {
+
+struct Preset {
+  const char* name;
+  int64_t layers, d_model, heads, kv_heads, ffn, vocab, context;
+};
+
+// Llama-shaped sizes (public configurations of SmolLM2, TinyLlama, Llama 2 and Llama 3).
+constexpr Preset kPresets[] = {
+    {"smollm2-135m", 30, 576, 9, 3, 1536, 49152, 8192},
+    {"llama-1b", 22, 2048, 32, 4, 5632, 32000, 2048},
+    {"llama3-1b", 16, 2048, 32, 8, 8192, 128256, 8192},
+    {"llama3-3b", 28, 3072, 24, 8, 8192, 128256, 8192},
+    {"llama-7b", 32, 4096, 32, 32, 11008, 32000, 4096},
+    {"llama-13b", 40, 5120, 40, 40, 13824, 32000, 4096},
+    {"llama-70b", 80, 8192, 64, 8, 28672, 32000, 4096},
+};
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+}  // namespace
+
+std::vector<std::string> dummy_presets() {
+  std::vector<std::string> v;
+  for (const auto& p : kPresets) v.push_back(p.name);
+  return v;
+}
+
+ModelConfig dummy_config(const std::string& preset) {
+  for (const auto& p : kPresets) {
+    if (preset != p.name) continue;
+    ModelConfig c;
+    c.arch = "llama";
+    c.name = std::string("dummy:") + p.name;
+    c.n_layers = p.layers;
+    c.d_model = p.d_model;
+    c.n_heads = p.heads;
+    c.n_kv_heads = p.kv_heads;
+    c.head_dim = p.d_model / p.heads;
+    c.ffn_dim = p.ffn;
+    c.vocab_size = p.vocab;
+    c.context_length = p.context;
+    c.rope_theta = 10000.0f;
+    c.norm_eps = 1e-5f;
+    c.rope_style = RopeStyle::kHalf;
+    c.tied_embeddings = false;
+    c.validate();
+    return c;
+  }
+  OFFGEN_THROW(kConfig, "unknown dummy model preset '{}' (available: {})", preset,
+               fmt::join(dummy_presets(), ", "));
+}
+
+DummyWeightSource::DummyWeightSource(const std::string& preset)
+    : preset_(preset), config_(dummy_config(preset)) {}
+
+std::vector<int64_t> DummyWeightSource::dims_of(const std::string& name) const {
+  const ModelConfig& c = config_;
+  if (name == "token_embd.weight" || name == "output.weight") return {c.d_model, c.vocab_size};
+  if (name == "output_norm.weight") return {c.d_model};
+  int layer = -1;
+  char what[64] = {};
+  if (std::sscanf(name.c_str(), "blk.%d.%63s", &layer, what) != 2 || layer < 0 ||
+      layer >= c.n_layers)
+    return {};
+  const std::string w = what;
+  if (w == "attn_norm.weight" || w == "ffn_norm.weight") return {c.d_model};
+  if (w == "attn_q.weight") return {c.d_model, c.q_dim()};
+  if (w == "attn_k.weight" || w == "attn_v.weight") return {c.d_model, c.kv_dim()};
+  if (w == "attn_output.weight") return {c.q_dim(), c.d_model};
+  if (w == "ffn_gate.weight" || w == "ffn_up.weight") return {c.d_model, c.ffn_dim};
+  if (w == "ffn_down.weight") return {c.ffn_dim, c.d_model};
+  return {};
+}
+
+bool DummyWeightSource::has_tensor(const std::string& name) const { return !dims_of(name).empty(); }
+
+TensorRef DummyWeightSource::tensor(const std::string& name) const {
+  TensorRef t;
+  t.name = name;
+  t.dtype = DType::kF32;
+  t.dims = dims_of(name);
+  OFFGEN_CHECK(!t.dims.empty(), kInput, "{}: no tensor '{}'", describe(), name);
+  const int64_t n = t.n_elems();
+  float* data = static_cast<float*>(std::malloc(n * sizeof(float)));
+  OFFGEN_CHECK(data != nullptr, kResource, "{}: out of memory generating '{}' ({} floats)",
+               describe(), name, n);
+  t.keepalive = std::shared_ptr<const void>(data, std::free);
+  t.data = data;
+  if (t.dims.size() == 1) {  // norms: ones
+    for (int64_t i = 0; i < n; ++i) data[i] = 1.0f;
+    return t;
+  }
+  // Uniform in ±sqrt(3)·σ with σ = 1/sqrt(fan_in): activations stay O(1) through the layers.
+  const float scale = std::sqrt(3.0f / static_cast<float>(t.dims[0]));
+  uint64_t x = fnv1a(name) | 1;
+  for (int64_t i = 0; i < n; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    data[i] = (static_cast<float>(x >> 40) * 0x1.0p-24f * 2.0f - 1.0f) * scale;
+  }
+  return t;
+}
+
+VocabData DummyWeightSource::vocab() const {
+  VocabData v;
+  v.model = "gpt2";
+  v.pre = "gpt2";
+  // The GPT-2 byte alphabet: printable bytes map to themselves, the rest to U+0100 onwards.
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+    const int cp = printable ? b : next++;
+    std::string s;
+    if (cp < 0x80) s += static_cast<char>(cp);
+    else {
+      s += static_cast<char>(0xc0 | (cp >> 6));
+      s += static_cast<char>(0x80 | (cp & 0x3f));
+    }
+    v.tokens.push_back(s);
+    v.token_types.push_back(1);
+  }
+  for (int64_t i = 256; i < config_.vocab_size; ++i) {
+    v.tokens.push_back(fmt::format("<dummy_{}>", i));
+    v.token_types.push_back(5);  // unused
+  }
+  return v;
+}
+
+}  // namespace offgen

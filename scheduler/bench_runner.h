@@ -1,0 +1,37 @@
+// FlexGen's throughput workload on an Engine: a block of random-token prompts of one length,
+// a fixed number of generated tokens (EOS ignored), prefill/decode/total tokens/s by FlexGen's
+// definitions, memory peaks, I/O bytes and lane busy times — the `offgen bench` JSON contract.
+#pragma once
+
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "scheduler/engine.h"
+
+namespace offgen {
+
+struct BenchOptions {
+  int64_t prompt_len = 512;
+  int64_t gen_len = 32;
+  int64_t batch_size = 0;  // prompts; 0 = the policy's block (gpu_batch_size x num_gpu_batches)
+  bool warmup = true;      // one short untimed run first
+  uint64_t seed = 1234;
+  void validate() const;
+};
+
+struct BenchReport {
+  int64_t batch_size = 0, prompt_len = 0, gen_len = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+  double prefill_throughput = 0, decode_throughput = 0, total_throughput = 0;
+  int64_t peak_device = 0, peak_host = 0, peak_disk = 0;
+  int64_t disk_read = 0, disk_write = 0, h2d = 0, d2h = 0;
+  LaneTimes lanes;
+  double overlap_efficiency = 0;
+  nlohmann::json to_json() const;
+  std::string summary() const;  // one human-readable block
+};
+
+BenchReport run_bench(Engine& engine, const BenchOptions& options);
+
+}  // namespace offgen
