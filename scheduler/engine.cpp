@@ -133,6 +133,7 @@ std::vector<int32_t> Engine::encode_prompt(const Request& r) const {
 std::vector<Result> Engine::generate(const std::vector<Request>& requests,
                                      const GenerateCallbacks& cb) {
   stats_ = GenerationStats{};
+  callbacks_ = &cb;
   stats_.requests = static_cast<int64_t>(requests.size());
   const auto t0 = Clock::now();
   const ModelConfig& c = model_->config();
@@ -216,6 +217,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
     stats_.io.bytes_read = io.bytes_read - io0.bytes_read;
     stats_.io.bytes_written = io.bytes_written - io0.bytes_written;
   }
+  callbacks_ = nullptr;
   return results;
 }
 
@@ -249,6 +251,13 @@ void Engine::forward(std::vector<Sequence*>& seqs, const std::vector<std::vector
   logits_.resize(seqs.size() * c.vocab_size);
   executor_->run(batches, logits_.data());
   for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->n_past += static_cast<int64_t>(chunks[i].size());
+}
+
+int32_t Engine::sample(Sequence& s, const float* row) {
+  const std::span<const float> logits(row, static_cast<size_t>(model_->config().vocab_size));
+  if (callbacks_ && callbacks_->on_logits)
+    callbacks_->on_logits(s.index, static_cast<int64_t>(s.result.tokens.size()), logits);
+  return s.sampler.sample(logits);
 }
 
 void Engine::accept(Sequence& s, int32_t tok) {
@@ -304,9 +313,7 @@ void Engine::run_prefill(std::vector<Sequence*>& seqs) {
     for (size_t g = 0; g < group.size(); ++g) {
       Sequence* s = group[g];
       if (s->prefilling()) continue;
-      const int32_t tok = s->sampler.sample({logits_.data() + g * c.vocab_size,
-                                             static_cast<size_t>(c.vocab_size)});
-      accept(*s, tok);
+      accept(*s, sample(*s, logits_.data() + g * c.vocab_size));
     }
   }
   stats_.prefill_seconds += seconds_since(t0);
@@ -320,8 +327,7 @@ void Engine::run_decode(std::vector<Sequence*>& seqs) {
   stats_.decode_tokens += static_cast<int64_t>(seqs.size());
   const ModelConfig& c = model_->config();
   for (size_t g = 0; g < seqs.size(); ++g)
-    accept(*seqs[g], seqs[g]->sampler.sample(
-                         {logits_.data() + g * c.vocab_size, static_cast<size_t>(c.vocab_size)}));
+    accept(*seqs[g], sample(*seqs[g], logits_.data() + g * c.vocab_size));
   stats_.decode_seconds += seconds_since(t0);
 }
 

@@ -58,6 +58,8 @@ struct GenerateCallbacks {
   std::function<void(size_t index, const Result& result)> on_result;
   // Called after each engine iteration.
   std::function<void(const Progress&)> on_progress;
+  // Called with the logits row each token is sampled from (step 0 = the prompt's last position).
+  std::function<void(size_t index, int64_t step, std::span<const float> logits)> on_logits;
 };
 
 class Engine {
@@ -88,6 +90,7 @@ class Engine {
   struct Sequence;
   void run_prefill(std::vector<Sequence*>& seqs);
   void run_decode(std::vector<Sequence*>& seqs);
+  int32_t sample(Sequence& s, const float* logits_row);
   void accept(Sequence& s, int32_t token);  // appends a sampled token; marks finished
   void forward(std::vector<Sequence*>& seqs, const std::vector<std::vector<int32_t>>& chunks);
 
@@ -102,6 +105,7 @@ class Engine {
   std::unique_ptr<Tokenizer> tokenizer_;
   int64_t max_context_ = 0;
   GenerationStats stats_;
+  const GenerateCallbacks* callbacks_ = nullptr;  // during generate()
   std::vector<float> logits_;
   std::unordered_set<int32_t> end_of_generation_;
 };
