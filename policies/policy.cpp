@@ -6,6 +6,7 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "runtime/core/error.h"
@@ -35,8 +36,10 @@ void Policy::validate() const {
   check_pair(act_gpu_percent, act_cpu_percent, "activation");
   OFFGEN_CHECK(io_queue_depth >= 1 && io_queue_depth <= 4096, kConfig,
                "policy: io_queue_depth {} must be in [1, 4096]", io_queue_depth);
-  OFFGEN_CHECK(gpu_mem >= 0 && cpu_mem >= 0 && disk_mem >= 0, kConfig,
-               "policy: memory capacities must be >= 0");
+  OFFGEN_CHECK(gpu_mem >= 0, kConfig, "policy: gpu_mem {} must be >= 0 (0 = unlimited)", gpu_mem);
+  OFFGEN_CHECK(cpu_mem >= 0, kConfig, "policy: cpu_mem {} must be >= 0 (0 = unlimited)", cpu_mem);
+  OFFGEN_CHECK(disk_mem >= 0, kConfig, "policy: disk_mem {} must be >= 0 (0 = unlimited)",
+               disk_mem);
   OFFGEN_CHECK(!compress_weight && !compress_cache, kConfig,
                "policy: compress_weight/compress_cache (4-bit group compression) are not available "
                "in this build");
@@ -47,11 +50,14 @@ int64_t parse_size(const std::string& text, const std::string& what) {
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
   OFFGEN_CHECK(i > 0, kConfig, "{}: '{}' is not a size (examples: 4096, 512M, 8G)", what, text);
   double v = 0;
+  size_t used = 0;
   try {
-    v = std::stod(text.substr(0, i));
+    v = std::stod(text.substr(0, i), &used);
   } catch (const std::exception&) {
-    OFFGEN_THROW(kConfig, "{}: '{}' is not a size (examples: 4096, 512M, 8G)", what, text);
+    used = 0;
   }
+  // stod stops at a second '.', so "1.2.3G" would otherwise read as 1.2G.
+  OFFGEN_CHECK(used == i, kConfig, "{}: '{}' is not a size (examples: 4096, 512M, 8G)", what, text);
   std::string unit = text.substr(i);
   if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
   if (unit.size() == 2 && (unit[1] == 'i' || unit[1] == 'I')) unit.pop_back();
@@ -146,8 +152,14 @@ Policy load_policy_toml(const std::string& path, const Policy& base) {
     else if (key == "offload_dir") {
       OFFGEN_CHECK(node.is_string(), kConfig, "{} must be a string", where(node, key));
       p.offload_dir = *node.value<std::string>();
-    } else if (key == "io_queue_depth") p.io_queue_depth = static_cast<int>(get_int(node, key));
-    else if (key == "gpu_mem") p.gpu_mem = get_size(node, key);
+    } else if (key == "io_queue_depth") {
+      // Range-check before narrowing to int so that e.g. 2^32 + 1 cannot wrap to a valid depth;
+      // validate() checks the policy's own limits below.
+      const int64_t v = get_int(node, key);
+      OFFGEN_CHECK(v >= std::numeric_limits<int>::min() && v <= std::numeric_limits<int>::max(),
+                   kConfig, "{} = {} is out of range", where(node, key), v);
+      p.io_queue_depth = static_cast<int>(v);
+    } else if (key == "gpu_mem") p.gpu_mem = get_size(node, key);
     else if (key == "cpu_mem") p.cpu_mem = get_size(node, key);
     else if (key == "disk_mem") p.disk_mem = get_size(node, key);
     else OFFGEN_THROW(kConfig, "{} is not a policy key", where(node, key));

@@ -46,10 +46,26 @@ std::vector<Task> plan_step(const StepShape& s) {
   // previous user is the cache pair two before (not simply two (unit, batch) pairs before).
   std::vector<int64_t> cache_pairs;     // at(u, k) of cache-using pairs, in plan order
   std::vector<int> cache_slot(U * K, 0);
+  int64_t deferred_hidden = -1;  // at(u, k) of a hidden load planned after its producer's store
+  auto emit_hidden_load = [&](int64_t u, int64_t k) {
+    const int64_t prev = at(u, k) - 2;  // previous user of the same activation staging slot
+    // Batch k's activations come from its previous unit's store. With one batch the pair
+    // prefetched next is the successor of the pair about to compute, whose store is not planned
+    // yet: the load then goes right after that store (nothing to overlap it with anyway).
+    if (store_h[at(u - 1, k)] < 0) {
+      deferred_hidden = at(u, k);
+      return;
+    }
+    Task t{TaskKind::kLoadHidden, Lane::kLoad, u, k, static_cast<int>(at(u, k) % 2), {}};
+    t.deps.push_back(store_h[at(u - 1, k)]);
+    if (prev >= 0) {
+      if (store_h[prev] >= 0) t.deps.push_back(store_h[prev]);
+      if (compute[prev] >= 0) t.deps.push_back(compute[prev]);
+    }
+    load_h[at(u, k)] = add(std::move(t));
+  };
   auto emit_batch_loads = [&](int64_t u, int64_t k) {
     if (u >= U) return;
-    const int slot = static_cast<int>(at(u, k) % 2);
-    const int64_t prev = at(u, k) - 2;  // previous user of the same activation staging slot
     if (s.load_cache && s.unit_has_cache[u]) {
       const int cslot = static_cast<int>(cache_pairs.size() % 2);
       cache_slot[at(u, k)] = cslot;
@@ -62,16 +78,7 @@ std::vector<Task> plan_step(const StepShape& s) {
       cache_pairs.push_back(at(u, k));
       load_c[at(u, k)] = add(std::move(t));
     }
-    if (s.load_hidden && u > 0) {  // unit 0 starts from the embedding
-      Task t{TaskKind::kLoadHidden, Lane::kLoad, u, k, slot, {}};
-      // Batch k's activations come from its previous unit's store.
-      t.deps.push_back(store_h[at(u - 1, k)]);
-      if (prev >= 0) {
-        if (store_h[prev] >= 0) t.deps.push_back(store_h[prev]);
-        if (compute[prev] >= 0) t.deps.push_back(compute[prev]);
-      }
-      load_h[at(u, k)] = add(std::move(t));
-    }
+    if (s.load_hidden && u > 0) emit_hidden_load(u, k);  // unit 0 starts from the embedding
   };
 
   emit_weight_load(0);
@@ -88,6 +95,10 @@ std::vector<Task> plan_step(const StepShape& s) {
       if (load_c[at(u, k)] >= 0) c.deps.push_back(load_c[at(u, k)]);
       if (load_h[at(u, k)] >= 0) c.deps.push_back(load_h[at(u, k)]);
       if (u > 0 && load_h[at(u, k)] < 0) c.deps.push_back(compute[at(u - 1, k)]);
+      // Without a hidden load (unit 0) the compute itself fills the activation slot its store
+      // reads back, so it must wait for the store of that slot's previous pair.
+      if (load_h[at(u, k)] < 0 && at(u, k) >= 2 && store_h[at(u, k) - 2] >= 0)
+        c.deps.push_back(store_h[at(u, k) - 2]);
       compute[at(u, k)] = add(std::move(c));
       if (cache)
         store_c[at(u, k)] = add(Task{TaskKind::kStoreCache, Lane::kStore, u, k,
@@ -95,6 +106,11 @@ std::vector<Task> plan_step(const StepShape& s) {
       if (s.load_hidden && u + 1 < U)  // the last unit's output is the logits
         store_h[at(u, k)] = add(Task{TaskKind::kStoreHidden, Lane::kStore, u, k,
                                      static_cast<int>(at(u, k) % 2), {compute[at(u, k)]}});
+      if (deferred_hidden >= 0) {
+        const int64_t d = deferred_hidden;
+        deferred_hidden = -1;
+        emit_hidden_load(d / K, d % K);
+      }
     }
   }
   return plan;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "runtime/backend/cpu/gemm_f32.h"
+#include "runtime/backend/cpu/gemm.h"
 #include "runtime/core/error.h"
 
 namespace offgen {

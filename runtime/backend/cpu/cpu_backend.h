@@ -1,5 +1,5 @@
 // CPU backend: TBB-parallel elementwise/attention kernels and the batch-invariant fp32 GEMM of
-// gemm_f32.h (measured fastest here). Device and host memory are the same RAM.
+// gemm.h (measured fastest here). Device and host memory are the same RAM.
 #pragma once
 
 #include "runtime/backend/backend.h"
