@@ -20,6 +20,7 @@ using namespace offgen;
 struct CommonFlags {
   std::string model;
   int threads = 0;
+  std::string weight_dtype = "f32";
   std::string backend = "cpu";
 };
 
@@ -27,6 +28,9 @@ void add_common(CLI::App* app, CommonFlags& f) {
   app->add_option("--model", f.model, "Model: path to a .gguf file, or dummy:PRESET")->required();
   app->add_option("--threads", f.threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
   app->add_option("--backend", f.backend, "Compute backend")->check(CLI::IsMember({"cpu", "cuda"}));
+  app->add_option("--weight-dtype", f.weight_dtype,
+                  "Matmul weight storage: f32 (exact, default) or bf16 (half the bytes, faster)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
 }
 
 void add_sampling(CLI::App* app, SamplingParams& s) {
@@ -49,6 +53,7 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
   eo.model = f.model;
   eo.threads = f.threads;
   eo.backend = f.backend;
+  eo.weight_dtype = f.weight_dtype;
   Engine engine(eo);
   job.progress = !quiet;
   JobSummary s = run_generate_job(engine, job);
@@ -71,6 +76,7 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
   eo.model = f.model;
   eo.threads = f.threads;
   eo.backend = f.backend;
+  eo.weight_dtype = f.weight_dtype;
   eo.policy = pf.resolve();
   eo.max_context = bo.prompt_len + bo.gen_len;
   Engine engine(eo);

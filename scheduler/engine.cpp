@@ -31,6 +31,8 @@ const char* finish_reason_name(FinishReason r) {
 void EngineOptions::validate() const {
   OFFGEN_CHECK(backend == "cpu", kConfig, "--backend {}: this build supports only 'cpu'", backend);
   OFFGEN_CHECK(threads >= 0 && threads <= 1024, kConfig, "--threads {} must be in [0, 1024]", threads);
+  OFFGEN_CHECK(weight_dtype == "f32" || weight_dtype == "bf16", kConfig,
+               "--weight-dtype {}: expected f32 or bf16", weight_dtype);
   policy.validate();
   OFFGEN_CHECK(policy.act_disk_percent() <= 0, kConfig,
                "activations on disk (--percent ... HG HC summing to {} < 100) are not supported; "
@@ -59,7 +61,8 @@ struct Engine::Sequence {
 
 Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   options_.validate();
-  backend_ = make_cpu_backend(options_.threads);
+  backend_ = make_cpu_backend(options_.threads,
+                              options_.weight_dtype == "bf16" ? DType::kBF16 : DType::kF32);
   OpenedModel opened = open_model(options_.model);
   tokenizer_ = std::make_unique<Tokenizer>(std::move(opened.vocab));
   const auto t0 = Clock::now();

@@ -24,6 +24,7 @@ struct EngineOptions {
   std::string model;              // path to a .gguf file
   std::string backend = "cpu";
   int threads = 0;                // 0 = all cores
+  std::string weight_dtype = "f32";  // matmul storage: f32 (exact) or bf16 (faster, ~1e-2 logits)
   // Placement and batch split: up to gpu_batch_size x num_gpu_batches sequences decode together,
   // split into num_gpu_batches batches that share each unit's weight load.
   Policy policy;

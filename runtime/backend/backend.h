@@ -99,6 +99,7 @@ class Backend {
   virtual void attention(const float* q, const AttentionArgs& args, float* out) = 0;
 };
 
-std::unique_ptr<Backend> make_cpu_backend(int threads);
+// weight_dtype: the matmul storage, kF32 or kBF16 (see cpu/cpu_backend.h).
+std::unique_ptr<Backend> make_cpu_backend(int threads, DType weight_dtype = DType::kF32);
 
 }  // namespace offgen

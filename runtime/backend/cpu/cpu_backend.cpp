@@ -10,14 +10,20 @@
 
 namespace offgen {
 
-CpuBackend::CpuBackend(int threads) : ctx_(threads) {}
+CpuBackend::CpuBackend(int threads, DType weight_dtype) : ctx_(threads), weight_dtype_(weight_dtype) {
+  OFFGEN_CHECK(weight_dtype == DType::kF32 || weight_dtype == DType::kBF16, kConfig,
+               "cpu backend: weight dtype {} is not supported (f32 or bf16)", dtype_name(weight_dtype));
+  OFFGEN_CHECK(weight_dtype != DType::kBF16 || cpu::bf16_supported(), kConfig,
+               "cpu backend: bf16 weights need a CPU with AVX512-BF16 (use --weight-dtype f32)");
+}
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) {
-  return std::make_unique<CpuBackend>(threads);
+std::unique_ptr<Backend> make_cpu_backend(int threads, DType weight_dtype) {
+  return std::make_unique<CpuBackend>(threads, weight_dtype);
 }
 
 int64_t CpuBackend::weight_bytes(int64_t rows, int64_t cols) const {
-  return cpu::packed_f32_bytes(rows, cols);
+  return weight_dtype_ == DType::kBF16 ? cpu::packed_bf16_bytes(rows, cols)
+                                       : cpu::packed_f32_bytes(rows, cols);
 }
 
 WeightView CpuBackend::prepare_weight_into(DType src_type, const void* src, int64_t rows,
@@ -32,7 +38,11 @@ WeightView CpuBackend::prepare_weight_into(DType src_type, const void* src, int6
       const int64_t r0 = p * 16, nr = std::min<int64_t>(16, rows - r0);
       for (int64_t r = 0; r < nr; ++r)
         dequantize_row(src_type, s + (r0 + r) * row_bytes, tmp.data() + r * cols, cols);
-      cpu::pack_f32(tmp.data(), nr, cols, static_cast<float*>(dst) + p * 16 * cols);
+      if (weight_dtype_ == DType::kBF16)
+        cpu::pack_bf16(tmp.data(), nr, cols,
+                       static_cast<uint16_t*>(dst) + cpu::packed_bf16_bytes(16, cols) / 2 * p);
+      else
+        cpu::pack_f32(tmp.data(), nr, cols, static_cast<float*>(dst) + p * 16 * cols);
     }
   });
   return WeightView{rows, cols, src_type, dst};
@@ -50,7 +60,12 @@ Weight CpuBackend::prepare_table(DType src_type, const void* src, int64_t rows, 
 }
 
 void CpuBackend::matmul(const float* x, int64_t m, const WeightView& w, float* y) {
-  cpu::gemm_f32(x, m, w.cols, static_cast<const float*>(w.data), w.rows, w.cols, y, w.rows, ctx_);
+  if (weight_dtype_ == DType::kBF16)
+    cpu::gemm_bf16(x, m, w.cols, static_cast<const uint16_t*>(w.data), w.rows, w.cols, y, w.rows,
+                   ctx_);
+  else
+    cpu::gemm_f32(x, m, w.cols, static_cast<const float*>(w.data), w.rows, w.cols, y, w.rows,
+                  ctx_);
 }
 
 void CpuBackend::rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,

@@ -8,7 +8,8 @@ namespace offgen {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads);
+  // weight_dtype: kF32 (exact, default) or kBF16 (half the bytes, ~2x GEMM; needs AVX512-BF16).
+  explicit CpuBackend(int threads, DType weight_dtype = DType::kF32);
   std::string name() const override { return "cpu"; }
   ThreadContext& threads() override { return ctx_; }
 
@@ -29,6 +30,7 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadContext ctx_;
+  DType weight_dtype_;
 };
 
 }  // namespace offgen
