@@ -45,6 +45,43 @@ void Policy::validate() const {
                "in this build");
 }
 
+namespace {
+
+TierBytes split(int64_t bytes, double gpu, double cpu) {
+  TierBytes t;
+  t.device = static_cast<int64_t>(static_cast<double>(bytes) * gpu / 100.0);
+  t.host = static_cast<int64_t>(static_cast<double>(bytes) * (gpu + cpu) / 100.0) - t.device;
+  t.disk = bytes - t.device - t.host;
+  return t;
+}
+
+}  // namespace
+
+TierBytes Policy::split_weights(int64_t bytes) const {
+  return split(bytes, weight_gpu_percent, weight_cpu_percent);
+}
+
+TierBytes Policy::split_cache(int64_t bytes) const {
+  return split(bytes, cache_gpu_percent, cache_cpu_percent);
+}
+
+bool Policy::fits(const TierBytes& need) const {
+  return (gpu_mem == 0 || need.device <= gpu_mem) && (cpu_mem == 0 || need.host <= cpu_mem) &&
+         (disk_mem == 0 || need.disk <= disk_mem);
+}
+
+void Policy::check_fits(const TierBytes& need, const std::string& what) const {
+  auto check = [&](int64_t n, int64_t cap, const char* tier, const char* flag) {
+    OFFGEN_CHECK(cap == 0 || n <= cap, kConfig,
+                 "{} need {} on the {} tier but {} is {}: raise it or move more to another tier "
+                 "(--percent)",
+                 what, format_bytes(n), tier, flag, format_bytes(cap));
+  };
+  check(need.device, gpu_mem, "device (GPU)", "--gpu-mem");
+  check(need.host, cpu_mem, "host (CPU)", "--cpu-mem");
+  check(need.disk, disk_mem, "disk", "--disk-mem");
+}
+
 int64_t parse_size(const std::string& text, const std::string& what) {
   size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;

@@ -8,6 +8,16 @@
 
 namespace offgen {
 
+// Bytes on each tier.
+struct TierBytes {
+  int64_t device = 0, host = 0, disk = 0;
+  TierBytes& operator+=(const TierBytes& o) {
+    device += o.device, host += o.host, disk += o.disk;
+    return *this;
+  }
+  TierBytes operator*(int64_t n) const { return {device * n, host * n, disk * n}; }
+};
+
 struct Policy {
   int64_t gpu_batch_size = 32;
   int64_t num_gpu_batches = 1;
@@ -35,6 +45,14 @@ struct Policy {
   }
   // Throws offgen::Error(kConfig) with the offending field and value.
   void validate() const;
+
+  // How `bytes` of weights / KV cache divide over the tiers by this policy's percentages.
+  TierBytes split_weights(int64_t bytes) const;
+  TierBytes split_cache(int64_t bytes) const;
+  // Whether `need` fits the tier capacities (0 = unlimited).
+  bool fits(const TierBytes& need) const;
+  // Throws Error(kConfig) naming the first tier `need` overflows, its capacity flag and `what`.
+  void check_fits(const TierBytes& need, const std::string& what) const;
 };
 
 // Loads a policy TOML file over `base`; throws kConfig naming the file, line and key on errors.

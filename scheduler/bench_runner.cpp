@@ -24,6 +24,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   OFFGEN_CHECK(o.prompt_len + o.gen_len <= engine.max_context(), kConfig,
                "--prompt-len {} + --gen-len {} exceed the context window of {}", o.prompt_len,
                o.gen_len, engine.max_context());
+  engine.check_fits(b, o.prompt_len + o.gen_len - 1);
   std::mt19937_64 rng(o.seed);
   const int32_t vocab = static_cast<int32_t>(engine.config().vocab_size);
   std::uniform_int_distribution<int32_t> tok(std::min(100, vocab - 1), vocab - 1);

@@ -69,6 +69,15 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   source_ = std::move(opened.source);
   model_ = std::make_unique<LlamaModel>(*source_, *backend_);
   const Policy& p = options_.policy;
+  // Capacity check of the weights before anything is staged.
+  int64_t unit_total = 0, unit_max = 0;
+  for (int64_t u = 0; u < model_->num_units(); ++u) {
+    unit_total += model_->unit_bytes(u);
+    unit_max = std::max(unit_max, model_->unit_bytes(u));
+  }
+  weight_need_ = p.split_weights(unit_total);
+  weight_need_.device += model_->resident_bytes() + (weight_need_.disk > 0 ? 2 * unit_max : 0);
+  p.check_fits(weight_need_, "the model's weights");
   if (p.uses_disk()) {
     NvmeStoreOptions no;
     no.dir = p.offload_dir;
@@ -147,9 +156,14 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
   for (size_t i = 0; i < requests.size(); ++i) waiting.push_back(i);
   std::vector<std::unique_ptr<Sequence>> active;
   int64_t done = 0;
+  TierBytes committed = weight_need_;  // weights + the KV of admitted sequences
+  std::unique_ptr<Sequence> prepared;  // tokenised, waiting for KV space
 
   auto finish = [&](Sequence& s) {
-    if (s.kv >= 0) kv_->remove(s.kv);
+    if (s.kv >= 0) {
+      kv_->remove(s.kv);
+      committed += kv_need(s.capacity) * -1;
+    }
     s.kv = -1;
     s.result.completion_tokens = static_cast<int64_t>(s.result.tokens.size());
     stats_.completion_tokens += s.result.completion_tokens;
@@ -159,37 +173,58 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
     if (cb.on_result) cb.on_result(s.index, results[s.index]);
   };
 
-  while (!waiting.empty() || !active.empty()) {
-    // Admit waiting requests into free batch slots.
-    while (static_cast<int64_t>(active.size()) < options_.batch_size() && !waiting.empty()) {
-      const size_t i = waiting.front();
-      waiting.pop_front();
-      const Request& r = requests[i];
-      auto s = std::make_unique<Sequence>(r.sampling);
-      s->index = i;
-      s->req = &r;
-      s->result.id = r.id;
+  while (!waiting.empty() || !active.empty() || prepared) {
+    // Admit waiting requests into free batch slots. A prepared request whose KV cache does not
+    // fit the tier capacities next to the running ones waits until some of them finish.
+    while (static_cast<int64_t>(active.size()) < options_.batch_size() &&
+           (prepared || !waiting.empty())) {
+      if (!prepared) {
+        const size_t i = waiting.front();
+        waiting.pop_front();
+        const Request& r = requests[i];
+        auto s = std::make_unique<Sequence>(r.sampling);
+        s->index = i;
+        s->req = &r;
+        s->result.id = r.id;
+        try {
+          r.sampling.validate();
+          s->prompt = encode_prompt(r);
+          const int64_t p = static_cast<int64_t>(s->prompt.size());
+          s->result.prompt_tokens = p;
+          OFFGEN_CHECK(p < max_context_, kInput,
+                       "prompt has {} tokens; the context window is {} (room is needed for at "
+                       "least one generated token)",
+                       p, max_context_);
+          s->max_tokens = std::min(r.sampling.max_tokens, max_context_ - p);
+          s->capacity = std::max<int64_t>(1, p + s->max_tokens - 1);
+        } catch (const Error& e) {
+          s->result.finish_reason = FinishReason::kError;
+          s->result.error = e.what();
+          finish(*s);
+          continue;
+        }
+        prepared = std::move(s);
+      }
+      auto& s = prepared;
+      TierBytes after = committed;
+      after += kv_need(s->capacity);
+      if (!options_.policy.fits(after) && !active.empty()) break;
       try {
-        r.sampling.validate();
-        s->prompt = encode_prompt(r);
-        const int64_t p = static_cast<int64_t>(s->prompt.size());
-        s->result.prompt_tokens = p;
-        OFFGEN_CHECK(p < max_context_, kInput,
-                     "prompt has {} tokens; the context window is {} (room is needed for at least "
-                     "one generated token)",
-                     p, max_context_);
-        s->max_tokens = std::min(r.sampling.max_tokens, max_context_ - p);
-        s->capacity = std::max<int64_t>(1, p + s->max_tokens - 1);
+        options_.policy.check_fits(after, fmt::format("the model's weights and this request's KV "
+                                                      "cache ({} tokens)", s->capacity));
         s->kv = kv_->add(s->capacity);
+        committed = after;
       } catch (const Error& e) {
         s->result.finish_reason = FinishReason::kError;
         s->result.error = e.what();
         finish(*s);
+        prepared.reset();
         continue;
       }
       if (s->max_tokens == 0) {
         s->result.finish_reason = FinishReason::kLength;
         finish(*s);
+        prepared.reset();
         continue;
       }
       active.push_back(std::move(s));
@@ -261,6 +296,18 @@ int32_t Engine::sample(Sequence& s, const float* row) {
   if (callbacks_ && callbacks_->on_logits)
     callbacks_->on_logits(s.index, static_cast<int64_t>(s.result.tokens.size()), logits);
   return s.sampler.sample(logits);
+}
+
+void Engine::check_fits(int64_t sequences, int64_t capacity) const {
+  TierBytes need = weight_need_;
+  need += kv_need(capacity) * sequences;
+  options_.policy.check_fits(
+      need, fmt::format("the model's weights and the KV cache of {} sequences of {} tokens",
+                        sequences, capacity));
+}
+
+TierBytes Engine::kv_need(int64_t capacity) const {
+  return options_.policy.split_cache(model_->config().kv_bytes_per_token() * capacity);
 }
 
 void Engine::accept(Sequence& s, int32_t tok) {

@@ -77,6 +77,10 @@ class Engine {
   const KvStore& kv_store() const { return *kv_; }
   const NvmeStore* nvme() const { return nvme_.get(); }
 
+  // Throws Error(kConfig) when weights plus `sequences` KV caches of `capacity` tokens exceed the
+  // policy's tier capacities (the pre-flight check of fixed-shape workloads such as bench).
+  void check_fits(int64_t sequences, int64_t capacity) const;
+
   // Renders and tokenises a request's prompt (chat template when asked). Throws kInput.
   std::vector<int32_t> encode_prompt(const Request& r) const;
 
@@ -92,6 +96,7 @@ class Engine {
   void run_prefill(std::vector<Sequence*>& seqs);
   void run_decode(std::vector<Sequence*>& seqs);
   int32_t sample(Sequence& s, const float* logits_row);
+  TierBytes kv_need(int64_t capacity) const;
   void accept(Sequence& s, int32_t token);  // appends a sampled token; marks finished
   void forward(std::vector<Sequence*>& seqs, const std::vector<std::vector<int32_t>>& chunks);
 
@@ -107,6 +112,7 @@ class Engine {
   int64_t max_context_ = 0;
   GenerationStats stats_;
   const GenerateCallbacks* callbacks_ = nullptr;  // during generate()
+  TierBytes weight_need_;                          // weights' bytes per tier
   std::vector<float> logits_;
   std::unordered_set<int32_t> end_of_generation_;
 };

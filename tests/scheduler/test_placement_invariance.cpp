@@ -165,3 +165,29 @@ TEST_CASE("KV disk traffic is exactly the pages holding the visible and the new 
   CHECK(static_cast<int64_t>(run1.stats.io.bytes_read) == c.n_layers * reads);
   CHECK(static_cast<int64_t>(run1.stats.io.bytes_written) == c.n_layers * writes);
 }
+
+TEST_CASE("tier capacities defer admission without changing any result", "[model][memory]") {
+  const auto reqs = requests();
+  Policy free_policy = placement(100, 0, 0, 100, true);  // KV on the host tier, in RAM
+  const Run ref = run(free_policy, reqs, false);
+  // Room on the host tier for about two sequences' KV at a time.
+  EngineOptions eo;
+  eo.model = test::default_model_path();
+  Engine probe(eo);
+  const int64_t per_seq = probe.config().kv_bytes_per_token() * 16;
+  Policy capped = free_policy;
+  capped.cpu_mem = 2 * per_seq;
+  const Run r = run(capped, reqs, false);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    INFO("request " << i << ": " << r.results[i].error);
+    CHECK(r.results[i].tokens == ref.results[i].tokens);
+  }
+  // A request that cannot fit even alone gets an error naming the flag; the rest still run.
+  Policy tiny = free_policy;
+  tiny.cpu_mem = per_seq / 4;
+  const Run t = run(tiny, reqs, false);
+  for (const auto& res : t.results) {
+    CHECK(res.finish_reason == FinishReason::kError);
+    CHECK(res.error.find("--cpu-mem") != std::string::npos);
+  }
+}
