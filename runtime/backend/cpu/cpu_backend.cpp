@@ -2,6 +2,9 @@
 #include "runtime/backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include <cmath>
 #include <vector>
 
@@ -138,50 +141,127 @@ void CpuBackend::embedding(const WeightView& table, const int32_t* ids, int64_t 
   }
 }
 
+namespace {
+
+constexpr int64_t kKeyBlock = 16;
+
+// Attention inner loops. Each output element is reduced in a fixed order — scores sequentially
+// over the head dimension, outputs sequentially over the keys — with fused multiply-adds; the
+// AVX-512 paths keep accumulators in registers and give bitwise the same results as the
+// portable ones.
+
+// dst[r][0..16) = scale * q_r · kt for `rows` query rows (q rows `q_stride` apart). kt: a block of
+// 16 keys transposed, [hd][16].
+void score_rows(const float* q, int64_t q_stride, int64_t rows, const float* kt, int64_t hd,
+                float scale, float* dst, int64_t dst_stride) {
+  int64_t r = 0;
+#if defined(__AVX512F__)
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (; r + 4 <= rows; r += 4) {
+    const float* q0 = q + r * q_stride;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < hd; ++i) {
+      const __m512 k = _mm512_loadu_ps(kt + i * kKeyBlock);
+      a0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[i]), k, a0);
+      a1 = _mm512_fmadd_ps(_mm512_set1_ps(q0[q_stride + i]), k, a1);
+      a2 = _mm512_fmadd_ps(_mm512_set1_ps(q0[2 * q_stride + i]), k, a2);
+      a3 = _mm512_fmadd_ps(_mm512_set1_ps(q0[3 * q_stride + i]), k, a3);
+    }
+    _mm512_storeu_ps(dst + r * dst_stride, _mm512_mul_ps(a0, vscale));
+    _mm512_storeu_ps(dst + (r + 1) * dst_stride, _mm512_mul_ps(a1, vscale));
+    _mm512_storeu_ps(dst + (r + 2) * dst_stride, _mm512_mul_ps(a2, vscale));
+    _mm512_storeu_ps(dst + (r + 3) * dst_stride, _mm512_mul_ps(a3, vscale));
+  }
+#endif
+  for (; r < rows; ++r) {
+    const float* qv = q + r * q_stride;
+    float acc[kKeyBlock] = {};
+    for (int64_t i = 0; i < hd; ++i)
+      for (int64_t l = 0; l < kKeyBlock; ++l)
+        acc[l] = __builtin_fmaf(qv[i], kt[i * kKeyBlock + l], acc[l]);
+    for (int64_t l = 0; l < kKeyBlock; ++l) dst[r * dst_stride + l] = acc[l] * scale;
+  }
+}
+
+// o[0..hd) = Σ_j (p[j] * inv) · v_j over n keys (v rows `v_stride` apart).
+void weighted_sum(const float* p, float inv, int64_t n, const float* v, int64_t v_stride,
+                  int64_t hd, float* o) {
+#if defined(__AVX512F__)
+  if (hd % 16 == 0 && hd <= 256) {
+    const int64_t nv = hd / 16;
+    __m512 acc[16];
+    for (int64_t x = 0; x < nv; ++x) acc[x] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; ++j) {
+      const __m512 pj = _mm512_set1_ps(p[j] * inv);
+      const float* vj = v + j * v_stride;
+      switch (nv) {  // unrolled register accumulators for the common head sizes
+        case 4:
+          for (int x = 0; x < 4; ++x) acc[x] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 16 * x), acc[x]);
+          break;
+        case 8:
+          for (int x = 0; x < 8; ++x) acc[x] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 16 * x), acc[x]);
+          break;
+        default:
+          for (int64_t x = 0; x < nv; ++x)
+            acc[x] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 16 * x), acc[x]);
+      }
+    }
+    for (int64_t x = 0; x < nv; ++x) _mm512_storeu_ps(o + 16 * x, acc[x]);
+    return;
+  }
+#endif
+  std::fill(o, o + hd, 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    const float pj = p[j] * inv;
+    const float* vj = v + j * v_stride;
+    for (int64_t i = 0; i < hd; ++i) o[i] = __builtin_fmaf(pj, vj[i], o[i]);
+  }
+}
+
+}  // namespace
+
 void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
   const int64_t n_seqs = static_cast<int64_t>(a.seqs.size());
   const int64_t group = a.n_heads / a.n_kv_heads;
   const int64_t hd = a.head_dim;
   const int64_t row_stride = a.n_heads * hd;
+  const int64_t slot_stride = a.n_kv_heads * hd;
   // One task per (sequence, query head); each task's arithmetic does not depend on the batch.
   ctx_.parallel_for(n_seqs * a.n_heads, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> scores;
+    std::vector<float> scores, kt(hd * kKeyBlock);
     for (int64_t task = b; task < e; ++task) {
       const int64_t s = task / a.n_heads;
       const int64_t h = task % a.n_heads;
       const SeqSpan& sp = a.seqs[s];
       const KvSeqView& kv = a.kv[s];
       const int64_t kvh = h / group;
-      const int64_t slot_stride = a.n_kv_heads * hd;
       const float* kbase = kv.k + kvh * hd;
       const float* vbase = kv.v + kvh * hd;
-      scores.resize(sp.n_past + sp.n_new);
+      const int64_t n_keys = sp.n_past + sp.n_new;
+      const int64_t width = (n_keys + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+      scores.resize(sp.n_new * width);
+      // Q·Kᵀ by blocks of 16 keys; row t (position n_past + t) needs keys [0, n_past + t].
+      for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
+        const int64_t nk = std::min(kKeyBlock, n_keys - j0);
+        for (int64_t l = 0; l < kKeyBlock; ++l)
+          for (int64_t i = 0; i < hd; ++i)
+            kt[i * kKeyBlock + l] = l < nk ? kbase[(j0 + l) * slot_stride + i] : 0.0f;
+        const int64_t t0 = std::max<int64_t>(0, j0 - sp.n_past);
+        score_rows(q + (sp.row_begin + t0) * row_stride + h * hd, row_stride, sp.n_new - t0,
+                   kt.data(), hd, a.scale, scores.data() + t0 * width + j0, width);
+      }
       for (int64_t t = 0; t < sp.n_new; ++t) {
-        const float* qv = q + (sp.row_begin + t) * row_stride + h * hd;
+        float* sc = scores.data() + t * width;
         const int64_t n_vis = sp.n_past + t + 1;
         float mx = -INFINITY;
-        for (int64_t j = 0; j < n_vis; ++j) {
-          const float* kj = kbase + j * slot_stride;
-          float d = 0.0f;
-#pragma omp simd reduction(+ : d)
-          for (int64_t i = 0; i < hd; ++i) d += qv[i] * kj[i];
-          d *= a.scale;
-          scores[j] = d;
-          mx = std::max(mx, d);
-        }
+        for (int64_t j = 0; j < n_vis; ++j) mx = std::max(mx, sc[j]);
         float sum = 0.0f;
         for (int64_t j = 0; j < n_vis; ++j) {
-          scores[j] = std::exp(scores[j] - mx);
-          sum += scores[j];
+          sc[j] = std::exp(sc[j] - mx);
+          sum += sc[j];
         }
-        const float inv = 1.0f / sum;
-        float* o = out + (sp.row_begin + t) * row_stride + h * hd;
-        std::fill(o, o + hd, 0.0f);
-        for (int64_t j = 0; j < n_vis; ++j) {
-          const float p = scores[j] * inv;
-          const float* vj = vbase + j * slot_stride;
-          for (int64_t i = 0; i < hd; ++i) o[i] += p * vj[i];
-        }
+        weighted_sum(sc, 1.0f / sum, n_vis, vbase, slot_stride, hd,
+                     out + (sp.row_begin + t) * row_stride + h * hd);
       }
     }
   });
