@@ -172,6 +172,13 @@ void score_rows(const float* q, int64_t q_stride, int64_t rows, const float* kt,
     _mm512_storeu_ps(dst + (r + 2) * dst_stride, _mm512_mul_ps(a2, vscale));
     _mm512_storeu_ps(dst + (r + 3) * dst_stride, _mm512_mul_ps(a3, vscale));
   }
+  for (; r < rows; ++r) {
+    const float* qv = q + r * q_stride;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < hd; ++i)
+      acc = _mm512_fmadd_ps(_mm512_set1_ps(qv[i]), _mm512_loadu_ps(kt + i * kKeyBlock), acc);
+    _mm512_storeu_ps(dst + r * dst_stride, _mm512_mul_ps(acc, vscale));
+  }
 #endif
   for (; r < rows; ++r) {
     const float* qv = q + r * q_stride;
@@ -227,19 +234,21 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
   const int64_t row_stride = a.n_heads * hd;
   const int64_t slot_stride = a.n_kv_heads * hd;
   // One task per (sequence, query head); each task's arithmetic does not depend on the batch.
-  ctx_.parallel_for(n_seqs * a.n_heads, 1, [&](int64_t b, int64_t e) {
+  // One task per (sequence, KV head): each key block is transposed once for the whole query
+  // group. A task's arithmetic does not depend on the batch.
+  ctx_.parallel_for(n_seqs * a.n_kv_heads, 1, [&](int64_t b, int64_t e) {
     std::vector<float> scores, kt(hd * kKeyBlock);
     for (int64_t task = b; task < e; ++task) {
-      const int64_t s = task / a.n_heads;
-      const int64_t h = task % a.n_heads;
+      const int64_t s = task / a.n_kv_heads;
+      const int64_t kvh = task % a.n_kv_heads;
       const SeqSpan& sp = a.seqs[s];
       const KvSeqView& kv = a.kv[s];
-      const int64_t kvh = h / group;
       const float* kbase = kv.k + kvh * hd;
       const float* vbase = kv.v + kvh * hd;
       const int64_t n_keys = sp.n_past + sp.n_new;
       const int64_t width = (n_keys + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
-      scores.resize(sp.n_new * width);
+      const int64_t head_scores = sp.n_new * width;
+      scores.resize(group * head_scores);
       // Q·Kᵀ by blocks of 16 keys; row t (position n_past + t) needs keys [0, n_past + t].
       for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
         const int64_t nk = std::min(kKeyBlock, n_keys - j0);
@@ -247,21 +256,26 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
           for (int64_t i = 0; i < hd; ++i)
             kt[i * kKeyBlock + l] = l < nk ? kbase[(j0 + l) * slot_stride + i] : 0.0f;
         const int64_t t0 = std::max<int64_t>(0, j0 - sp.n_past);
-        score_rows(q + (sp.row_begin + t0) * row_stride + h * hd, row_stride, sp.n_new - t0,
-                   kt.data(), hd, a.scale, scores.data() + t0 * width + j0, width);
+        for (int64_t g = 0; g < group; ++g)
+          score_rows(q + (sp.row_begin + t0) * row_stride + (kvh * group + g) * hd, row_stride,
+                     sp.n_new - t0, kt.data(), hd, a.scale,
+                     scores.data() + g * head_scores + t0 * width + j0, width);
       }
-      for (int64_t t = 0; t < sp.n_new; ++t) {
-        float* sc = scores.data() + t * width;
-        const int64_t n_vis = sp.n_past + t + 1;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < n_vis; ++j) mx = std::max(mx, sc[j]);
-        float sum = 0.0f;
-        for (int64_t j = 0; j < n_vis; ++j) {
-          sc[j] = std::exp(sc[j] - mx);
-          sum += sc[j];
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t h = kvh * group + g;
+        for (int64_t t = 0; t < sp.n_new; ++t) {
+          float* sc = scores.data() + g * head_scores + t * width;
+          const int64_t n_vis = sp.n_past + t + 1;
+          float mx = -INFINITY;
+          for (int64_t j = 0; j < n_vis; ++j) mx = std::max(mx, sc[j]);
+          float sum = 0.0f;
+          for (int64_t j = 0; j < n_vis; ++j) {
+            sc[j] = std::exp(sc[j] - mx);
+            sum += sc[j];
+          }
+          weighted_sum(sc, 1.0f / sum, n_vis, vbase, slot_stride, hd,
+                       out + (sp.row_begin + t) * row_stride + h * hd);
         }
-        weighted_sum(sc, 1.0f / sum, n_vis, vbase, slot_stride, hd,
-                     out + (sp.row_begin + t) * row_stride + h * hd);
       }
     }
   });
