@@ -84,9 +84,11 @@ class Backend {
   // y[m, d] = x / rms(x) * gamma (y may alias x).
   virtual void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
                         float* y) = 0;
-  // In-place rotary embedding of x[n_tokens][n_heads][head_dim] at the given positions.
+  // In-place rotary embedding of x[n_tokens][n_heads][head_dim] at the given positions; token t
+  // starts at x + t * token_stride (0 = contiguous, n_heads * head_dim).
   virtual void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-                    const int32_t* positions, float theta, RopeStyle style) = 0;
+                    const int32_t* positions, float theta, RopeStyle style,
+                    int64_t token_stride = 0) = 0;
   // out[i] = silu(gate[i]) * up[i] over rows of width n in an interleaved [m][2][n] or separate
   // layout: gate and up are [m, n] with row strides gate_stride/up_stride.
   virtual void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,

@@ -182,9 +182,8 @@ void LlamaModel::run_unit(int64_t unit, const void* blob, float* hidden, const U
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(s.q.data() + r * qd, s.qkv.data() + r * wqkv, qd * 4);
   backend_.rope(s.q.data(), rows, c.n_heads, hd, b.positions, c.rope_theta, c.rope_style);
-  for (int64_t r = 0; r < rows; ++r)
-    backend_.rope(s.qkv.data() + r * wqkv + qd, 1, c.n_kv_heads, hd, b.positions + r,
-                  c.rope_theta, c.rope_style);
+  backend_.rope(s.qkv.data() + qd, rows, c.n_kv_heads, hd, b.positions, c.rope_theta,
+                c.rope_style, wqkv);
   // Scatter new K/V into each sequence's slots.
   for (size_t i = 0; i < b.seqs.size(); ++i) {
     const SeqSpan& sp = b.seqs[i];

@@ -87,7 +87,9 @@ void CpuBackend::rms_norm(const float* x, const float* gamma, int64_t m, int64_t
 }
 
 void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-                      const int32_t* positions, float theta, RopeStyle style) {
+                      const int32_t* positions, float theta, RopeStyle style,
+                      int64_t token_stride) {
+  if (token_stride == 0) token_stride = n_heads * head_dim;
   const int64_t half = head_dim / 2;
   std::vector<float> inv_freq(half);
   for (int64_t i = 0; i < half; ++i)
@@ -102,7 +104,7 @@ void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_
         sn[i] = std::sin(a);
       }
       for (int64_t h = 0; h < n_heads; ++h) {
-        float* v = x + (t * n_heads + h) * head_dim;
+        float* v = x + t * token_stride + h * head_dim;
         for (int64_t i = 0; i < half; ++i) {
           const int64_t i0 = style == RopeStyle::kInterleaved ? 2 * i : i;
           const int64_t i1 = style == RopeStyle::kInterleaved ? 2 * i + 1 : i + half;

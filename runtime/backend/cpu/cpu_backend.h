@@ -21,7 +21,8 @@ class CpuBackend final : public Backend {
   void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
                 float* y) override;
   void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-            const int32_t* positions, float theta, RopeStyle style) override;
+            const int32_t* positions, float theta, RopeStyle style,
+            int64_t token_stride = 0) override;
   void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
               float* out) override;
   void add(float* y, const float* x, int64_t n) override;
