@@ -37,7 +37,7 @@ int64_t KvStore::add(int64_t capacity) {
   if (s->ram_slots < capacity) {
     s->disk_segment =
         static_cast<int64_t>(align_up(static_cast<uint64_t>((capacity - s->ram_slots) * row_bytes())));
-    s->disk = disk_->allocate(n_layers_ * 2 * s->disk_segment);
+    s->disk = take_extent(static_cast<uint64_t>(n_layers_ * 2 * s->disk_segment));
   }
   stats_.ram_bytes += static_cast<int64_t>(s->ram.capacity());
   stats_.disk_bytes += static_cast<int64_t>(s->disk.bytes);
@@ -61,9 +61,21 @@ void KvStore::remove(int64_t handle) {
   stats_.ram_bytes -= static_cast<int64_t>(s->ram.capacity());
   stats_.disk_bytes -= static_cast<int64_t>(s->disk.bytes);
   --stats_.sequences;
-  // Disk extents come from a bump allocator; the space is reused when the store is recreated.
+  // The NVMe store allocates by bumping; finished sequences' extents are reused by later ones.
+  if (s->disk.bytes > 0) free_extents_.insert({s->disk.bytes, s->disk.offset});
   s.reset();
   free_.push_back(handle);
+}
+
+Extent KvStore::take_extent(uint64_t bytes) {
+  // Best fit among freed extents (smallest that is large enough), else new space.
+  auto it = free_extents_.lower_bound({bytes, 0});
+  if (it != free_extents_.end()) {
+    const Extent e{it->second, it->first};
+    free_extents_.erase(it);
+    return e;
+  }
+  return disk_->allocate(bytes);
 }
 
 float* KvStore::ram_slot0(const Seq& s, int64_t layer, int which) const {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "offload/aligned_buffer.h"
@@ -59,6 +60,7 @@ class KvStore {
   };
   int64_t row_bytes() const { return kv_dim_ * 4; }
   float* ram_slot0(const Seq& s, int64_t layer, int which) const;
+  Extent take_extent(uint64_t bytes);
 
   int64_t n_layers_, kv_dim_;
   int64_t granule_;  // slots per 4 KiB-aligned step of the RAM/disk split
@@ -66,6 +68,7 @@ class KvStore {
   NvmeStore* disk_;
   std::vector<std::unique_ptr<Seq>> seqs_;
   std::vector<int64_t> free_;
+  std::set<std::pair<uint64_t, uint64_t>> free_extents_;  // (bytes, offset) of finished sequences
   KvStoreStats stats_;
 };
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -19,8 +20,44 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 }  // namespace
 
 BlockExecutor::BlockExecutor(const LlamaModel& model, WeightStore& weights, KvStore& kv,
-                             bool overlap)
-    : model_(model), weights_(weights), kv_(kv), overlap_(overlap) {}
+                             bool overlap, double act_ram_percent, NvmeStore* disk)
+    : model_(model),
+      weights_(weights),
+      kv_(kv),
+      overlap_(overlap),
+      act_ram_percent_(act_ram_percent),
+      disk_(disk) {
+  OFFGEN_CHECK(act_ram_percent >= 100 || disk != nullptr, kInternal,
+               "activations placed on disk without an NVMe store");
+}
+
+void BlockExecutor::prepare_activations(const std::vector<BatchInput>& batches) {
+  const int64_t d = model_.config().d_model;
+  offload_act_ = false;
+  if (act_ram_percent_ >= 100) return;
+  int64_t max_bytes = 0;
+  act_home_.resize(std::max(act_home_.size(), batches.size()));
+  for (size_t k = 0; k < batches.size(); ++k) {
+    ActHome& h = act_home_[k];
+    h.bytes = static_cast<int64_t>(align_up(batches[k].ids.size() * d * 4));
+    h.ram_bytes = static_cast<int64_t>(
+        align_down(static_cast<uint64_t>(static_cast<double>(h.bytes) * act_ram_percent_ / 100.0)));
+    if (static_cast<int64_t>(h.ram.capacity()) < h.ram_bytes) h.ram = AlignedHostBuffer(h.ram_bytes);
+    const auto disk_bytes = static_cast<uint64_t>(h.bytes - h.ram_bytes);
+    // Extents only grow (the store allocates by bumping): keep the largest one per batch.
+    if (h.disk.bytes < disk_bytes) h.disk = disk_->allocate(std::max(disk_bytes, 2 * h.disk.bytes));
+    max_bytes = std::max(max_bytes, h.bytes);
+    offload_act_ = offload_act_ || disk_bytes > 0;
+  }
+  for (auto& st : act_stage_)
+    if (static_cast<int64_t>(st.capacity()) < max_bytes) st = AlignedHostBuffer(max_bytes);
+}
+
+float* BlockExecutor::hidden(int64_t unit, int64_t batch) {
+  if (!offload_act_) return hidden_[batch].data();
+  const int64_t slot = (unit * static_cast<int64_t>(logits_offset_.size()) + batch) % 2;
+  return reinterpret_cast<float*>(act_stage_[slot].data());
+}
 
 float* BlockExecutor::stage(int slot, size_t seq, int which) {
   return reinterpret_cast<float*>(kv_stage_[slot][seq * 2 + which].data());
@@ -52,22 +89,19 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
     }
     case TaskKind::kCompute: {
       const BatchInput& b = batches[t.batch];
-      std::vector<float>& h = hidden_[t.batch];
       const int64_t rows = static_cast<int64_t>(b.ids.size());
-      if (t.unit == 0) {
-        h.resize(rows * c.d_model);
-        model_.embed(b.ids, h.data());
-      }
+      if (!offload_act_ && t.unit == 0) hidden_[t.batch].resize(rows * c.d_model);
+      float* h = hidden(t.unit, t.batch);
+      if (t.unit == 0) model_.embed(b.ids, h);
       std::vector<KvSeqView> views;
       if (LlamaModel::unit_has_cache(t.unit))
         views = kv_views(b, LlamaModel::unit_layer(t.unit), t.slot);
       const UnitBatch ub{rows, b.spans, b.positions.data(), views};
-      model_.run_unit(t.unit, weights_.blob(t.unit, t.unit % 2), h.data(), ub, scratch_);
+      model_.run_unit(t.unit, weights_.blob(t.unit, t.unit % 2), h, ub, scratch_);
       if (t.unit + 1 == model_.num_units()) {
         std::vector<int64_t> last;
         for (const auto& sp : b.spans) last.push_back(sp.row_begin + sp.n_new - 1);
-        model_.output_step(h.data(), last, logits + logits_offset_[t.batch] * c.vocab_size,
-                           scratch_);
+        model_.output_step(h, last, logits + logits_offset_[t.batch] * c.vocab_size, scratch_);
       }
       return;
     }
@@ -80,9 +114,22 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
                     stage(t.slot, i, 0), stage(t.slot, i, 1));
       return;
     }
-    case TaskKind::kLoadHidden:
-    case TaskKind::kStoreHidden:
-      OFFGEN_THROW(kInternal, "activation offloading is not planned by this executor");
+    case TaskKind::kLoadHidden: {
+      ActHome& home = act_home_[t.batch];
+      auto* dst = reinterpret_cast<std::byte*>(hidden(t.unit, t.batch));
+      if (home.ram_bytes > 0) std::memcpy(dst, home.ram.data(), home.ram_bytes);
+      if (home.bytes > home.ram_bytes)
+        disk_->read(home.disk, dst + home.ram_bytes, home.bytes - home.ram_bytes);
+      return;
+    }
+    case TaskKind::kStoreHidden: {
+      ActHome& home = act_home_[t.batch];
+      const auto* src = reinterpret_cast<const std::byte*>(hidden(t.unit, t.batch));
+      if (home.ram_bytes > 0) std::memcpy(home.ram.data(), src, home.ram_bytes);
+      if (home.bytes > home.ram_bytes)
+        disk_->write(home.disk, src + home.ram_bytes, home.bytes - home.ram_bytes);
+      return;
+    }
   }
 }
 
@@ -118,9 +165,11 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits) {
     }
     stage_bytes_ = std::max(stage_bytes_, need);
   }
+  prepare_activations(batches);
+  shape.load_hidden = offload_act_;
   const std::vector<Task> plan = plan_step(shape);
 
-  const bool lanes = overlap_ && (shape.load_weights || shape.load_cache);
+  const bool lanes = overlap_ && (shape.load_weights || shape.load_cache || shape.load_hidden);
   if (!lanes) {
     for (const Task& t : plan) {
       const auto t0 = Clock::now();

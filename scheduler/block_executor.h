@@ -27,7 +27,10 @@ struct LaneTimes {
 
 class BlockExecutor {
  public:
-  BlockExecutor(const LlamaModel& model, WeightStore& weights, KvStore& kv, bool overlap);
+  // act_ram_percent: share of each GPU batch's activations kept in RAM between units; the rest
+  // goes through `disk` (required when below 100).
+  BlockExecutor(const LlamaModel& model, WeightStore& weights, KvStore& kv, bool overlap,
+                double act_ram_percent = 100, NvmeStore* disk = nullptr);
   // Runs every unit over every batch; writes the last row's logits of each sequence, batches in
   // order, into logits ([total sequences, vocab]). Rethrows the first task failure.
   void run(const std::vector<BatchInput>& batches, float* logits);
@@ -36,6 +39,8 @@ class BlockExecutor {
  private:
   void execute(const Task& t, const std::vector<BatchInput>& batches, float* logits);
   std::vector<KvSeqView> kv_views(const BatchInput& b, int64_t layer, int slot);
+  float* hidden(int64_t unit, int64_t batch);  // where compute(unit, batch) finds its activations
+  void prepare_activations(const std::vector<BatchInput>& batches);
   float* stage(int slot, size_t seq, int which);
 
   const LlamaModel& model_;
@@ -43,7 +48,19 @@ class BlockExecutor {
   KvStore& kv_;
   bool overlap_;
   LlamaScratch scratch_;
-  std::vector<std::vector<float>> hidden_;         // per batch
+  std::vector<std::vector<float>> hidden_;         // per batch (activations wholly in RAM)
+  // Activation offloading: per batch a RAM home (the first act_ram_ share, page aligned) and a
+  // disk extent for the rest; two staging slots hold whole batches during compute.
+  double act_ram_percent_;
+  NvmeStore* disk_;
+  struct ActHome {
+    int64_t bytes = 0, ram_bytes = 0;
+    AlignedHostBuffer ram;
+    Extent disk;
+  };
+  std::vector<ActHome> act_home_;
+  AlignedHostBuffer act_stage_[2];
+  bool offload_act_ = false;
   std::vector<int64_t> logits_offset_;             // first logits row of each batch
   std::vector<AlignedHostBuffer> kv_stage_[2];     // per slot: [seq][K|V] staging
   int64_t stage_bytes_ = 0;

@@ -34,10 +34,7 @@ void EngineOptions::validate() const {
   OFFGEN_CHECK(weight_dtype == "f32" || weight_dtype == "bf16", kConfig,
                "--weight-dtype {}: expected f32 or bf16", weight_dtype);
   policy.validate();
-  OFFGEN_CHECK(policy.act_disk_percent() <= 0, kConfig,
-               "activations on disk (--percent ... HG HC summing to {} < 100) are not supported; "
-               "keep HG + HC = 100",
-               policy.act_gpu_percent + policy.act_cpu_percent);
+
   OFFGEN_CHECK(prefill_chunk >= 1, kConfig, "prefill chunk {} must be >= 1", prefill_chunk);
   OFFGEN_CHECK(max_context >= 0, kConfig, "max context {} must be >= 0", max_context);
 }
@@ -95,7 +92,8 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
       p.weight_gpu_percent + p.weight_cpu_percent, nvme_.get());
   kv_ = std::make_unique<KvStore>(model_->config(), p.cache_gpu_percent + p.cache_cpu_percent,
                                   nvme_.get());
-  executor_ = std::make_unique<BlockExecutor>(*model_, *weights_, *kv_, p.overlap);
+  executor_ = std::make_unique<BlockExecutor>(*model_, *weights_, *kv_, p.overlap,
+                                              p.act_gpu_percent + p.act_cpu_percent, nvme_.get());
   log_debug("loaded {} in {:.2f}s", options_.model, seconds_since(t0));
   OFFGEN_CHECK(tokenizer_->vocab_size() <= model_->config().vocab_size, kInput,
                "{}: tokenizer has {} tokens but the model only {} embeddings", options_.model,

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <map>
 
+#include <fmt/format.h>
+
 #include "scheduler/engine.h"
 #include "tests/model_path.h"
 
@@ -88,6 +90,16 @@ TEST_CASE("logits are bitwise identical across placements and overlap at a fixed
       {"everything on disk", placement(0, 0, 0, 0, true)},
       {"everything on disk, no overlap", placement(0, 0, 0, 0, false)},
       {"mixed 50/10 weights, 60/15 cache", placement(50, 10, 60, 15, true)},
+      {"activations 70% on disk", [] {
+         Policy p = placement(100, 0, 100, 0, true);
+         p.act_gpu_percent = 20, p.act_cpu_percent = 10;
+         return p;
+       }()},
+      {"everything incl. activations on disk, no overlap", [] {
+         Policy p = placement(0, 0, 0, 0, false);
+         p.act_gpu_percent = 0, p.act_cpu_percent = 0;
+         return p;
+       }()},
   };
   for (const auto& c : cases) {
     INFO(c.name);
@@ -190,4 +202,31 @@ TEST_CASE("tier capacities defer admission without changing any result", "[model
     CHECK(res.finish_reason == FinishReason::kError);
     CHECK(res.error.find("--cpu-mem") != std::string::npos);
   }
+}
+
+TEST_CASE("finished sequences' disk KV space is reused", "[model][io]") {
+  // One sequence at a time with its KV on disk: the disk tier must not grow with the job.
+  std::vector<Request> reqs = requests();
+  for (int rep = 0; rep < 3; ++rep)
+    for (size_t i = 0; i < 6; ++i) {
+      Request r = reqs[i];
+      r.id = fmt::format("{}-{}", rep, i);
+      reqs.push_back(r);
+    }
+  Policy p = placement(100, 0, 0, 0, true);
+  p.gpu_batch_size = 1;
+  p.num_gpu_batches = 1;
+  EngineOptions eo;
+  eo.model = test::default_model_path();
+  eo.policy = p;
+  eo.policy.offload_dir = offload_dir();
+  Engine engine(eo);
+  const auto results = engine.generate(reqs);
+  for (const auto& r : results) CHECK(r.finish_reason != FinishReason::kError);
+  REQUIRE(engine.nvme() != nullptr);
+  const ModelConfig& c = engine.config();
+  // Every sequence here needs well under 32 slots per layer; 24 sequences ran.
+  const uint64_t one_seq_upper = static_cast<uint64_t>(c.n_layers) * 2 * 8 * 4096;
+  CHECK(engine.nvme()->allocated_bytes() <= 2 * one_seq_upper);
+  CHECK(engine.kv_store().stats().disk_bytes == 0);
 }
