@@ -152,6 +152,47 @@ constexpr int64_t kKeyBlock = 16;
 // AVX-512 paths keep accumulators in registers and give bitwise the same results as the
 // portable ones.
 
+// kt[i][l] = k_l[i] for a block of nk <= 16 keys (rows `stride` floats apart; missing keys are
+// zero): [hd][16]. Pure data movement.
+void transpose_keys(const float* k, int64_t stride, int64_t nk, int64_t hd, float* kt) {
+  int64_t i0 = 0;
+#if defined(__AVX512F__)
+  for (; i0 + 16 <= hd; i0 += 16) {
+    __m512 r[16];
+    for (int l = 0; l < 16; ++l)
+      r[l] = l < nk ? _mm512_loadu_ps(k + l * stride + i0) : _mm512_setzero_ps();
+    // 16x16 transpose: pairs, quads, then 128-bit lanes.
+    __m512 t[16];
+    for (int l = 0; l < 16; l += 2) {
+      t[l] = _mm512_unpacklo_ps(r[l], r[l + 1]);
+      t[l + 1] = _mm512_unpackhi_ps(r[l], r[l + 1]);
+    }
+    for (int l = 0; l < 16; l += 4) {
+      r[l] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[l]), _mm512_castps_pd(t[l + 2])));
+      r[l + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[l]), _mm512_castps_pd(t[l + 2])));
+      r[l + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[l + 1]), _mm512_castps_pd(t[l + 3])));
+      r[l + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[l + 1]), _mm512_castps_pd(t[l + 3])));
+    }
+    // r[4q + c] holds, per 128-bit lane g, rows 4q..4q+3 of column 4g + c.
+    for (int q = 0; q < 4; q += 2)
+      for (int c = 0; c < 4; ++c) {
+        t[4 * q + c] = _mm512_shuffle_f32x4(r[4 * q + c], r[4 * q + 4 + c], 0x88);
+        t[4 * q + 4 + c] = _mm512_shuffle_f32x4(r[4 * q + c], r[4 * q + 4 + c], 0xdd);
+      }
+    for (int c = 0; c < 4; ++c) {
+      const __m512 a = t[c], b = t[4 + c], cc = t[8 + c], d = t[12 + c];
+      // a: lanes (rows 0-3 | rows 8-11) of columns 4*{0,2}+c ... combine into full columns.
+      _mm512_storeu_ps(kt + (i0 + c) * kKeyBlock, _mm512_shuffle_f32x4(a, cc, 0x88));
+      _mm512_storeu_ps(kt + (i0 + 8 + c) * kKeyBlock, _mm512_shuffle_f32x4(a, cc, 0xdd));
+      _mm512_storeu_ps(kt + (i0 + 4 + c) * kKeyBlock, _mm512_shuffle_f32x4(b, d, 0x88));
+      _mm512_storeu_ps(kt + (i0 + 12 + c) * kKeyBlock, _mm512_shuffle_f32x4(b, d, 0xdd));
+    }
+  }
+#endif
+  for (int64_t l = 0; l < kKeyBlock; ++l)
+    for (int64_t i = i0; i < hd; ++i) kt[i * kKeyBlock + l] = l < nk ? k[l * stride + i] : 0.0f;
+}
+
 // dst[r][0..16) = scale * q_r · kt for `rows` query rows (q rows `q_stride` apart). kt: a block of
 // 16 keys transposed, [hd][16].
 void score_rows(const float* q, int64_t q_stride, int64_t rows, const float* kt, int64_t hd,
@@ -254,9 +295,7 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
       // Q·Kᵀ by blocks of 16 keys; row t (position n_past + t) needs keys [0, n_past + t].
       for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
         const int64_t nk = std::min(kKeyBlock, n_keys - j0);
-        for (int64_t l = 0; l < kKeyBlock; ++l)
-          for (int64_t i = 0; i < hd; ++i)
-            kt[i * kKeyBlock + l] = l < nk ? kbase[(j0 + l) * slot_stride + i] : 0.0f;
+        transpose_keys(kbase + j0 * slot_stride, slot_stride, nk, hd, kt.data());
         const int64_t t0 = std::max<int64_t>(0, j0 - sp.n_past);
         for (int64_t g = 0; g < group; ++g)
           score_rows(q + (sp.row_begin + t0) * row_stride + (kvh * group + g) * hd, row_stride,
