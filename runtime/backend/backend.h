@@ -52,6 +52,16 @@ struct KvSeqView {
   int64_t capacity = 0;
 };
 
+// Attention-score statistics of one sequence for the KV policies: for each KV head and slot, the
+// softmax probability mass the slot received, summed and maxed over the head's query group and
+// the new rows: [n_kv_heads][capacity]. The op accumulates (+= and max=) onto what the caller
+// put there, so running scores can live in these arrays.
+struct AttentionStats {
+  float* col_sum = nullptr;
+  float* col_max = nullptr;
+  int64_t capacity = 0;
+};
+
 struct AttentionArgs {
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
@@ -59,6 +69,7 @@ struct AttentionArgs {
   float scale = 1.0f;
   std::span<const SeqSpan> seqs;
   std::span<const KvSeqView> kv;  // one per seq
+  std::span<const AttentionStats> stats;  // one per seq, or empty for none
 };
 
 class Backend {

@@ -314,8 +314,19 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
             sc[j] = std::exp(sc[j] - mx);
             sum += sc[j];
           }
-          weighted_sum(sc, 1.0f / sum, n_vis, vbase, slot_stride, hd,
+          const float inv = 1.0f / sum;
+          weighted_sum(sc, inv, n_vis, vbase, slot_stride, hd,
                        out + (sp.row_begin + t) * row_stride + h * hd);
+          if (!a.stats.empty()) {  // policy statistics: this task owns (s, kvh)'s columns
+            const AttentionStats& st = a.stats[s];
+            float* cs = st.col_sum + kvh * st.capacity;
+            float* cm = st.col_max + kvh * st.capacity;
+            for (int64_t j = 0; j < n_vis; ++j) {
+              const float p = sc[j] * inv;
+              cs[j] += p;
+              cm[j] = std::max(cm[j], p);
+            }
+          }
         }
       }
     }
