@@ -59,9 +59,10 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
   JobSummary s = run_generate_job(engine, job);
   const auto& st = s.stats;
   std::fprintf(stderr,
-               "offgen: done: %lld requests, %lld failed; prefill %lld tokens in %.2fs (%.1f tok/s), "
+               "offgen: done: %lld requests (%lld resumed from an earlier run), %lld failed; prefill %lld tokens in %.2fs (%.1f tok/s), "
                "decode %lld tokens in %.2fs (%.1f tok/s); wall %.2fs; output %s\n",
-               static_cast<long long>(s.lines), static_cast<long long>(s.failed),
+               static_cast<long long>(s.lines), static_cast<long long>(s.resumed),
+               static_cast<long long>(s.failed),
                static_cast<long long>(st.prefill_tokens), st.prefill_seconds,
                st.prefill_seconds > 0 ? st.prefill_tokens / st.prefill_seconds : 0.0,
                static_cast<long long>(st.decode_tokens), st.decode_seconds,
@@ -149,6 +150,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   gen->add_flag("--chat", job.chat, "Apply the model's chat template to plain prompts");
   gen->add_flag("--quiet,-q", quiet, "No progress output");
+  gen->add_flag("--overwrite", job.overwrite,
+                "Start afresh when the output exists (default: resume it, skipping written ids)");
+  gen->add_option("--fsync", job.fsync, "Durability of output records: always, periodic, never")
+      ->check(CLI::IsMember({"always", "periodic", "never"}));
   add_sampling(gen, job.defaults);
 
   CommonFlags bench_common;

@@ -4,53 +4,70 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "runtime/core/error.h"
+#include "runtime/core/log.h"
 #include "scheduler/job_io.h"
+#include "scheduler/output_journal.h"
 #include "scheduler/progress.h"
 
 namespace offgen {
 namespace {
 
-// Appends whole lines and flushes each one, so a crash never leaves a torn record behind
-// a finished request.
-class LineWriter {
- public:
-  explicit LineWriter(const std::string& path) : path_(path) {
-    f_ = std::fopen(path.c_str(), "wb");
-    OFFGEN_CHECK(f_ != nullptr, kIo, "{}: cannot open output file: {}", path, std::strerror(errno));
-  }
-  ~LineWriter() {
-    if (f_) std::fclose(f_);
-  }
-  void write(const nlohmann::json& record) {
-    std::string s = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    s += '\n';
-    OFFGEN_CHECK(std::fwrite(s.data(), 1, s.size(), f_) == s.size() && std::fflush(f_) == 0, kIo,
-                 "{}: write failed: {}", path_, std::strerror(errno));
-  }
+uint64_t file_fnv1a(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  OFFGEN_CHECK(f != nullptr, kIo, "{}: cannot open input file: {}", path, std::strerror(errno));
+  uint64_t h = 0xcbf29ce484222325ull;
+  unsigned char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
+    for (size_t i = 0; i < n; ++i) h = (h ^ buf[i]) * 0x100000001b3ull;
+  std::fclose(f);
+  return h;
+}
 
- private:
-  std::string path_;
-  std::FILE* f_ = nullptr;
-};
+// What determines the records' contents: input bytes, model, sampling defaults and numerics.
+// Placement and batch split are not part of it: outputs do not depend on them.
+nlohmann::json job_fingerprint(const Engine& engine, const GenerateJobOptions& o) {
+  const auto& d = o.defaults;
+  std::error_code ec;
+  const auto model_bytes = std::filesystem::file_size(engine.options().model, ec);
+  return nlohmann::json{
+      {"input_fnv1a64", fmt::format("{:016x}", file_fnv1a(o.input))},
+      {"model", engine.options().model},
+      {"model_bytes", ec ? 0 : static_cast<int64_t>(model_bytes)},
+      {"weight_dtype", engine.options().weight_dtype},
+      {"max_context", engine.max_context()},
+      {"chat", o.chat},
+      {"sampling", {{"max_tokens", d.max_tokens}, {"temperature", d.temperature},
+                    {"top_p", d.top_p}, {"top_k", d.top_k}, {"seed", d.seed}, {"stop", d.stop}}},
+  };
+}
 
 }  // namespace
 
 JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts) {
   std::vector<JobLine> lines = read_request_file(opts.input, opts.defaults, opts.chat);
-  LineWriter out(opts.output);
+  OutputJournal out(opts.output, job_fingerprint(engine, opts), opts.overwrite,
+                    parse_fsync_policy(opts.fsync));
   JobSummary summary;
   summary.lines = static_cast<int64_t>(lines.size());
+  summary.resumed = out.resumed();
+  summary.failed = out.resumed_errors();
+  if (out.resumed() > 0)
+    log_info("{}: resuming: {} of {} records already written", opts.output, out.resumed(),
+             lines.size());
   std::vector<Request> requests;
   std::vector<size_t> line_of;
   for (size_t i = 0; i < lines.size(); ++i) {
+    if (out.done(lines[i].id)) continue;
     if (lines[i].request) {
       requests.push_back(*lines[i].request);
       line_of.push_back(i);
     } else {
-      out.write(error_record(lines[i]));
+      out.append(lines[i].id, error_record(lines[i]));
       ++summary.failed;
     }
   }
@@ -59,7 +76,7 @@ JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts) {
                                                               : engine.config().name;
   GenerateCallbacks cb;
   cb.on_result = [&](size_t index, const Result& r) {
-    out.write(result_record(lines[line_of[index]], r, model_name));
+    out.append(lines[line_of[index]].id, result_record(lines[line_of[index]], r, model_name));
   };
   cb.on_progress = [&](const Progress& p) { progress.update(p); };
   engine.generate(requests, cb);

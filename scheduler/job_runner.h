@@ -1,5 +1,6 @@
 // Runs an `offgen generate` job: reads the request file, generates with the Engine, appends one
-// complete, flushed JSONL record per request as it finishes, and reports progress.
+// complete, flushed JSONL record per request as it finishes (resuming an interrupted output:
+// ids already written are skipped), and reports progress.
 #pragma once
 
 #include <string>
@@ -14,11 +15,14 @@ struct GenerateJobOptions {
   SamplingParams defaults;
   bool chat = false;
   bool progress = true;
+  bool overwrite = false;          // start afresh instead of resuming an existing output
+  std::string fsync = "periodic";  // always | periodic (at most once a second) | never
 };
 
 struct JobSummary {
   int64_t lines = 0;   // requests read (valid or not)
-  int64_t failed = 0;  // records written with an error
+  int64_t failed = 0;  // error records in the output (this run and resumed ones)
+  int64_t resumed = 0;  // records already in the output from an earlier run
   GenerationStats stats;
 };
 
