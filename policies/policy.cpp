@@ -3,6 +3,9 @@
 
 #include <toml++/toml.h>
 
+#include <fstream>
+#include <iterator>
+
 #include <array>
 #include <cctype>
 #include <cmath>
@@ -123,9 +126,16 @@ std::string format_bytes(int64_t b) {
 }
 
 Policy load_policy_toml(const std::string& path, const Policy& base) {
+  std::ifstream in(path, std::ios::binary);
+  OFFGEN_CHECK(in.good(), kConfig, "{}: cannot read the policy file", path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_policy_toml(text, path, base);
+}
+
+Policy parse_policy_toml(std::string_view text, const std::string& path, const Policy& base) {
   toml::table t;
   try {
-    t = toml::parse_file(path);
+    t = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     OFFGEN_THROW(kConfig, "{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column,
                  std::string(e.description()));
@@ -135,9 +145,9 @@ Policy load_policy_toml(const std::string& path, const Policy& base) {
     return fmt::format("{}:{}: '{}'", path, n.source().begin.line, key);
   };
   auto get_int = [&](const toml::node& n, const std::string& key) -> int64_t {
-    auto v = n.value<int64_t>();
-    OFFGEN_CHECK(v.has_value() && n.is_integer(), kConfig, "{} must be an integer", where(n, key));
-    return *v;
+    // Check the type first: toml++ converts floats to integers with undefined overflow.
+    OFFGEN_CHECK(n.is_integer(), kConfig, "{} must be an integer", where(n, key));
+    return *n.value<int64_t>();
   };
   auto get_num = [&](const toml::node& n, const std::string& key) -> double {
     OFFGEN_CHECK(n.is_number(), kConfig, "{} must be a number", where(n, key));

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace offgen {
 
@@ -57,6 +58,9 @@ struct Policy {
 
 // Loads a policy TOML file over `base`; throws kConfig naming the file, line and key on errors.
 Policy load_policy_toml(const std::string& path, const Policy& base = Policy{});
+// The same from TOML text; `source` names it in messages (a path, or e.g. "<fuzz>").
+Policy parse_policy_toml(std::string_view text, const std::string& source,
+                         const Policy& base = Policy{});
 // Parses "512M", "8G", "1.5T", "4096" (bytes; K/M/G/T are powers of 1024). Throws kConfig.
 int64_t parse_size(const std::string& text, const std::string& what);
 std::string format_bytes(int64_t bytes);

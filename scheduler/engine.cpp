@@ -19,14 +19,6 @@ double seconds_since(Clock::time_point t0) {
 
 }  // namespace
 
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kError: return "error";
-  }
-  return "?";
-}
 
 void EngineOptions::validate() const {
   OFFGEN_CHECK(backend == "cpu", kConfig, "--backend {}: this build supports only 'cpu'", backend);

@@ -133,6 +133,8 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
       obj = json::parse(line);
     } catch (const json::parse_error& e) {
       OFFGEN_THROW(kInput, "invalid JSON at byte {}: {}", e.byte, e.what());
+    } catch (const json::exception& e) {  // e.g. a number too large for a double
+      OFFGEN_THROW(kInput, "invalid JSON: {}", e.what());
     }
     if (!obj.is_object()) OFFGEN_THROW(kInput, "expected a JSON object, got {}", obj.type_name());
     out.openai = obj.contains("custom_id") || obj.contains("body");
@@ -140,7 +142,7 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
     if (obj.contains(id_key)) {
       const json& idv = obj[id_key];
       if (idv.is_string()) out.id = idv.get<std::string>();
-      else if (idv.is_number_integer()) out.id = std::to_string(idv.get<int64_t>());
+      else if (idv.is_number_integer()) out.id = idv.dump();  // exact digits, any size
       else field_error(id_key, "expected a string or an integer");
       if (out.id.empty()) field_error(id_key, "must not be empty");
     } else if (out.openai) {

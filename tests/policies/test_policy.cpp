@@ -307,3 +307,9 @@ TEST_CASE("values are validated after loading, naming the file", "[policy]") {
   CHECK_THAT(config_error([&] { load_policy_toml(ok.path(), base); }),
              Contains(ok.path()) && Contains("io_queue_depth"));
 }
+
+TEST_CASE("policy TOML: a huge float where an integer belongs is a clean error", "[policy]") {
+  // Found by fuzz_policy: the integer conversion must not be attempted on a float.
+  CHECK_THROWS_WITH(offgen::parse_policy_toml("gpu_batch_size = 2.77e78\n", "<text>"),
+                    Catch::Contains("<text>:1") && Catch::Contains("gpu_batch_size"));
+}

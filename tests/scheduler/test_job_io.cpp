@@ -43,6 +43,7 @@ TEST_CASE("bad lines get an error naming the line and field", "[job_io]") {
   struct Case { const char* line; const char* must_contain; };
   const Case cases[] = {
       {"{not json", "invalid JSON"},
+      {R"({"id": "x", "prompt": "p", "max_tokens": 4444e4444})", "invalid JSON"},  // found by fuzz_request
       {"[1, 2]", "expected a JSON object"},
       {R"({"id": "x"})", "'prompt'"},
       {R"({"id": "x", "prompt": 5})", "field 'prompt': expected a string"},
