@@ -251,32 +251,21 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
 
 // Feeds each sequence's chunk of tokens, then samples from the last row of those that are due.
 void Engine::forward(std::vector<Sequence*>& seqs, const std::vector<std::vector<int32_t>>& chunks) {
-  const ModelConfig& c = model_->config();
-  std::vector<int32_t> ids, pos;
-  std::vector<SeqSpan> spans(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    spans[i] = SeqSpan{static_cast<int64_t>(ids.size()), static_cast<int64_t>(chunks[i].size()),
-                       seqs[i]->n_past};
-    for (size_t t = 0; t < chunks[i].size(); ++t) {
-      ids.push_back(chunks[i][t]);
-      pos.push_back(static_cast<int32_t>(seqs[i]->n_past + t));
-    }
-  }
-  // Split into GPU batches of at most gpu_batch_size sequences; they share each weight load.
+  // GPU batches of at most gpu_batch_size sequences; they share each unit's weight load.
   const size_t gbs = static_cast<size_t>(options_.policy.gpu_batch_size);
   std::vector<BatchInput> batches;
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (i % gbs == 0) batches.emplace_back();
     BatchInput& b = batches.back();
-    const int64_t rows_before = static_cast<int64_t>(b.ids.size());
-    b.spans.push_back(SeqSpan{rows_before, spans[i].n_new, spans[i].n_past});
-    b.ids.insert(b.ids.end(), ids.begin() + spans[i].row_begin,
-                 ids.begin() + spans[i].row_begin + spans[i].n_new);
-    b.positions.insert(b.positions.end(), pos.begin() + spans[i].row_begin,
-                       pos.begin() + spans[i].row_begin + spans[i].n_new);
+    const int64_t n_past = seqs[i]->n_past;
+    b.spans.push_back(SeqSpan{static_cast<int64_t>(b.ids.size()),
+                              static_cast<int64_t>(chunks[i].size()), n_past});
+    b.ids.insert(b.ids.end(), chunks[i].begin(), chunks[i].end());
+    for (size_t t = 0; t < chunks[i].size(); ++t)
+      b.positions.push_back(static_cast<int32_t>(n_past + static_cast<int64_t>(t)));
     b.kv.push_back(seqs[i]->kv);
   }
-  logits_.resize(seqs.size() * c.vocab_size);
+  logits_.resize(seqs.size() * model_->config().vocab_size);
   executor_->run(batches, logits_.data());
   for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->n_past += static_cast<int64_t>(chunks[i].size());
 }
