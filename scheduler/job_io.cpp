@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "runtime/core/error.h"
+#include "runtime/core/hash.h"
 
 namespace offgen {
 namespace {
@@ -13,13 +14,6 @@ using json = nlohmann::json;
 
 [[noreturn]] void field_error(const std::string& field, const std::string& what) {
   OFFGEN_THROW(kInput, "field '{}': {}", field, what);
-}
-
-// Stable 64-bit hash of the request id: each request gets its own sampling stream by default.
-uint64_t fnv1a64(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
-  return h;
 }
 
 std::string type_name(const json& v) { return v.type_name(); }

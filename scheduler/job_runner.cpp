@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "runtime/core/error.h"
+#include "runtime/core/hash.h"
 #include "runtime/core/log.h"
 #include "scheduler/job_io.h"
 #include "scheduler/output_journal.h"
@@ -19,11 +20,10 @@ namespace {
 uint64_t file_fnv1a(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   OFFGEN_CHECK(f != nullptr, kIo, "{}: cannot open input file: {}", path, std::strerror(errno));
-  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t h = kFnv1aSeed;
   unsigned char buf[1 << 16];
   size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
-    for (size_t i = 0; i < n; ++i) h = (h ^ buf[i]) * 0x100000001b3ull;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) h = fnv1a64(buf, n, h);
   std::fclose(f);
   return h;
 }

@@ -51,6 +51,16 @@ int64_t lowest_slot(std::span<const int32_t> positions, std::span<const float> s
   return best;
 }
 
+// The k highest-scored positions among [0, n), ties to older positions (unsorted result order).
+std::vector<int32_t> top_scored(std::span<const float> scores, int64_t n, int64_t k) {
+  std::vector<int32_t> cand(n);
+  std::iota(cand.begin(), cand.end(), 0);
+  std::stable_sort(cand.begin(), cand.end(),
+                   [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+  cand.resize(k);
+  return cand;
+}
+
 // The last `budget` positions.
 std::vector<int32_t> keep_last(int64_t n, int64_t budget) {
   std::vector<int32_t> keep;
@@ -109,11 +119,7 @@ class H2oPolicy final : public KvPolicy {
     if (n <= budget) return keep_last(n, budget);
     const int64_t r = recent(budget);
     // Top (budget - r) scores among positions before the recent window; ties to older positions.
-    std::vector<int32_t> cand(n - r);
-    std::iota(cand.begin(), cand.end(), 0);
-    std::stable_sort(cand.begin(), cand.end(),
-                     [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
-    cand.resize(budget - r);
+    std::vector<int32_t> cand = top_scored(scores, n - r, budget - r);
     for (int64_t i = n - r; i < n; ++i) cand.push_back(static_cast<int32_t>(i));
     std::sort(cand.begin(), cand.end());
     return cand;
@@ -139,11 +145,7 @@ class TovaPolicy final : public KvPolicy {
     const int64_t n = static_cast<int64_t>(scores.size());
     if (n <= budget) return keep_last(n, budget);
     // The last prompt position acts as the query: keep it and the budget-1 best-scored others.
-    std::vector<int32_t> cand(n - 1);
-    std::iota(cand.begin(), cand.end(), 0);
-    std::stable_sort(cand.begin(), cand.end(),
-                     [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
-    cand.resize(budget - 1);
+    std::vector<int32_t> cand = top_scored(scores, n - 1, budget - 1);
     cand.push_back(static_cast<int32_t>(n - 1));
     std::sort(cand.begin(), cand.end());
     return cand;

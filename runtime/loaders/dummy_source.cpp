@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "runtime/core/error.h"
+#include "runtime/core/hash.h"
 
 namespace offgen {
 namespace {
@@ -27,12 +28,6 @@ constexpr Preset kPresets[] = {
     {"llama-13b", 40, 5120, 40, 40, 13824, 32000, 4096},
     {"llama-70b", 80, 8192, 64, 8, 28672, 32000, 4096},
 };
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
 
 }  // namespace
 
@@ -109,7 +104,7 @@ TensorRef DummyWeightSource::tensor(const std::string& name) const {
   }
   // Uniform in ±sqrt(3)·σ with σ = 1/sqrt(fan_in): activations stay O(1) through the layers.
   const float scale = std::sqrt(3.0f / static_cast<float>(t.dims[0]));
-  uint64_t x = fnv1a(name) | 1;
+  uint64_t x = fnv1a64(name) | 1;
   for (int64_t i = 0; i < n; ++i) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     data[i] = (static_cast<float>(x >> 40) * 0x1.0p-24f * 2.0f - 1.0f) * scale;

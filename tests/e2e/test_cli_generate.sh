@@ -2,20 +2,7 @@
 # End-to-end checks of `offgen generate` / `offgen inspect` on the real model: mixed valid and
 # invalid request lines, prompts over the context window, missing and corrupt model files.
 # Usage: test_cli_generate.sh OFFGEN_BINARY MODEL_PATH (exit 77 = skipped when the model is absent).
-set -uo pipefail
-bin=$1
-model=${2:-}
-if [[ -z "$model" || ! -f "$model" ]]; then
-  echo "SKIP: default model not found (run tools/get-model, or set OFFGEN_MODEL)"
-  exit 77
-fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail=0
-check() {  # check DESCRIPTION CONDITION...
-  local what=$1; shift
-  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 cat > "$work/in.jsonl" <<'JSONL'
 {"id": "good-1", "prompt": "The capital of France is", "max_tokens": 5}

@@ -3,17 +3,7 @@
 # points (plus a torn last line), restarted each time, and must end with every id exactly once and
 # the same records as a clean run; a changed input is refused, --overwrite starts afresh.
 # Usage: test_cli_resume.sh OFFGEN_BINARY MODEL_PATH (exit 77 = skipped when the model is absent).
-set -uo pipefail
-bin=$1
-model=${2:-}
-if [[ -z "$model" || ! -f "$model" ]]; then
-  echo "SKIP: default model not found (run tools/get-model, or set OFFGEN_MODEL)"
-  exit 77
-fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail=0
-check() { local what=$1; shift; if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi; }
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 python3 - "$work/in.jsonl" <<'PY'
 import json, sys
