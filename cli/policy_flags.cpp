@@ -25,6 +25,11 @@ void PolicyFlags::add_to(CLI::App* app) {
   app->add_option("--gpu-mem", gpu_mem_, "Device tier capacity (e.g. 16G)");
   app->add_option("--cpu-mem", cpu_mem_, "Host RAM tier capacity (e.g. 64G)");
   app->add_option("--disk-mem", disk_mem_, "Disk tier capacity (e.g. 500G)");
+  app->add_option("--kv-policy", kv_policy_,
+                  "KV eviction policy: full (default), window, sinks, h2o, tova, snapkv");
+  kv_budget_opt_ = app->add_option("--kv-budget", kv_budget_,
+                  "KV kept per sequence: a fraction of prompt + generated tokens in (0, 1], or a "
+                  "token count (default 1 = everything)");
 }
 
 Policy PolicyFlags::resolve() const {
@@ -35,8 +40,10 @@ Policy PolicyFlags::resolve() const {
     p.cache_gpu_percent = percent_[2], p.cache_cpu_percent = percent_[3];
     p.act_gpu_percent = percent_[4], p.act_cpu_percent = percent_[5];
   }
-  if (gpu_batch_size_ > 0) p.gpu_batch_size = gpu_batch_size_;
-  if (num_gpu_batches_ > 0) p.num_gpu_batches = num_gpu_batches_;
+  if (gpu_batch_size_ > 0) p.gpu_batch_size = gpu_batch_size_, p.batch_given = true;
+  if (num_gpu_batches_ > 0) p.num_gpu_batches = num_gpu_batches_, p.batch_given = true;
+  if (!kv_policy_.empty()) p.kv.name = kv_policy_;
+  if (kv_budget_opt_->count()) p.kv.budget = kv_budget_;
   if (!offload_dir_.empty()) p.offload_dir = offload_dir_;
   OFFGEN_CHECK(!(overlap_opt_->count() && no_overlap_opt_->count()), kConfig,
                "--overlap and --no-overlap are mutually exclusive");

@@ -1,5 +1,5 @@
 // The policy flags of DESIGN.md §3 (--policy FILE, --percent, batch split, overlap, offload dir,
-// tier capacities) on a CLI11 command, resolved into a Policy: TOML first, then given flags.
+// tier capacities, KV policy) on a CLI11 command, resolved into a Policy: TOML first, then given flags.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -26,7 +26,9 @@ class PolicyFlags {
   bool no_overlap_ = false;
   int io_queue_depth_ = 0;
   std::string gpu_mem_, cpu_mem_, disk_mem_;
-  CLI::Option *overlap_opt_ = nullptr, *no_overlap_opt_ = nullptr;
+  std::string kv_policy_;
+  double kv_budget_ = 1.0;
+  CLI::Option *overlap_opt_ = nullptr, *no_overlap_opt_ = nullptr, *kv_budget_opt_ = nullptr;
 };
 
 }  // namespace offgen

@@ -9,8 +9,13 @@
 
 namespace offgen {
 
-KvStore::KvStore(const ModelConfig& config, double ram_percent, NvmeStore* disk)
-    : n_layers_(config.n_layers), kv_dim_(config.kv_dim()), ram_percent_(ram_percent), disk_(disk) {
+KvStore::KvStore(const ModelConfig& config, double ram_percent, NvmeStore* disk, bool with_meta)
+    : n_layers_(config.n_layers),
+      kv_dim_(config.kv_dim()),
+      n_kv_heads_(config.n_kv_heads),
+      with_meta_(with_meta),
+      ram_percent_(ram_percent),
+      disk_(disk) {
   OFFGEN_CHECK(ram_percent >= 0 && ram_percent <= 100, kConfig, "cache RAM percent {} out of range",
                ram_percent);
   OFFGEN_CHECK(ram_percent >= 100 || disk != nullptr, kInternal,
@@ -28,18 +33,23 @@ int64_t KvStore::ram_slots(int64_t capacity) const {
   return r / granule_ * granule_;
 }
 
+int64_t KvStore::meta_bytes(int64_t capacity) const {
+  return with_meta_ ? n_layers_ * 3 * n_kv_heads_ * capacity * 4 : 0;
+}
+
 int64_t KvStore::add(int64_t capacity) {
   OFFGEN_CHECK(capacity > 0, kInternal, "KV capacity must be positive");
   auto s = std::make_unique<Seq>();
   s->capacity = capacity;
   s->ram_slots = ram_slots(capacity);
   if (s->ram_slots > 0) s->ram = AlignedHostBuffer(n_layers_ * 2 * s->ram_slots * row_bytes());
+  s->meta.assign(meta_bytes(capacity) / 4, 0);  // all-zero bits: position 0, scores 0.0f
   if (s->ram_slots < capacity) {
     s->disk_segment =
         static_cast<int64_t>(align_up(static_cast<uint64_t>((capacity - s->ram_slots) * row_bytes())));
     s->disk = take_extent(static_cast<uint64_t>(n_layers_ * 2 * s->disk_segment));
   }
-  stats_.ram_bytes += static_cast<int64_t>(s->ram.capacity());
+  stats_.ram_bytes += static_cast<int64_t>(s->ram.capacity()) + meta_bytes(capacity);
   stats_.disk_bytes += static_cast<int64_t>(s->disk.bytes);
   stats_.peak_ram_bytes = std::max(stats_.peak_ram_bytes, stats_.ram_bytes);
   stats_.peak_disk_bytes = std::max(stats_.peak_disk_bytes, stats_.disk_bytes);
@@ -58,7 +68,7 @@ int64_t KvStore::add(int64_t capacity) {
 
 void KvStore::remove(int64_t handle) {
   auto& s = seqs_[handle];
-  stats_.ram_bytes -= static_cast<int64_t>(s->ram.capacity());
+  stats_.ram_bytes -= static_cast<int64_t>(s->ram.capacity()) + meta_bytes(s->capacity);
   stats_.disk_bytes -= static_cast<int64_t>(s->disk.bytes);
   --stats_.sequences;
   // The NVMe store allocates by bumping; finished sequences' extents are reused by later ones.
@@ -85,7 +95,19 @@ float* KvStore::ram_slot0(const Seq& s, int64_t layer, int which) const {
 KvSeqView KvStore::home_view(int64_t handle, int64_t layer) const {
   const Seq& s = *seqs_[handle];
   OFFGEN_DCHECK(s.ram_slots == s.capacity);
-  return KvSeqView{ram_slot0(s, layer, 0), ram_slot0(s, layer, 1), s.capacity};
+  KvSeqView v{ram_slot0(s, layer, 0), ram_slot0(s, layer, 1), s.capacity};
+  attach_meta(handle, layer, v);
+  return v;
+}
+
+void KvStore::attach_meta(int64_t handle, int64_t layer, KvSeqView& v) const {
+  if (!with_meta_) return;
+  Seq& s = *seqs_[handle];
+  const int64_t table = n_kv_heads_ * s.capacity;
+  int32_t* base = s.meta.data() + layer * 3 * table;
+  v.pos = base;
+  v.sum = reinterpret_cast<float*>(base + table);
+  v.max = reinterpret_cast<float*>(base + 2 * table);
 }
 
 void KvStore::load(int64_t handle, int64_t layer, int64_t n_valid, float* k, float* v) const {
@@ -104,6 +126,18 @@ void KvStore::load(int64_t handle, int64_t layer, int64_t n_valid, float* k, flo
   }
 }
 
+void KvStore::write_disk(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
+                         const float* stage) {
+  // Whole pages from the one holding disk slot `begin` to the one holding slot end - 1.
+  const int64_t first = std::max(begin, s.ram_slots) - s.ram_slots;
+  const uint64_t from = align_down(static_cast<uint64_t>(first * row_bytes()));
+  const uint64_t to = align_up(static_cast<uint64_t>((end - s.ram_slots) * row_bytes()));
+  const Extent seg{s.disk.offset + static_cast<uint64_t>((layer * 2 + which) * s.disk_segment) + from,
+                   to - from};
+  disk_->write(seg, reinterpret_cast<const std::byte*>(stage) + s.ram_slots * row_bytes() + from,
+               to - from);
+}
+
 void KvStore::store(int64_t handle, int64_t layer, int64_t begin, int64_t end, const float* k,
                     const float* v) {
   const Seq& s = *seqs_[handle];
@@ -114,17 +148,33 @@ void KvStore::store(int64_t handle, int64_t layer, int64_t begin, int64_t end, c
     if (begin < ram_end)
       std::memcpy(ram_slot0(s, layer, which) + begin * kv_dim_, stage[which] + begin * kv_dim_,
                   (ram_end - begin) * row_bytes());
-    if (end > s.ram_slots) {
-      // Whole pages from the one holding the first new disk slot to the one holding the last.
-      const int64_t first = std::max(begin, s.ram_slots) - s.ram_slots;
-      const uint64_t from = align_down(static_cast<uint64_t>(first * row_bytes()));
-      const uint64_t to = align_up(static_cast<uint64_t>((end - s.ram_slots) * row_bytes()));
-      const Extent seg{
-          s.disk.offset + static_cast<uint64_t>((layer * 2 + which) * s.disk_segment) + from,
-          to - from};
-      disk_->write(seg,
-                   reinterpret_cast<const std::byte*>(stage[which]) + s.ram_slots * row_bytes() + from,
-                   to - from);
+    if (end > s.ram_slots) write_disk(s, layer, which, begin, end, stage[which]);
+  }
+}
+
+void KvStore::store_slots(int64_t handle, int64_t layer, std::span<const int32_t> slots,
+                          const float* k, const float* v) {
+  const Seq& s = *seqs_[handle];
+  const float* stage[2] = {k, v};
+  const auto page_of = [&](int64_t slot) {
+    return (slot - s.ram_slots) * row_bytes() / static_cast<int64_t>(kDiskAlign);
+  };
+  for (int which = 0; which < 2; ++which) {
+    // RAM slots one row each; disk slots in runs that share or touch pages.
+    size_t i = 0;
+    while (i < slots.size()) {
+      const int64_t a = slots[i];
+      OFFGEN_DCHECK(a < s.capacity && (i == 0 || slots[i - 1] < a));
+      if (a < s.ram_slots) {
+        std::memcpy(ram_slot0(s, layer, which) + a * kv_dim_, stage[which] + a * kv_dim_,
+                    row_bytes());
+        ++i;
+        continue;
+      }
+      size_t j = i + 1;
+      while (j < slots.size() && page_of(slots[j]) <= page_of(slots[j - 1] + 1)) ++j;
+      write_disk(s, layer, which, a, slots[j - 1] + 1, stage[which]);
+      i = j;
     }
   }
 }

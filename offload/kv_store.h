@@ -2,11 +2,14 @@
 // layer in RAM and slots [r, capacity) on the NVMe store, r = the RAM share of the capacity
 // (rounded so slot r starts a 4 KiB page). Wholly resident sequences are used in place; others
 // are assembled into caller-provided staging buffers for compute and their new slots written back.
+// Stores for eviction policies also keep each table's slot metadata (positions and attention
+// statistics per KV head) in RAM.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "offload/aligned_buffer.h"
@@ -25,13 +28,15 @@ struct KvStoreStats {
 class KvStore {
  public:
   // ram_percent: share of each sequence's slots homed in RAM (the rest on `disk`, which must be
-  // non-null when ram_percent < 100).
-  KvStore(const ModelConfig& config, double ram_percent, NvmeStore* disk);
+  // non-null when ram_percent < 100). with_meta: keep slot metadata for an eviction policy.
+  KvStore(const ModelConfig& config, double ram_percent, NvmeStore* disk, bool with_meta = false);
 
   // Bytes of one staging buffer (K or V) for a sequence of this capacity (4 KiB multiple).
   int64_t staging_bytes(int64_t capacity) const;
   // Slots of a sequence of this capacity homed in RAM.
   int64_t ram_slots(int64_t capacity) const;
+  // RAM bytes of a sequence's slot metadata (0 without metadata).
+  int64_t meta_bytes(int64_t capacity) const;
 
   // Creates the home of a sequence with `capacity` slots per layer; returns its handle.
   // Not thread-safe against load/store: call between steps.
@@ -40,8 +45,10 @@ class KvStore {
 
   bool resident(int64_t handle) const { return seqs_[handle]->ram_slots == seqs_[handle]->capacity; }
   int64_t capacity(int64_t handle) const { return seqs_[handle]->capacity; }
-  // The in-place view of a wholly resident sequence's layer.
+  // The in-place view of a wholly resident sequence's layer (with its metadata).
   KvSeqView home_view(int64_t handle, int64_t layer) const;
+  // Points v's metadata at the sequence's layer metadata (always in RAM); no-op without it.
+  void attach_meta(int64_t handle, int64_t layer, KvSeqView& v) const;
   // Copies slots [0, n_valid) of a layer into staging k/v (4 KiB-aligned, staging_bytes long):
   // RAM slots by memcpy, disk slots by reading the pages that hold them. Thread-safe for
   // distinct (handle, layer) pairs.
@@ -49,6 +56,9 @@ class KvStore {
   // Writes slots [begin, end) of a layer from staging back to their homes.
   void store(int64_t handle, int64_t layer, int64_t begin, int64_t end, const float* k,
              const float* v);
+  // Writes the given slots (ascending, distinct) of a layer from staging back to their homes.
+  void store_slots(int64_t handle, int64_t layer, std::span<const int32_t> slots, const float* k,
+                   const float* v);
   const KvStoreStats& stats() const { return stats_; }
 
  private:
@@ -56,13 +66,17 @@ class KvStore {
     int64_t capacity = 0, ram_slots = 0;
     int64_t disk_segment = 0;  // bytes of one layer's K (or V) disk part, 4 KiB multiple
     AlignedHostBuffer ram;     // [layer][K|V][ram_slots][kv_dim]
+    std::vector<int32_t> meta;  // [layer][pos|sum|max][n_kv_heads][capacity] (floats as bits)
     Extent disk;               // [layer][K|V][disk_segment]
   };
   int64_t row_bytes() const { return kv_dim_ * 4; }
   float* ram_slot0(const Seq& s, int64_t layer, int which) const;
   Extent take_extent(uint64_t bytes);
 
-  int64_t n_layers_, kv_dim_;
+  void write_disk(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
+                  const float* stage);
+  int64_t n_layers_, kv_dim_, n_kv_heads_;
+  bool with_meta_;
   int64_t granule_;  // slots per 4 KiB-aligned step of the RAM/disk split
   double ram_percent_;
   NvmeStore* disk_;

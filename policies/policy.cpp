@@ -43,6 +43,7 @@ void Policy::validate() const {
   OFFGEN_CHECK(cpu_mem >= 0, kConfig, "policy: cpu_mem {} must be >= 0 (0 = unlimited)", cpu_mem);
   OFFGEN_CHECK(disk_mem >= 0, kConfig, "policy: disk_mem {} must be >= 0 (0 = unlimited)",
                disk_mem);
+  kv.validate();
   OFFGEN_CHECK(!compress_weight && !compress_cache, kConfig,
                "policy: compress_weight/compress_cache (4-bit group compression) are not available "
                "in this build");
@@ -170,9 +171,29 @@ Policy parse_policy_toml(std::string_view text, const std::string& path, const P
   };
   for (auto&& [k, node] : t) {
     const std::string key(k.str());
-    if (key == "kv") continue;  // KV eviction policy section, read by the KV policy loader
-    if (key == "gpu_batch_size") p.gpu_batch_size = get_int(node, key);
-    else if (key == "num_gpu_batches") p.num_gpu_batches = get_int(node, key);
+    if (key == "kv") {
+      const toml::table* kv = node.as_table();
+      OFFGEN_CHECK(kv != nullptr, kConfig, "{} must be a table ([kv])", where(node, key));
+      for (auto&& [kk, kn] : *kv) {
+        const std::string k2 = "kv." + std::string(kk.str());
+        if (kk == "policy") {
+          OFFGEN_CHECK(kn.is_string(), kConfig, "{} must be a string", where(kn, k2));
+          p.kv.name = *kn.value<std::string>();
+        } else if (kk == "budget") p.kv.budget = get_num(kn, k2);
+        else if (kk == "recent_fraction") p.kv.recent_fraction = get_num(kn, k2);
+        else if (kk == "sinks") p.kv.sinks = get_int(kn, k2);
+        else if (kk == "window") p.kv.window = get_int(kn, k2);
+        else if (kk == "kernel") p.kv.kernel = get_int(kn, k2);
+        else OFFGEN_THROW(kConfig, "{} is not a [kv] key (policy, budget, recent_fraction, sinks, "
+                          "window, kernel)", where(kn, k2));
+      }
+    } else if (key == "gpu_batch_size") {
+      p.gpu_batch_size = get_int(node, key);
+      p.batch_given = true;
+    } else if (key == "num_gpu_batches") {
+      p.num_gpu_batches = get_int(node, key);
+      p.batch_given = true;
+    }
     else if (key == "weights") {
       auto v = get_percent(node, key);
       p.weight_gpu_percent = v[0], p.weight_cpu_percent = v[1];

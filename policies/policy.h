@@ -1,11 +1,14 @@
 // Placement policy (FlexGen's Policy): batch split, weight / KV-cache / activation percentages per
-// tier (disk = remainder), overlap and compute options, tier capacities and the offload dir.
+// tier (disk = remainder), overlap and compute options, tier capacities, the offload dir and the
+// KV eviction policy ([kv]).
 // Read from TOML (`--policy FILE`) and overridden by CLI flags; validate() runs before any work.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "policies/kv/kv_policy.h"
 
 namespace offgen {
 
@@ -22,6 +25,9 @@ struct TierBytes {
 struct Policy {
   int64_t gpu_batch_size = 32;
   int64_t num_gpu_batches = 1;
+  // Whether the batch sizes were given (flags or TOML). When not, and a tier capacity is set,
+  // fixed-shape workloads (bench) use the largest batch that fits the capacities.
+  bool batch_given = false;
   // Percent of each kind of tensor on the device (GPU) and host (CPU) tiers; disk gets the rest.
   double weight_gpu_percent = 100, weight_cpu_percent = 0;
   double cache_gpu_percent = 100, cache_cpu_percent = 0;
@@ -36,6 +42,9 @@ struct Policy {
   int io_queue_depth = 64;
   // Tier capacities in bytes; 0 = unlimited.
   int64_t gpu_mem = 0, cpu_mem = 0, disk_mem = 0;
+  KvPolicyConfig kv;  // KV eviction policy and budget
+
+  bool has_capacity_limit() const { return gpu_mem > 0 || cpu_mem > 0 || disk_mem > 0; }
 
   double weight_disk_percent() const { return 100.0 - weight_gpu_percent - weight_cpu_percent; }
   double cache_disk_percent() const { return 100.0 - cache_gpu_percent - cache_cpu_percent; }

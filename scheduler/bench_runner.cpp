@@ -20,11 +20,19 @@ void BenchOptions::validate() const {
 
 BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   o.validate();
-  const int64_t b = o.batch_size > 0 ? o.batch_size : engine.options().batch_size();
   OFFGEN_CHECK(o.prompt_len + o.gen_len <= engine.max_context(), kConfig,
                "--prompt-len {} + --gen-len {} exceed the context window of {}", o.prompt_len,
                o.gen_len, engine.max_context());
-  engine.check_fits(b, o.prompt_len + o.gen_len - 1);
+  const Policy& policy = engine.options().policy;
+  const int64_t capacity = engine.kv_capacity(o.prompt_len, o.gen_len);
+  const bool fit = o.batch_size == 0 && !policy.batch_given && policy.has_capacity_limit();
+  const int64_t b = o.batch_size > 0 ? o.batch_size
+                    : fit            ? engine.fit_sequences(capacity)
+                                     : policy.block_size();
+  OFFGEN_CHECK(b > 0, kConfig,
+               "not even one sequence of {} KV slots fits the tier capacities next to the weights",
+               capacity);
+  engine.check_fits(b, capacity);
   std::mt19937_64 rng(o.seed);
   const int32_t vocab = static_cast<int32_t>(engine.config().vocab_size);
   std::uniform_int_distribution<int32_t> tok(std::min(100, vocab - 1), vocab - 1);
@@ -45,6 +53,11 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   const GenerationStats& s = engine.last_stats();
   BenchReport r;
   r.batch_size = b;
+  r.kv_policy = policy.kv.describe();
+  r.kv_slots_per_seq = capacity;
+  const TierBytes kv = engine.kv_need(capacity);
+  r.kv_bytes_per_seq = kv.device + kv.host + kv.disk;
+  r.batch_limited_by = fit ? "memory" : "policy";
   r.prompt_len = o.prompt_len;
   r.gen_len = o.gen_len;
   r.prefill_seconds = s.prefill_seconds;
@@ -73,6 +86,10 @@ nlohmann::json BenchReport::to_json() const {
       {"prefill_seconds", prefill_seconds},
       {"decode_seconds", decode_seconds},
       {"batch_size", batch_size},
+      {"batch_limited_by", batch_limited_by},
+      {"kv_policy", kv_policy},
+      {"kv_slots_per_seq", kv_slots_per_seq},
+      {"kv_bytes_per_seq", kv_bytes_per_seq},
       {"prompt_len", prompt_len},
       {"gen_len", gen_len},
       {"peak_bytes", {{"device", peak_device}, {"host", peak_host}, {"disk", peak_disk}}},
@@ -84,7 +101,7 @@ nlohmann::json BenchReport::to_json() const {
 
 std::string BenchReport::summary() const {
   return fmt::format(
-      "batch {} x prompt {} + gen {}\n"
+      "batch {} x prompt {} + gen {} (batch set by {}); KV {}: {} slots, {} per sequence\n"
       "  prefill {:10.1f} tok/s  ({:.3f} s)\n"
       "  decode  {:10.1f} tok/s  ({:.3f} s)\n"
       "  total   {:10.1f} tok/s\n"
@@ -92,7 +109,8 @@ std::string BenchReport::summary() const {
       "  disk I/O: read {}, written {}\n"
       "  lanes busy: load {:.3f} s, compute {:.3f} s, store {:.3f} s of {:.3f} s; overlap "
       "efficiency {:.2f}",
-      batch_size, prompt_len, gen_len, prefill_throughput, prefill_seconds, decode_throughput,
+      batch_size, prompt_len, gen_len, batch_limited_by, kv_policy, kv_slots_per_seq,
+      format_bytes(kv_bytes_per_seq), prefill_throughput, prefill_seconds, decode_throughput,
       decode_seconds, total_throughput, format_bytes(peak_host), format_bytes(peak_disk),
       format_bytes(disk_read), format_bytes(disk_write), lanes.load, lanes.compute, lanes.store,
       lanes.wall, overlap_efficiency);

@@ -14,7 +14,9 @@ namespace offgen {
 struct BenchOptions {
   int64_t prompt_len = 512;
   int64_t gen_len = 32;
-  int64_t batch_size = 0;  // prompts; 0 = the policy's block (gpu_batch_size x num_gpu_batches)
+  // Prompts; 0 = the policy's block (gpu_batch_size x num_gpu_batches) when batch sizes are
+  // given or no tier capacity is set, else the largest batch the capacities allow.
+  int64_t batch_size = 0;
   bool warmup = true;      // one short untimed run first
   uint64_t seed = 1234;
   void validate() const;
@@ -22,6 +24,10 @@ struct BenchOptions {
 
 struct BenchReport {
   int64_t batch_size = 0, prompt_len = 0, gen_len = 0;
+  std::string kv_policy;           // e.g. "h2o@0.2"
+  int64_t kv_slots_per_seq = 0;    // KV table capacity of one sequence
+  int64_t kv_bytes_per_seq = 0;    // its bytes on all tiers (K, V and slot metadata)
+  std::string batch_limited_by;    // "policy" (given sizes) or "memory" (fit to the capacities)
   double prefill_seconds = 0, decode_seconds = 0;
   double prefill_throughput = 0, decode_throughput = 0, total_throughput = 0;
   int64_t peak_device = 0, peak_host = 0, peak_disk = 0;

@@ -1,6 +1,7 @@
 // Block-schedule execution over lanes.
 #include "scheduler/block_executor.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -20,13 +21,15 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 }  // namespace
 
 BlockExecutor::BlockExecutor(const LlamaModel& model, WeightStore& weights, KvStore& kv,
-                             bool overlap, double act_ram_percent, NvmeStore* disk)
+                             bool overlap, double act_ram_percent, NvmeStore* disk,
+                             const KvSlotPolicy* policy)
     : model_(model),
       weights_(weights),
       kv_(kv),
       overlap_(overlap),
       act_ram_percent_(act_ram_percent),
-      disk_(disk) {
+      disk_(disk),
+      policy_(policy) {
   OFFGEN_CHECK(act_ram_percent >= 100 || disk != nullptr, kInternal,
                "activations placed on disk without an NVMe store");
 }
@@ -65,10 +68,17 @@ float* BlockExecutor::stage(int slot, size_t seq, int which) {
 
 std::vector<KvSeqView> BlockExecutor::kv_views(const BatchInput& b, int64_t layer, int slot) {
   std::vector<KvSeqView> views(b.kv.size());
+  const int64_t heads = model_.config().n_kv_heads;
+  written_[slot].resize(b.kv.size() * heads);
   for (size_t i = 0; i < b.kv.size(); ++i) {
     const int64_t h = b.kv[i];
-    views[i] = kv_.resident(h) ? kv_.home_view(h, layer)
-                               : KvSeqView{stage(slot, i, 0), stage(slot, i, 1), kv_.capacity(h)};
+    if (kv_.resident(h)) {
+      views[i] = kv_.home_view(h, layer);
+    } else {
+      views[i] = KvSeqView{stage(slot, i, 0), stage(slot, i, 1), kv_.capacity(h)};
+      kv_.attach_meta(h, layer, views[i]);
+    }
+    views[i].written = written_[slot].data() + i * heads;
   }
   return views;
 }
@@ -96,7 +106,7 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
       std::vector<KvSeqView> views;
       if (LlamaModel::unit_has_cache(t.unit))
         views = kv_views(b, LlamaModel::unit_layer(t.unit), t.slot);
-      const UnitBatch ub{rows, b.spans, b.positions.data(), views};
+      const UnitBatch ub{rows, b.spans, b.positions.data(), views, policy_};
       model_.run_unit(t.unit, weights_.blob(t.unit, t.unit % 2), h, ub, scratch_);
       if (t.unit + 1 == model_.num_units()) {
         std::vector<int64_t> last;
@@ -108,10 +118,27 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
     case TaskKind::kStoreCache: {
       const BatchInput& b = batches[t.batch];
       const int64_t layer = LlamaModel::unit_layer(t.unit);
-      for (size_t i = 0; i < b.kv.size(); ++i)
-        if (!kv_.resident(b.kv[i]))
-          kv_.store(b.kv[i], layer, b.spans[i].n_past, b.spans[i].n_past + b.spans[i].n_new,
-                    stage(t.slot, i, 0), stage(t.slot, i, 1));
+      const int64_t heads = model_.config().n_kv_heads;
+      std::vector<int32_t> slots;
+      for (size_t i = 0; i < b.kv.size(); ++i) {
+        if (kv_.resident(b.kv[i])) continue;
+        // The slots compute wrote (KvStep): appended ones, each head's replaced one, or all.
+        const SeqSpan& sp = b.spans[i];
+        const int64_t cap = kv_.capacity(b.kv[i]);
+        const float* k = stage(t.slot, i, 0);
+        const float* v = stage(t.slot, i, 1);
+        if (sp.n_past + sp.n_new <= cap) {
+          kv_.store(b.kv[i], layer, sp.n_past, sp.n_past + sp.n_new, k, v);
+        } else if (sp.n_new == 1 && sp.n_past == cap) {
+          const int32_t* w = written_[t.slot].data() + i * heads;
+          slots.assign(w, w + heads);
+          std::sort(slots.begin(), slots.end());
+          slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+          kv_.store_slots(b.kv[i], layer, slots, k, v);
+        } else {
+          kv_.store(b.kv[i], layer, 0, cap, k, v);
+        }
+      }
       return;
     }
     case TaskKind::kLoadHidden: {

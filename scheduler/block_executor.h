@@ -29,8 +29,10 @@ class BlockExecutor {
  public:
   // act_ram_percent: share of each GPU batch's activations kept in RAM between units; the rest
   // goes through `disk` (required when below 100).
+  // policy: the KV eviction decisions for tables with metadata (null when none evict).
   BlockExecutor(const LlamaModel& model, WeightStore& weights, KvStore& kv, bool overlap,
-                double act_ram_percent = 100, NvmeStore* disk = nullptr);
+                double act_ram_percent = 100, NvmeStore* disk = nullptr,
+                const KvSlotPolicy* policy = nullptr);
   // Runs every unit over every batch; writes the last row's logits of each sequence, batches in
   // order, into logits ([total sequences, vocab]). Rethrows the first task failure.
   void run(const std::vector<BatchInput>& batches, float* logits);
@@ -63,6 +65,8 @@ class BlockExecutor {
   bool offload_act_ = false;
   std::vector<int64_t> logits_offset_;             // first logits row of each batch
   std::vector<AlignedHostBuffer> kv_stage_[2];     // per slot: [seq][K|V] staging
+  std::vector<int32_t> written_[2];                // per slot: [seq][kv head] replaced slots
+  const KvSlotPolicy* policy_;
   int64_t stage_bytes_ = 0;
   LaneTimes times_;
 };

@@ -35,8 +35,9 @@ struct Engine::Sequence {
   size_t index = 0;
   const Request* req = nullptr;
   std::vector<int32_t> prompt;
-  int64_t n_past = 0;  // tokens whose K/V are in the cache
-  int64_t capacity = 0;
+  int64_t n_pos = 0;     // tokens fed so far (the next token's position)
+  int64_t n_used = 0;    // slots of the KV table in use (n_pos until the policy evicts)
+  int64_t capacity = 0;  // slots of the KV table
   int64_t max_tokens = 0;
   int64_t kv = -1;  // KvStore handle
   Sampler sampler;
@@ -45,7 +46,7 @@ struct Engine::Sequence {
   bool finished = false;
 
   Sequence(const SamplingParams& p) : sampler(p) {}
-  bool prefilling() const { return n_past < static_cast<int64_t>(prompt.size()); }
+  bool prefilling() const { return n_pos < static_cast<int64_t>(prompt.size()); }
 };
 
 Engine::Engine(EngineOptions options) : options_(std::move(options)) {
@@ -82,10 +83,12 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
       model_->num_units(), [&](int64_t u) { return model_->unit_bytes(u); },
       [&](int64_t u, void* dst) { model_->build_unit(u, dst); },
       p.weight_gpu_percent + p.weight_cpu_percent, nvme_.get());
+  if (p.kv.evicts()) kv_policy_ = make_kv_policy(p.kv);
   kv_ = std::make_unique<KvStore>(model_->config(), p.cache_gpu_percent + p.cache_cpu_percent,
-                                  nvme_.get());
+                                  nvme_.get(), kv_policy_ != nullptr);
   executor_ = std::make_unique<BlockExecutor>(*model_, *weights_, *kv_, p.overlap,
-                                              p.act_gpu_percent + p.act_cpu_percent, nvme_.get());
+                                              p.act_gpu_percent + p.act_cpu_percent, nvme_.get(),
+                                              kv_policy_.get());
   log_debug("loaded {} in {:.2f}s", options_.model, seconds_since(t0));
   OFFGEN_CHECK(tokenizer_->vocab_size() <= model_->config().vocab_size, kInput,
                "{}: tokenizer has {} tokens but the model only {} embeddings", options_.model,
@@ -166,7 +169,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
   while (!waiting.empty() || !active.empty() || prepared) {
     // Admit waiting requests into free batch slots. A prepared request whose KV cache does not
     // fit the tier capacities next to the running ones waits until some of them finish.
-    while (static_cast<int64_t>(active.size()) < options_.batch_size() &&
+    while (static_cast<int64_t>(active.size()) < max_active() &&
            (prepared || !waiting.empty())) {
       if (!prepared) {
         const size_t i = waiting.front();
@@ -186,7 +189,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
                        "least one generated token)",
                        p, max_context_);
           s->max_tokens = std::min(r.sampling.max_tokens, max_context_ - p);
-          s->capacity = std::max<int64_t>(1, p + s->max_tokens - 1);
+          s->capacity = kv_capacity(p, s->max_tokens);
         } catch (const Error& e) {
           s->result.finish_reason = FinishReason::kError;
           s->result.error = e.what();
@@ -257,17 +260,22 @@ void Engine::forward(std::vector<Sequence*>& seqs, const std::vector<std::vector
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (i % gbs == 0) batches.emplace_back();
     BatchInput& b = batches.back();
-    const int64_t n_past = seqs[i]->n_past;
+    const int64_t n_pos = seqs[i]->n_pos;
     b.spans.push_back(SeqSpan{static_cast<int64_t>(b.ids.size()),
-                              static_cast<int64_t>(chunks[i].size()), n_past});
+                              static_cast<int64_t>(chunks[i].size()), seqs[i]->n_used});
     b.ids.insert(b.ids.end(), chunks[i].begin(), chunks[i].end());
     for (size_t t = 0; t < chunks[i].size(); ++t)
-      b.positions.push_back(static_cast<int32_t>(n_past + static_cast<int64_t>(t)));
+      b.positions.push_back(static_cast<int32_t>(n_pos + static_cast<int64_t>(t)));
     b.kv.push_back(seqs[i]->kv);
   }
   logits_.resize(seqs.size() * model_->config().vocab_size);
   executor_->run(batches, logits_.data());
-  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->n_past += static_cast<int64_t>(chunks[i].size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence& s = *seqs[i];
+    const auto n = static_cast<int64_t>(chunks[i].size());
+    s.n_pos += n;
+    s.n_used = std::min(s.capacity, s.n_used + n);  // a policy evicted any overflow
+  }
 }
 
 int32_t Engine::sample(Sequence& s, const float* row) {
@@ -286,7 +294,38 @@ void Engine::check_fits(int64_t sequences, int64_t capacity) const {
 }
 
 TierBytes Engine::kv_need(int64_t capacity) const {
-  return options_.policy.split_cache(model_->config().kv_bytes_per_token() * capacity);
+  const Policy& p = options_.policy;
+  TierBytes t = p.split_cache(model_->config().kv_bytes_per_token() * capacity);
+  // Slot metadata lives in RAM: on the device tier when the cache's RAM share is there.
+  (p.cache_gpu_percent >= p.cache_cpu_percent ? t.device : t.host) += kv_->meta_bytes(capacity);
+  return t;
+}
+
+int64_t Engine::kv_capacity(int64_t prompt, int64_t max_tokens) const {
+  // The last generated token is never fed back, so its K/V never needs a slot.
+  const int64_t need = std::max<int64_t>(1, prompt + max_tokens - 1);
+  return std::min(need, options_.policy.kv.budget_tokens(prompt, max_tokens));
+}
+
+int64_t Engine::fit_sequences(int64_t capacity) const {
+  const TierBytes one = kv_need(capacity);
+  const Policy& p = options_.policy;
+  int64_t n = int64_t{1} << 20;
+  auto limit = [&](int64_t cap, int64_t used, int64_t per) {
+    if (cap == 0 || per == 0) return;
+    n = std::min(n, cap > used ? (cap - used) / per : 0);
+  };
+  limit(p.gpu_mem, weight_need_.device, one.device);
+  limit(p.cpu_mem, weight_need_.host, one.host);
+  limit(p.disk_mem, weight_need_.disk, one.disk);
+  return n;
+}
+
+int64_t Engine::max_active() const {
+  const Policy& p = options_.policy;
+  // Without given batch sizes a capacity limit decides how many sequences run (admission checks
+  // each one's KV cache against it).
+  return p.batch_given || !p.has_capacity_limit() ? p.block_size() : int64_t{1} << 20;
 }
 
 void Engine::accept(Sequence& s, int32_t tok) {
@@ -328,9 +367,9 @@ void Engine::run_prefill(std::vector<Sequence*>& seqs) {
     int64_t budget = options_.prefill_chunk;
     while (i < seqs.size() && budget > 0) {
       Sequence* s = seqs[i];
-      const int64_t left = static_cast<int64_t>(s->prompt.size()) - s->n_past;
+      const int64_t left = static_cast<int64_t>(s->prompt.size()) - s->n_pos;
       const int64_t take = std::min(left, budget);
-      chunks.emplace_back(s->prompt.begin() + s->n_past, s->prompt.begin() + s->n_past + take);
+      chunks.emplace_back(s->prompt.begin() + s->n_pos, s->prompt.begin() + s->n_pos + take);
       group.push_back(s);
       budget -= take;
       stats_.prefill_tokens += take;

@@ -80,6 +80,13 @@ class Engine {
   // Throws Error(kConfig) when weights plus `sequences` KV caches of `capacity` tokens exceed the
   // policy's tier capacities (the pre-flight check of fixed-shape workloads such as bench).
   void check_fits(int64_t sequences, int64_t capacity) const;
+  // KV slots of a sequence of `prompt` tokens generating up to `max_tokens`, under the KV policy.
+  int64_t kv_capacity(int64_t prompt, int64_t max_tokens) const;
+  // Bytes per tier of one sequence's KV table of `capacity` slots (with its slot metadata).
+  TierBytes kv_need(int64_t capacity) const;
+  // Largest number of sequences of `capacity` slots that fit the tier capacities next to the
+  // weights (capped at 2^20; 0 when not even one fits).
+  int64_t fit_sequences(int64_t capacity) const;
 
   // Renders and tokenises a request's prompt (chat template when asked). Throws kInput.
   std::vector<int32_t> encode_prompt(const Request& r) const;
@@ -96,7 +103,7 @@ class Engine {
   void run_prefill(std::vector<Sequence*>& seqs);
   void run_decode(std::vector<Sequence*>& seqs);
   int32_t sample(Sequence& s, const float* logits_row);
-  TierBytes kv_need(int64_t capacity) const;
+  int64_t max_active() const;  // sequences that may run at once
   void accept(Sequence& s, int32_t token);  // appends a sampled token; marks finished
   void forward(std::vector<Sequence*>& seqs, const std::vector<std::vector<int32_t>>& chunks);
 
@@ -106,6 +113,7 @@ class Engine {
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<NvmeStore> nvme_;
   std::unique_ptr<WeightStore> weights_;
+  std::unique_ptr<KvPolicy> kv_policy_;  // null for the full cache
   std::unique_ptr<KvStore> kv_;
   std::unique_ptr<BlockExecutor> executor_;
   std::unique_ptr<Tokenizer> tokenizer_;

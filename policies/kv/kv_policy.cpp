@@ -12,71 +12,81 @@
 namespace offgen {
 namespace {
 
-// Keeps everything; the table is sized to hold the whole sequence.
-class FullPolicy final : public KvPolicy {
- public:
-  std::string name() const override { return "full"; }
-  std::vector<int32_t> keep_at_prefill(std::span<const float> scores, int64_t budget) const override {
-    OFFGEN_CHECK(static_cast<int64_t>(scores.size()) <= budget, kConfig,
-                 "kv policy full: {} prompt tokens exceed the budget of {}", scores.size(), budget);
-    std::vector<int32_t> keep(scores.size());
-    std::iota(keep.begin(), keep.end(), 0);
-    return keep;
-  }
-  int64_t evict_slot(std::span<const int32_t>, std::span<const float>, std::span<const float>,
-                     int32_t) const override {
-    return -1;
-  }
-};
+int64_t size_of(const SlotTable& t) { return static_cast<int64_t>(t.pos.size()); }
 
-// Slot holding the smallest position satisfying `eligible`; -1 when none.
+// Slot indices ordered newest position first.
+std::vector<int32_t> by_recency(const SlotTable& t) {
+  std::vector<int32_t> idx(t.pos.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return t.pos[a] > t.pos[b]; });
+  return idx;
+}
+
+// Appends to `out` the k best of `cand` by `score` (higher first; ties to the older position).
+void append_top(const SlotTable& t, std::span<const float> score, std::vector<int32_t> cand,
+                int64_t k, std::vector<int32_t>& out) {
+  k = std::min<int64_t>(k, static_cast<int64_t>(cand.size()));
+  std::partial_sort(cand.begin(), cand.begin() + k, cand.end(), [&](int32_t a, int32_t b) {
+    return score[a] != score[b] ? score[a] > score[b] : t.pos[a] < t.pos[b];
+  });
+  out.insert(out.end(), cand.begin(), cand.begin() + k);
+}
+
+// Slot with the smallest position among those satisfying `eligible`; -1 when none.
 template <class Pred>
-int64_t oldest_slot(std::span<const int32_t> positions, Pred eligible) {
+int64_t oldest_slot(const SlotTable& t, Pred eligible) {
   int64_t best = -1;
-  for (size_t s = 0; s < positions.size(); ++s)
-    if (eligible(positions[s]) && (best < 0 || positions[s] < positions[best])) best = s;
+  for (int64_t s = 0; s < size_of(t); ++s)
+    if (eligible(t.pos[s]) && (best < 0 || t.pos[s] < t.pos[best])) best = s;
   return best;
 }
 
 // Slot with the lowest score among eligible positions; ties go to the oldest position.
 template <class Pred>
-int64_t lowest_slot(std::span<const int32_t> positions, std::span<const float> score, Pred eligible) {
+int64_t lowest_slot(const SlotTable& t, std::span<const float> score, Pred eligible) {
   int64_t best = -1;
-  for (size_t s = 0; s < positions.size(); ++s) {
-    if (!eligible(positions[s])) continue;
-    if (best < 0 || score[s] < score[best] ||
-        (score[s] == score[best] && positions[s] < positions[best]))
+  for (int64_t s = 0; s < size_of(t); ++s) {
+    if (!eligible(t.pos[s])) continue;
+    if (best < 0 || score[s] < score[best] || (score[s] == score[best] && t.pos[s] < t.pos[best]))
       best = s;
   }
   return best;
 }
 
-// The k highest-scored positions among [0, n), ties to older positions (unsorted result order).
-std::vector<int32_t> top_scored(std::span<const float> scores, int64_t n, int64_t k) {
-  std::vector<int32_t> cand(n);
-  std::iota(cand.begin(), cand.end(), 0);
-  std::stable_sort(cand.begin(), cand.end(),
-                   [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
-  cand.resize(k);
-  return cand;
+// Keeps the newest `recent` slots and the best-scored others up to `keep`.
+void keep_recent_and_top(const SlotTable& t, std::span<const float> score, int64_t keep,
+                         int64_t recent, std::vector<int32_t>& out) {
+  std::vector<int32_t> order = by_recency(t);
+  if (size_of(t) <= keep) {
+    out.insert(out.end(), order.begin(), order.end());
+    return;
+  }
+  recent = std::clamp<int64_t>(recent, 0, keep);
+  out.insert(out.end(), order.begin(), order.begin() + recent);
+  append_top(t, score, std::vector<int32_t>(order.begin() + recent, order.end()), keep - recent,
+             out);
 }
 
-// The last `budget` positions.
-std::vector<int32_t> keep_last(int64_t n, int64_t budget) {
-  std::vector<int32_t> keep;
-  for (int64_t i = std::max<int64_t>(0, n - budget); i < n; ++i) keep.push_back(static_cast<int32_t>(i));
-  return keep;
-}
+// Keeps every slot; its tables are sized to hold the whole sequence and never overflow.
+class FullPolicy final : public KvPolicy {
+ public:
+  std::string name() const override { return "full"; }
+  void keep(const SlotTable& t, int64_t keep, std::vector<int32_t>& out) const override {
+    OFFGEN_CHECK(size_of(t) <= keep, kInternal, "kv policy full: {} tokens exceed {} slots",
+                 size_of(t), keep);
+    for (int64_t s = 0; s < size_of(t); ++s) out.push_back(static_cast<int32_t>(s));
+  }
+  int64_t victim(const SlotTable&, int32_t) const override { return -1; }
+};
 
 class WindowPolicy final : public KvPolicy {
  public:
   std::string name() const override { return "window"; }
-  std::vector<int32_t> keep_at_prefill(std::span<const float> scores, int64_t budget) const override {
-    return keep_last(static_cast<int64_t>(scores.size()), budget);
+  void keep(const SlotTable& t, int64_t keep, std::vector<int32_t>& out) const override {
+    keep_recent_and_top(t, t.sum, keep, keep, out);
   }
-  int64_t evict_slot(std::span<const int32_t> positions, std::span<const float>,
-                     std::span<const float>, int32_t) const override {
-    return oldest_slot(positions, [](int32_t) { return true; });
+  int64_t victim(const SlotTable& t, int32_t) const override {
+    return oldest_slot(t, [](int32_t) { return true; });
   }
 };
 
@@ -85,19 +95,16 @@ class SinksPolicy final : public KvPolicy {
  public:
   explicit SinksPolicy(int64_t sinks) : sinks_(sinks) {}
   std::string name() const override { return "sinks"; }
-  std::vector<int32_t> keep_at_prefill(std::span<const float> scores, int64_t budget) const override {
-    const int64_t n = static_cast<int64_t>(scores.size());
-    if (n <= budget) return keep_last(n, budget);
-    const int64_t s = std::min(sinks_, budget);
-    std::vector<int32_t> keep;
-    for (int64_t i = 0; i < s; ++i) keep.push_back(static_cast<int32_t>(i));
-    for (int64_t i = n - (budget - s); i < n; ++i) keep.push_back(static_cast<int32_t>(i));
-    return keep;
+  void keep(const SlotTable& t, int64_t keep, std::vector<int32_t>& out) const override {
+    // Score = 1 for sink positions, 0 otherwise: the sinks win every slot outside the window.
+    std::vector<float> sink(t.pos.size());
+    for (size_t s = 0; s < t.pos.size(); ++s) sink[s] = t.pos[s] < sinks_ ? 1.0f : 0.0f;
+    const int64_t n_sinks = std::count(sink.begin(), sink.end(), 1.0f);
+    keep_recent_and_top(t, sink, keep, keep - std::min(n_sinks, keep), out);
   }
-  int64_t evict_slot(std::span<const int32_t> positions, std::span<const float>,
-                     std::span<const float>, int32_t) const override {
-    const int64_t s = oldest_slot(positions, [this](int32_t p) { return p >= sinks_; });
-    return s >= 0 ? s : oldest_slot(positions, [](int32_t) { return true; });
+  int64_t victim(const SlotTable& t, int32_t) const override {
+    const int64_t s = oldest_slot(t, [this](int32_t p) { return p >= sinks_; });
+    return s >= 0 ? s : oldest_slot(t, [](int32_t) { return true; });
   }
 
  private:
@@ -109,51 +116,69 @@ class H2oPolicy final : public KvPolicy {
  public:
   explicit H2oPolicy(double recent_fraction) : recent_fraction_(recent_fraction) {}
   std::string name() const override { return "h2o"; }
-  bool needs_accumulated_scores() const override { return true; }
   int64_t recent(int64_t budget) const {
     return std::clamp<int64_t>(static_cast<int64_t>(std::llround(budget * recent_fraction_)), 1,
                                budget);
   }
-  std::vector<int32_t> keep_at_prefill(std::span<const float> scores, int64_t budget) const override {
-    const int64_t n = static_cast<int64_t>(scores.size());
-    if (n <= budget) return keep_last(n, budget);
-    const int64_t r = recent(budget);
-    // Top (budget - r) scores among positions before the recent window; ties to older positions.
-    std::vector<int32_t> cand = top_scored(scores, n - r, budget - r);
-    for (int64_t i = n - r; i < n; ++i) cand.push_back(static_cast<int32_t>(i));
-    std::sort(cand.begin(), cand.end());
-    return cand;
+  void keep(const SlotTable& t, int64_t keep, std::vector<int32_t>& out) const override {
+    keep_recent_and_top(t, t.sum, keep, recent(keep), out);
   }
-  int64_t evict_slot(std::span<const int32_t> positions, std::span<const float> accumulated,
-                     std::span<const float>, int32_t pos) const override {
-    // After `pos` joins, the recent window is the last r positions up to pos: the others compete.
-    const int64_t r = recent(static_cast<int64_t>(positions.size()));
-    const int64_t s = lowest_slot(positions, accumulated, [&](int32_t p) { return p <= pos - r; });
-    return s >= 0 ? s : oldest_slot(positions, [](int32_t) { return true; });
+  int64_t victim(const SlotTable& t, int32_t new_pos) const override {
+    // After new_pos joins, the recent window is the last r positions up to it: the others compete.
+    const int64_t r = recent(size_of(t));
+    const int64_t s = lowest_slot(t, t.sum, [&](int32_t p) { return p <= new_pos - r; });
+    return s >= 0 ? s : oldest_slot(t, [](int32_t) { return true; });
   }
 
  private:
   double recent_fraction_;
 };
 
-// TOVA: drop the token the latest query attended to least (scores already summed over the
-// group; the order is the same as the mean over heads).
+// TOVA: drop the token the latest query attended to least (summed over the query group; the
+// order is the same as the mean over heads). At prefill the last prompt position is the query.
 class TovaPolicy final : public KvPolicy {
  public:
   std::string name() const override { return "tova"; }
-  std::vector<int32_t> keep_at_prefill(std::span<const float> scores, int64_t budget) const override {
-    const int64_t n = static_cast<int64_t>(scores.size());
-    if (n <= budget) return keep_last(n, budget);
-    // The last prompt position acts as the query: keep it and the budget-1 best-scored others.
-    std::vector<int32_t> cand = top_scored(scores, n - 1, budget - 1);
-    cand.push_back(static_cast<int32_t>(n - 1));
-    std::sort(cand.begin(), cand.end());
-    return cand;
+  int64_t stats_rows(int64_t) const override { return 1; }
+  bool step_scores() const override { return true; }
+  void keep(const SlotTable& t, int64_t keep, std::vector<int32_t>& out) const override {
+    keep_recent_and_top(t, t.sum, keep, 1, out);
   }
-  int64_t evict_slot(std::span<const int32_t> positions, std::span<const float>,
-                     std::span<const float> step, int32_t) const override {
-    return lowest_slot(positions, step, [](int32_t) { return true; });
+  int64_t victim(const SlotTable& t, int32_t) const override {
+    return lowest_slot(t, t.sum, [](int32_t) { return true; });
   }
+};
+
+// SnapKV: at prefill, the last `window` queries vote (their attention, average-pooled over
+// neighbouring positions) for the prompt slots to keep; the window itself is kept. Afterwards the
+// table keeps its window of recent tokens and evicts the lowest accumulated score (as H2O does).
+class SnapKvPolicy final : public KvPolicy {
+ public:
+  SnapKvPolicy(int64_t window, int64_t kernel) : window_(window), kernel_(kernel) {}
+  std::string name() const override { return "snapkv"; }
+  int64_t stats_rows(int64_t n_new) const override { return std::min(n_new, window_); }
+  void keep(const SlotTable& t, int64_t keep, std::vector<int32_t>& out) const override {
+    // Pool the scores along positions (zero padding, as avg_pool1d with count_include_pad).
+    std::vector<int32_t> order = by_recency(t);
+    std::reverse(order.begin(), order.end());  // oldest first
+    const int64_t n = size_of(t), half = kernel_ / 2;
+    std::vector<float> pooled(n);
+    for (int64_t i = 0; i < n; ++i) {
+      float acc = 0.0f;
+      for (int64_t j = std::max<int64_t>(0, i - half); j <= std::min(n - 1, i + half); ++j)
+        acc += t.sum[order[j]];
+      pooled[order[i]] = acc / static_cast<float>(kernel_);
+    }
+    keep_recent_and_top(t, pooled, keep, std::min(window_, keep), out);
+  }
+  int64_t victim(const SlotTable& t, int32_t new_pos) const override {
+    const int64_t r = std::min<int64_t>(window_, size_of(t));
+    const int64_t s = lowest_slot(t, t.sum, [&](int32_t p) { return p <= new_pos - r; });
+    return s >= 0 ? s : oldest_slot(t, [](int32_t) { return true; });
+  }
+
+ private:
+  int64_t window_, kernel_;
 };
 
 }  // namespace
@@ -166,6 +191,8 @@ void KvPolicyConfig::validate() const {
   OFFGEN_CHECK(std::isfinite(recent_fraction) && recent_fraction > 0 && recent_fraction <= 1,
                kConfig, "kv recent_fraction {} must be in (0, 1]", recent_fraction);
   OFFGEN_CHECK(sinks >= 0, kConfig, "kv sinks {} must be >= 0", sinks);
+  OFFGEN_CHECK(window >= 1, kConfig, "kv window {} must be >= 1", window);
+  OFFGEN_CHECK(kernel >= 1 && kernel % 2 == 1, kConfig, "kv kernel {} must be odd and >= 1", kernel);
   const auto names = kv_policy_names();
   OFFGEN_CHECK(std::find(names.begin(), names.end(), name) != names.end(), kConfig,
                "--kv-policy {}: unknown (known: {})", name, fmt::join(names, ", "));
@@ -173,13 +200,21 @@ void KvPolicyConfig::validate() const {
 
 int64_t KvPolicyConfig::budget_tokens(int64_t prompt, int64_t generate) const {
   const int64_t total = prompt + generate;
-  if (name == "full") return total;
+  if (!evicts()) return total;
   const int64_t b = budget <= 1 ? static_cast<int64_t>(std::ceil(budget * static_cast<double>(total)))
                                 : static_cast<int64_t>(budget);
   return std::clamp<int64_t>(b, 1, total);
 }
 
-std::vector<std::string> kv_policy_names() { return {"full", "window", "sinks", "h2o", "tova"}; }
+std::string KvPolicyConfig::describe() const {
+  if (!evicts()) return name;
+  return budget <= 1 ? fmt::format("{}@{:g}", name, budget)
+                     : fmt::format("{}@{}", name, static_cast<int64_t>(budget));
+}
+
+std::vector<std::string> kv_policy_names() {
+  return {"full", "window", "sinks", "h2o", "tova", "snapkv"};
+}
 
 std::unique_ptr<KvPolicy> make_kv_policy(const KvPolicyConfig& c) {
   c.validate();
@@ -187,6 +222,7 @@ std::unique_ptr<KvPolicy> make_kv_policy(const KvPolicyConfig& c) {
   if (c.name == "sinks") return std::make_unique<SinksPolicy>(c.sinks);
   if (c.name == "h2o") return std::make_unique<H2oPolicy>(c.recent_fraction);
   if (c.name == "tova") return std::make_unique<TovaPolicy>();
+  if (c.name == "snapkv") return std::make_unique<SnapKvPolicy>(c.window, c.kernel);
   return std::make_unique<FullPolicy>();
 }
 

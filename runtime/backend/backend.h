@@ -46,10 +46,17 @@ struct SeqSpan {
 
 // K and V of one sequence for one layer, slot-major: [capacity][n_kv_heads][head_dim], fp32 (a
 // token's K (or V) for all heads is one contiguous row, so a prefix of slots is one extent).
+// Tables that evict also carry per-head slot metadata in host memory, [n_kv_heads][capacity]
+// each: the position a head's slot holds and the attention statistics it has received. Heads
+// evict independently, so one slot row may hold different positions for different heads.
 struct KvSeqView {
   float* k = nullptr;
   float* v = nullptr;
   int64_t capacity = 0;
+  int32_t* pos = nullptr;   // null: the table never evicts (no metadata)
+  float* sum = nullptr;
+  float* max = nullptr;
+  int32_t* written = nullptr;  // out, [n_kv_heads]: the slot each head's new token went to
 };
 
 // Attention-score statistics of one sequence for the KV policies: for each KV head and slot, the
@@ -57,9 +64,10 @@ struct KvSeqView {
 // the new rows: [n_kv_heads][capacity]. The op accumulates (+= and max=) onto what the caller
 // put there, so running scores can live in these arrays.
 struct AttentionStats {
-  float* col_sum = nullptr;
+  float* col_sum = nullptr;  // null: no statistics for this sequence
   float* col_max = nullptr;
   int64_t capacity = 0;
+  int64_t first_row = 0;  // new rows before this one do not contribute (an observation window)
 };
 
 struct AttentionArgs {

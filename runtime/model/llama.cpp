@@ -184,27 +184,19 @@ void LlamaModel::run_unit(int64_t unit, const void* blob, float* hidden, const U
   backend_.rope(s.q.data(), rows, c.n_heads, hd, b.positions, c.rope_theta, c.rope_style);
   backend_.rope(s.qkv.data() + qd, rows, c.n_kv_heads, hd, b.positions, c.rope_theta,
                 c.rope_style, wqkv);
-  // Scatter new K/V into each sequence's slots.
-  for (size_t i = 0; i < b.seqs.size(); ++i) {
-    const SeqSpan& sp = b.seqs[i];
-    const KvSeqView& kv = b.kv[i];
-    OFFGEN_CHECK(sp.n_past + sp.n_new <= kv.capacity, kInternal, "KV capacity {} exceeded ({} + {})",
-                 kv.capacity, sp.n_past, sp.n_new);
-    for (int64_t t = 0; t < sp.n_new; ++t) {
-      const float* row = s.qkv.data() + (sp.row_begin + t) * wqkv;
-      const int64_t slot = (sp.n_past + t) * kvd;
-      std::memcpy(kv.k + slot, row + qd, kvd * 4);
-      std::memcpy(kv.v + slot, row + qd + kvd, kvd * 4);
-    }
-  }
+  // New K/V into each sequence's slot table (evicting where a policy says so), then attention.
+  KvStep step(c.n_kv_heads, hd, b.seqs, b.kv, b.policy, s.qkv.data(), wqkv, qd, qd + kvd,
+              b.positions, s.overflow);
   AttentionArgs args;
   args.n_heads = c.n_heads;
   args.n_kv_heads = c.n_kv_heads;
   args.head_dim = hd;
   args.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  args.seqs = b.seqs;
-  args.kv = b.kv;
+  args.seqs = step.spans();
+  args.kv = step.views();
+  args.stats = step.stats();
   backend_.attention(s.q.data(), args, s.attn.data());
+  step.finish();
   backend_.matmul(s.attn.data(), rows, w1, s.proj.data());
   backend_.add(hidden, s.proj.data(), rows * c.d_model);
 }

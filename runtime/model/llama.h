@@ -10,6 +10,7 @@
 
 #include "runtime/backend/backend.h"
 #include "runtime/model/config.h"
+#include "runtime/model/kv_slots.h"
 #include "runtime/model/weight_source.h"
 
 namespace offgen {
@@ -17,6 +18,7 @@ namespace offgen {
 // Scratch activations for one ragged batch; grown on demand. One per concurrently running batch.
 struct LlamaScratch {
   std::vector<float> x, qkv, q, attn, proj, gate_up, act;
+  std::vector<KvOverflow> overflow;  // per sequence, for chunks that overflow their table
   void reserve(const ModelConfig& c, int64_t rows);
 };
 
@@ -26,6 +28,7 @@ struct UnitBatch {
   std::span<const SeqSpan> seqs;
   const int32_t* positions = nullptr;  // per row
   std::span<const KvSeqView> kv;       // per sequence, for this unit's layer (attention units)
+  const KvSlotPolicy* policy = nullptr;  // evicts from tables with metadata; null: none evict
 };
 
 // Per-layer KV views for the sequences of a batch, supplied by the caller (who owns the cache).
@@ -53,7 +56,8 @@ class LlamaModel {
   // hidden[rows, d_model] = embedding of ids.
   void embed(std::span<const int32_t> ids, float* hidden) const;
   // Attention unit: hidden += attention(norm(hidden)), writing the new tokens' K/V into the
-  // batch's KV views at slots n_past .. n_past+n_new-1. MLP unit: hidden += mlp(norm(hidden)).
+  // batch's KV views after their n_past used slots — or, in tables that evict, where the policy
+  // makes room (see KvStep). MLP unit: hidden += mlp(norm(hidden)).
   void run_unit(int64_t unit, const void* blob, float* hidden, const UnitBatch& batch,
                 LlamaScratch& s) const;
   // logits[i, vocab] for hidden rows rows[i].

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -25,8 +26,19 @@ std::unique_ptr<KvPolicy> policy(const std::string& name, double recent = 0.5) {
 // A slot table driven through prefill and `steps` decode tokens with random attention.
 struct Table {
   std::vector<int32_t> pos;
-  std::vector<float> acc, step;
+  std::vector<float> acc, max;
+  SlotTable view() const { return {pos, acc, max}; }
 };
+
+// Indices kept by p.keep over positions 0..n-1 with these scores, sorted.
+std::vector<int32_t> kept(const KvPolicy& p, const std::vector<float>& scores, int64_t budget) {
+  std::vector<int32_t> pos(scores.size());
+  std::iota(pos.begin(), pos.end(), 0);
+  std::vector<int32_t> out;
+  p.keep(SlotTable{pos, scores, scores}, budget, out);
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 Table run_stream(const KvPolicy& p, int64_t prompt, int64_t steps, int64_t budget, uint64_t seed,
                  const std::function<void(const Table&, int32_t, int64_t)>& on_evict = {}) {
@@ -35,25 +47,26 @@ Table run_stream(const KvPolicy& p, int64_t prompt, int64_t steps, int64_t budge
   std::vector<float> prefill(prompt);
   for (auto& x : prefill) x = u(rng);
   Table t;
-  for (int32_t k : p.keep_at_prefill(prefill, budget)) {
+  for (int32_t k : kept(p, prefill, budget)) {
     t.pos.push_back(k);
     t.acc.push_back(prefill[k]);
-    t.step.push_back(0.0f);
+    t.max.push_back(prefill[k]);
   }
   for (int64_t i = 0; i < steps; ++i) {
     const auto pos = static_cast<int32_t>(prompt + i);
-    for (size_t s = 0; s < t.pos.size(); ++s) {
-      t.step[s] = u(rng);
-      t.acc[s] += t.step[s];
-    }
     if (static_cast<int64_t>(t.pos.size()) < budget) {
-      t.pos.push_back(pos), t.acc.push_back(0.0f), t.step.push_back(0.0f);
-      continue;
+      t.pos.push_back(pos), t.acc.push_back(0.0f), t.max.push_back(0.0f);
+    } else {
+      const int64_t victim = p.victim(t.view(), pos);
+      if (on_evict) on_evict(t, pos, victim);
+      REQUIRE(victim >= 0);
+      t.pos[victim] = pos, t.acc[victim] = 0.0f, t.max[victim] = 0.0f;
     }
-    const int64_t victim = p.evict_slot(t.pos, t.acc, t.step, pos);
-    if (on_evict) on_evict(t, pos, victim);
-    REQUIRE(victim >= 0);
-    t.pos[victim] = pos, t.acc[victim] = 0.0f, t.step[victim] = 0.0f;
+    // The step's attention: fresh scores for step-scored policies, accumulated otherwise.
+    for (size_t s = 0; s < t.pos.size(); ++s) {
+      const float x = u(rng);
+      t.acc[s] = p.step_scores() ? x : t.acc[s] + x;
+    }
   }
   return t;
 }
@@ -63,8 +76,10 @@ Table run_stream(const KvPolicy& p, int64_t prompt, int64_t steps, int64_t budge
 TEST_CASE("full keeps every token and never evicts", "[kv_policy]") {
   auto p = policy("full");
   std::vector<float> s(10, 0.5f);
-  CHECK(p->keep_at_prefill(s, 10).size() == 10);
-  CHECK(p->evict_slot(std::vector<int32_t>{0, 1}, std::vector<float>{1, 2}, std::vector<float>{1, 2}, 2) == -1);
+  CHECK(kept(*p, s, 10).size() == 10);
+  std::vector<int32_t> pos{0, 1};
+  std::vector<float> sc{1, 2};
+  CHECK(p->victim(SlotTable{pos, sc, sc}, 2) == -1);
   KvPolicyConfig c;
   CHECK(c.budget_tokens(100, 20) == 120);
 }
@@ -75,10 +90,34 @@ TEST_CASE("h2o prefill keeps the top scores outside the recent window plus the w
   //                      0    1    2    3    4    5    6    7    8    9
   std::vector<float> s = {0.9, 0.1, 0.8, 0.2, 0.7, 0.3, 0.0, 0.0, 0.0, 0.0};
   // budget 6: recent 3 (positions 7, 8, 9); heavy 3 among 0..6: 0 (0.9), 2 (0.8), 4 (0.7).
-  CHECK(p->keep_at_prefill(s, 6) == std::vector<int32_t>{0, 2, 4, 7, 8, 9});
+  CHECK(kept(*p, s, 6) == std::vector<int32_t>{0, 2, 4, 7, 8, 9});
   // Ties go to the older position.
   std::vector<float> tie = {0.5, 0.5, 0.5, 0.1, 0.0, 0.0};
-  CHECK(p->keep_at_prefill(tie, 4) == std::vector<int32_t>{0, 1, 4, 5});
+  CHECK(kept(*p, tie, 4) == std::vector<int32_t>{0, 1, 4, 5});
+  // Decisions follow positions, not slot order: the same table shuffled keeps the same tokens.
+  std::vector<int32_t> pos = {9, 3, 7, 0, 5, 1, 8, 2, 6, 4};
+  std::vector<float> sc(10);
+  for (int i = 0; i < 10; ++i) sc[i] = s[pos[i]];
+  std::vector<int32_t> out;
+  p->keep(SlotTable{pos, sc, sc}, 6, out);
+  std::vector<int32_t> held;
+  for (int32_t i : out) held.push_back(pos[i]);
+  std::sort(held.begin(), held.end());
+  CHECK(held == std::vector<int32_t>{0, 2, 4, 7, 8, 9});
+}
+
+TEST_CASE("snapkv keeps its observation window and the best pooled scores", "[kv_policy]") {
+  KvPolicyConfig c;
+  c.name = "snapkv";
+  c.window = 2;
+  c.kernel = 3;
+  auto p = make_kv_policy(c);
+  CHECK(p->stats_rows(100) == 2);
+  //                      0    1    2    3    4    5    6    7
+  std::vector<float> s = {0.0, 0.0, 0.9, 0.0, 0.0, 0.3, 0.3, 0.0};
+  // Window: 6, 7. Pooled (k=3): 1 -> 0.3, 2 -> 0.3, 3 -> 0.3, 4 -> 0.1, 5 -> 0.2, ...; keep 2
+  // more: ties among 1, 2, 3 go to the older ones.
+  CHECK(kept(*p, s, 4) == std::vector<int32_t>{1, 2, 6, 7});
 }
 
 TEST_CASE("h2o decode evicts the lowest accumulated score and never the recent window",
@@ -123,7 +162,7 @@ TEST_CASE("window keeps exactly the last tokens", "[kv_policy]") {
 TEST_CASE("tova evicts the token the latest query attended to least", "[kv_policy]") {
   auto p = policy("tova");
   run_stream(*p, 20, 50, 8, 11, [&](const Table& t, int32_t, int64_t victim) {
-    for (size_t s = 0; s < t.pos.size(); ++s) CHECK(t.step[victim] <= t.step[s]);
+    for (size_t s = 0; s < t.pos.size(); ++s) CHECK(t.acc[victim] <= t.acc[s]);
   });
 }
 

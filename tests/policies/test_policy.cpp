@@ -193,8 +193,12 @@ cpu_mem = 17179869184
 disk_mem = "1.5T"
 
 [kv]
-eviction = "lru"
-whatever = [1, 2, 3]
+policy = "h2o"
+budget = 0.2
+recent_fraction = 0.25
+sinks = 8
+window = 32
+kernel = 7
 )");
   const Policy p = load_policy_toml(f.path());
   CHECK(p.gpu_batch_size == 48);
@@ -213,6 +217,13 @@ whatever = [1, 2, 3]
   CHECK_FALSE(p.compress_cache);
   CHECK(p.offload_dir == "/mnt/nvme/offgen");
   CHECK(p.io_queue_depth == 128);
+  CHECK(p.batch_given);
+  CHECK(p.kv.name == "h2o");
+  CHECK(p.kv.budget == 0.2);
+  CHECK(p.kv.recent_fraction == 0.25);
+  CHECK(p.kv.sinks == 8);
+  CHECK(p.kv.window == 32);
+  CHECK(p.kv.kernel == 7);
   CHECK(p.gpu_mem == int64_t{8} << 30);
   CHECK(p.cpu_mem == int64_t{16} << 30);
   CHECK(p.disk_mem == int64_t{3} << 39);
@@ -241,6 +252,9 @@ TEST_CASE("unknown keys name file, line and key", "[policy]") {
   CHECK_THAT(m, Contains(":3:") && Contains("'gpu_batch'"));
   m = load_error("overlap = true\n[weights_table]\nx = 1\n");
   CHECK_THAT(m, Contains(":2:") && Contains("'weights_table'"));
+  m = load_error("[kv]\npolicy = \"h2o\"\neviction = \"lru\"\n");
+  CHECK_THAT(m, Contains(":3:") && Contains("'kv.eviction'"));
+  CHECK_THAT(load_error("kv = 3\n"), Contains(":1:") && Contains("[kv]"));
 }
 
 TEST_CASE("wrong value types name file and line", "[policy]") {
@@ -260,7 +274,9 @@ TEST_CASE("wrong value types name file and line", "[policy]") {
         Case{"\nweights = [1, 2, 3]\n", "weights"}, Case{"\ncache = 50\n", "cache"},
         Case{"\nactivations = [\"a\", 1]\n", "activations"},
         Case{"\npercent = [1, 2, 3]\n", "percent"},
-        Case{"\npercent = [1, 2, 3, 4, 5, \"6\"]\n", "percent"}}) {
+        Case{"\npercent = [1, 2, 3, 4, 5, \"6\"]\n", "percent"},
+        Case{"[kv]\npolicy = 3\n", "kv.policy"}, Case{"[kv]\nbudget = \"half\"\n", "kv.budget"},
+        Case{"[kv]\nsinks = 1.5\n", "kv.sinks"}}) {
     INFO(c.text);
     const std::string m = load_error(c.text);
     CHECK_THAT(m, Contains(":2:") && Contains(c.key));
@@ -300,6 +316,9 @@ TEST_CASE("values are validated after loading, naming the file", "[policy]") {
   CHECK_THAT(load_error("compress_cache = true\n"), Contains("compress_cache"));
   CHECK_THAT(load_error("cpu_mem = -1\n"), Contains("cpu_mem"));
   CHECK_THAT(load_error("gpu_mem = \"12X\"\n"), Contains("gpu_mem") && Contains("12X"));
+  CHECK_THAT(load_error("[kv]\npolicy = \"lru\"\n"), Contains("lru") && Contains("h2o"));
+  CHECK_THAT(load_error("[kv]\nbudget = 0\n"), Contains("kv-budget"));
+  CHECK_THAT(load_error("[kv]\nbudget = 2.5\n"), Contains("whole number"));
   // An invalid base is caught even when the file does not touch the field.
   Policy base;
   base.io_queue_depth = 0;

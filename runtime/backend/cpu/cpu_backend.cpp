@@ -276,7 +276,6 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
   const int64_t hd = a.head_dim;
   const int64_t row_stride = a.n_heads * hd;
   const int64_t slot_stride = a.n_kv_heads * hd;
-  // One task per (sequence, query head); each task's arithmetic does not depend on the batch.
   // One task per (sequence, KV head): each key block is transposed once for the whole query
   // group. A task's arithmetic does not depend on the batch.
   ctx_.parallel_for(n_seqs * a.n_kv_heads, 1, [&](int64_t b, int64_t e) {
@@ -317,7 +316,8 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
           const float inv = 1.0f / sum;
           weighted_sum(sc, inv, n_vis, vbase, slot_stride, hd,
                        out + (sp.row_begin + t) * row_stride + h * hd);
-          if (!a.stats.empty()) {  // policy statistics: this task owns (s, kvh)'s columns
+          if (!a.stats.empty() && a.stats[s].col_sum && t >= a.stats[s].first_row) {
+            // Policy statistics: this task owns (s, kvh)'s columns.
             const AttentionStats& st = a.stats[s];
             float* cs = st.col_sum + kvh * st.capacity;
             float* cm = st.col_max + kvh * st.capacity;

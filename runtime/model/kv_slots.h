@@ -1,0 +1,73 @@
+// Slot tables under eviction, from the model's side: the decisions interface a KV policy
+// implements (policies/kv), and KvStep, which writes a batch's new K/V into its tables (append,
+// per-head overwrite of a full table, or compaction of a chunk that overflows) around attention.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "runtime/backend/backend.h"
+
+namespace offgen {
+
+// One (sequence, layer, KV head) slot table as a policy sees it: n slots, their positions and the
+// attention statistics they received (fp32, summed / maxed over the head's query group).
+struct SlotTable {
+  std::span<const int32_t> pos;
+  std::span<const float> sum;
+  std::span<const float> max;
+};
+
+// The decisions of an eviction policy. Pure: reads a table, returns indices. Thread-safe.
+class KvSlotPolicy {
+ public:
+  virtual ~KvSlotPolicy() = default;
+  // Indices of the min(keep, n) slots to retain when n > keep slots compete (any order).
+  virtual void keep(const SlotTable& t, int64_t keep, std::vector<int32_t>& out) const = 0;
+  // A token at position new_pos arrives at a full table: the slot it overwrites.
+  virtual int64_t victim(const SlotTable& t, int32_t new_pos) const = 0;
+  // Of a prefill chunk of n_new rows, how many trailing rows feed the statistics (SnapKV's
+  // observation window, TOVA's last query); all by default.
+  virtual int64_t stats_rows(int64_t n_new) const { return n_new; }
+  // Whether statistics restart at every step (only the latest queries count, as in TOVA).
+  virtual bool step_scores() const { return false; }
+};
+
+// A table that grows past its capacity within one chunk is assembled here for the attention and
+// compacted back. One per sequence of a batch; reused across units.
+struct KvOverflow {
+  std::vector<float> k, v, sum, max;
+  std::vector<int32_t> pos;
+  std::vector<int32_t> kept;
+};
+
+// One attention unit's cache update for a ragged batch. The constructor writes the new tokens'
+// K/V (rows of `qkv`, stride `row_stride`, K at `k_offset`, V at `v_offset`) into each sequence's
+// table and sets up `args` for the attention op; finish() compacts the overflowing tables.
+class KvStep {
+ public:
+  KvStep(int64_t n_kv_heads, int64_t head_dim, std::span<const SeqSpan> seqs,
+         std::span<const KvSeqView> kv, const KvSlotPolicy* policy, const float* qkv,
+         int64_t row_stride, int64_t k_offset, int64_t v_offset, const int32_t* positions,
+         std::vector<KvOverflow>& overflow);
+  std::span<const SeqSpan> spans() const { return spans_; }
+  std::span<const KvSeqView> views() const { return views_; }
+  std::span<const AttentionStats> stats() const { return stats_; }
+  void finish();
+
+ private:
+  enum class Mode { kAppend, kReplace, kCompact };
+  void write_row(const KvSeqView& dst, int64_t slot, int64_t head, const float* row) const;
+
+  int64_t heads_, hd_;
+  std::span<const KvSeqView> kv_;
+  const KvSlotPolicy* policy_;
+  std::vector<KvOverflow>& overflow_;
+  std::vector<Mode> mode_;
+  std::vector<SeqSpan> spans_;
+  std::vector<KvSeqView> views_;
+  std::vector<AttentionStats> stats_;
+};
+
+}  // namespace offgen
