@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 
+#include "cli/eval_command.h"
 #include "cli/policy_flags.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
@@ -73,20 +74,37 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
 
 int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& bo,
               const std::string& json_path) {
-  EngineOptions eo;
-  eo.model = f.model;
-  eo.threads = f.threads;
-  eo.backend = f.backend;
-  eo.weight_dtype = f.weight_dtype;
-  eo.policy = pf.resolve();
-  eo.max_context = bo.prompt_len + bo.gen_len;
-  Engine engine(eo);
-  const BenchReport r = run_bench(engine, bo);
-  std::printf("%s\n", r.summary().c_str());
+  // One run per KV variant (--kv-policy full,h2o ...), in one process so ratios share conditions.
+  nlohmann::json runs = nlohmann::json::array();
+  const std::vector<Policy> variants = pf.resolve_variants();
+  for (const Policy& p : variants) {
+    EngineOptions eo;
+    eo.model = f.model;
+    eo.threads = f.threads;
+    eo.backend = f.backend;
+    eo.weight_dtype = f.weight_dtype;
+    eo.policy = p;
+    eo.max_context = bo.prompt_len + bo.gen_len;
+    Engine engine(eo);
+    const BenchReport r = run_bench(engine, bo);
+    std::printf("%s\n", r.summary().c_str());
+    std::fflush(stdout);
+    runs.push_back(r.to_json());
+  }
+  if (variants.size() > 1) {
+    std::printf("\n%-16s %8s %14s %12s %12s\n", "kv policy", "batch", "KV/sequence", "decode tok/s",
+                "total tok/s");
+    for (const auto& r : runs)
+      std::printf("%-16s %8lld %14s %12.1f %12.1f\n", r["kv_policy"].get<std::string>().c_str(),
+                  static_cast<long long>(r["batch_size"].get<int64_t>()),
+                  format_bytes(r["kv_bytes_per_seq"].get<int64_t>()).c_str(),
+                  r["decode_throughput"].get<double>(), r["total_throughput"].get<double>());
+  }
   if (!json_path.empty()) {
     std::FILE* out = std::fopen(json_path.c_str(), "wb");
     OFFGEN_CHECK(out != nullptr, kIo, "{}: cannot write the JSON report", json_path);
-    const std::string text = r.to_json().dump(2) + "\n";
+    // One variant: the report object; several: a list of them.
+    const std::string text = (variants.size() > 1 ? runs : runs[0]).dump(2) + "\n";
     const bool ok = std::fwrite(text.data(), 1, text.size(), out) == text.size();
     OFFGEN_CHECK(std::fclose(out) == 0 && ok, kIo, "{}: write failed", json_path);
   }
@@ -173,6 +191,11 @@ int main(int argc, char** argv) {
   bench->add_flag("!--no-warmup", bench_opts.warmup, "Skip the untimed warm-up run");
   bench->add_option("--json", bench_json, "Write the report as JSON");
 
+  auto* eval = app.add_subcommand("eval", "Quality of KV policies");
+  eval->require_subcommand(1);
+  EvalPplCommand eval_ppl;
+  eval_ppl.add_to(eval);
+
   auto* ins = app.add_subcommand("inspect", "Print a model's config, tensor table and memory footprint");
   add_common(ins, ins_common);
 
@@ -186,6 +209,7 @@ int main(int argc, char** argv) {
     if (gen->parsed()) return cmd_generate(gen_common, job, gen_policy, max_context, quiet);
     if (ins->parsed()) return cmd_inspect(ins_common);
     if (bench->parsed()) return cmd_bench(bench_common, bench_policy, bench_opts, bench_json);
+    if (eval_ppl.parsed()) return eval_ppl.run();
   } catch (const Error& e) {
     std::fprintf(stderr, "offgen: error: %s\n", e.what());
     return e.category() == ErrorCategory::kConfig ? 2 : 1;

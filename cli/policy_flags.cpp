@@ -27,9 +27,61 @@ void PolicyFlags::add_to(CLI::App* app) {
   app->add_option("--disk-mem", disk_mem_, "Disk tier capacity (e.g. 500G)");
   app->add_option("--kv-policy", kv_policy_,
                   "KV eviction policy: full (default), window, sinks, h2o, tova, snapkv");
-  kv_budget_opt_ = app->add_option("--kv-budget", kv_budget_,
+  app->add_option("--kv-budget", kv_budget_,
                   "KV kept per sequence: a fraction of prompt + generated tokens in (0, 1], or a "
                   "token count (default 1 = everything)");
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (true) {
+    const size_t end = text.find(',', begin);
+    out.push_back(text.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+    if (end == std::string::npos) return out;
+    begin = end + 1;
+  }
+}
+
+std::vector<double> parse_number_list(const std::string& text, const std::string& flag) {
+  std::vector<double> out;
+  for (const std::string& item : split_list(text)) {
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    OFFGEN_CHECK(!item.empty() && used == item.size(), kConfig, "{} '{}': '{}' is not a number",
+                 flag, text, item);
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<Policy> PolicyFlags::resolve_variants() const {
+  PolicyFlags one = *this;
+  one.kv_policy_.clear();
+  one.kv_budget_.clear();
+  const Policy base = one.resolve();
+  const std::vector<std::string> names =
+      kv_policy_.empty() ? std::vector<std::string>{base.kv.name} : split_list(kv_policy_);
+  const std::vector<double> budgets =
+      kv_budget_.empty() ? std::vector<double>{base.kv.budget}
+                         : parse_number_list(kv_budget_, "--kv-budget");
+  OFFGEN_CHECK(budgets.size() == 1 || budgets.size() == names.size(), kConfig,
+               "--kv-budget lists {} values for {} policies: give one, or one per policy",
+               budgets.size(), names.size());
+  std::vector<Policy> out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    Policy p = base;
+    p.kv.name = names[i];
+    p.kv.budget = budgets[budgets.size() == 1 ? 0 : i];
+    p.validate();
+    out.push_back(p);
+  }
+  return out;
 }
 
 Policy PolicyFlags::resolve() const {
@@ -42,8 +94,10 @@ Policy PolicyFlags::resolve() const {
   }
   if (gpu_batch_size_ > 0) p.gpu_batch_size = gpu_batch_size_, p.batch_given = true;
   if (num_gpu_batches_ > 0) p.num_gpu_batches = num_gpu_batches_, p.batch_given = true;
+  OFFGEN_CHECK(kv_policy_.find(',') == std::string::npos && kv_budget_.find(',') == std::string::npos,
+               kConfig, "--kv-policy / --kv-budget take one value here (lists are for bench)");
   if (!kv_policy_.empty()) p.kv.name = kv_policy_;
-  if (kv_budget_opt_->count()) p.kv.budget = kv_budget_;
+  if (!kv_budget_.empty()) p.kv.budget = parse_number_list(kv_budget_, "--kv-budget").at(0);
   if (!offload_dir_.empty()) p.offload_dir = offload_dir_;
   OFFGEN_CHECK(!(overlap_opt_->count() && no_overlap_opt_->count()), kConfig,
                "--overlap and --no-overlap are mutually exclusive");

@@ -11,11 +11,18 @@
 
 namespace offgen {
 
+// "a,b,c" -> {"a", "b", "c"}; numbers parsed strictly (throws kConfig naming the flag).
+std::vector<std::string> split_list(const std::string& text);
+std::vector<double> parse_number_list(const std::string& text, const std::string& flag);
+
 class PolicyFlags {
  public:
   void add_to(CLI::App* app);
   // Builds the policy; throws offgen::Error(kConfig) naming the flag or file on bad values.
   Policy resolve() const;
+  // One policy per KV variant when --kv-policy / --kv-budget list several (comma-separated; one
+  // budget applies to every policy, otherwise budgets pair with policies in order).
+  std::vector<Policy> resolve_variants() const;
 
  private:
   std::string policy_file_;
@@ -27,8 +34,8 @@ class PolicyFlags {
   int io_queue_depth_ = 0;
   std::string gpu_mem_, cpu_mem_, disk_mem_;
   std::string kv_policy_;
-  double kv_budget_ = 1.0;
-  CLI::Option *overlap_opt_ = nullptr, *no_overlap_opt_ = nullptr, *kv_budget_opt_ = nullptr;
+  std::string kv_budget_;
+  CLI::Option *overlap_opt_ = nullptr, *no_overlap_opt_ = nullptr;
 };
 
 }  // namespace offgen

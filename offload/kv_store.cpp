@@ -37,10 +37,11 @@ int64_t KvStore::meta_bytes(int64_t capacity) const {
   return with_meta_ ? n_layers_ * 3 * n_kv_heads_ * capacity * 4 : 0;
 }
 
-int64_t KvStore::add(int64_t capacity) {
+int64_t KvStore::add(int64_t capacity, int64_t compact_to) {
   OFFGEN_CHECK(capacity > 0, kInternal, "KV capacity must be positive");
   auto s = std::make_unique<Seq>();
   s->capacity = capacity;
+  s->compact_to = compact_to > 0 ? std::min(compact_to, capacity) : capacity;
   s->ram_slots = ram_slots(capacity);
   if (s->ram_slots > 0) s->ram = AlignedHostBuffer(n_layers_ * 2 * s->ram_slots * row_bytes());
   s->meta.assign(meta_bytes(capacity) / 4, 0);  // all-zero bits: position 0, scores 0.0f
@@ -105,6 +106,7 @@ void KvStore::attach_meta(int64_t handle, int64_t layer, KvSeqView& v) const {
   Seq& s = *seqs_[handle];
   const int64_t table = n_kv_heads_ * s.capacity;
   int32_t* base = s.meta.data() + layer * 3 * table;
+  v.compact_to = s.compact_to;
   v.pos = base;
   v.sum = reinterpret_cast<float*>(base + table);
   v.max = reinterpret_cast<float*>(base + 2 * table);

@@ -39,12 +39,14 @@ class KvStore {
   int64_t meta_bytes(int64_t capacity) const;
 
   // Creates the home of a sequence with `capacity` slots per layer; returns its handle.
+  // compact_to: slots an overflowing multi-token chunk keeps (0 = capacity; see KvStep).
   // Not thread-safe against load/store: call between steps.
-  int64_t add(int64_t capacity);
+  int64_t add(int64_t capacity, int64_t compact_to = 0);
   void remove(int64_t handle);
 
   bool resident(int64_t handle) const { return seqs_[handle]->ram_slots == seqs_[handle]->capacity; }
   int64_t capacity(int64_t handle) const { return seqs_[handle]->capacity; }
+  int64_t compact_to(int64_t handle) const { return seqs_[handle]->compact_to; }
   // The in-place view of a wholly resident sequence's layer (with its metadata).
   KvSeqView home_view(int64_t handle, int64_t layer) const;
   // Points v's metadata at the sequence's layer metadata (always in RAM); no-op without it.
@@ -63,7 +65,7 @@ class KvStore {
 
  private:
   struct Seq {
-    int64_t capacity = 0, ram_slots = 0;
+    int64_t capacity = 0, ram_slots = 0, compact_to = 0;
     int64_t disk_segment = 0;  // bytes of one layer's K (or V) disk part, 4 KiB multiple
     AlignedHostBuffer ram;     // [layer][K|V][ram_slots][kv_dim]
     std::vector<int32_t> meta;  // [layer][pos|sum|max][n_kv_heads][capacity] (floats as bits)

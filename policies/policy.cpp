@@ -184,8 +184,11 @@ Policy parse_policy_toml(std::string_view text, const std::string& path, const P
         else if (kk == "sinks") p.kv.sinks = get_int(kn, k2);
         else if (kk == "window") p.kv.window = get_int(kn, k2);
         else if (kk == "kernel") p.kv.kernel = get_int(kn, k2);
-        else OFFGEN_THROW(kConfig, "{} is not a [kv] key (policy, budget, recent_fraction, sinks, "
-                          "window, kernel)", where(kn, k2));
+        else if (kk == "scope") {
+          OFFGEN_CHECK(kn.is_string(), kConfig, "{} must be a string", where(kn, k2));
+          p.kv.scope = *kn.value<std::string>();
+        } else OFFGEN_THROW(kConfig, "{} is not a [kv] key (policy, budget, scope, "
+                            "recent_fraction, sinks, window, kernel)", where(kn, k2));
       }
     } else if (key == "gpu_batch_size") {
       p.gpu_batch_size = get_int(node, key);

@@ -38,6 +38,7 @@ struct Engine::Sequence {
   int64_t n_pos = 0;     // tokens fed so far (the next token's position)
   int64_t n_used = 0;    // slots of the KV table in use (n_pos until the policy evicts)
   int64_t capacity = 0;  // slots of the KV table
+  int64_t compact_to = 0;  // slots an overflowing prompt chunk keeps
   int64_t max_tokens = 0;
   int64_t kv = -1;  // KvStore handle
   Sampler sampler;
@@ -188,8 +189,16 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
                        "prompt has {} tokens; the context window is {} (room is needed for at "
                        "least one generated token)",
                        p, max_context_);
-          s->max_tokens = std::min(r.sampling.max_tokens, max_context_ - p);
+          s->max_tokens = std::min(r.forced.empty() ? r.sampling.max_tokens
+                                                    : static_cast<int64_t>(r.forced.size()),
+                                   max_context_ - p);
+          for (int32_t id : r.forced)
+            OFFGEN_CHECK(id >= 0 && id < c.vocab_size, kInput,
+                         "forced token id {} is outside the vocabulary of {}", id, c.vocab_size);
           s->capacity = kv_capacity(p, s->max_tokens);
+          s->compact_to = options_.policy.kv.scope == "prompt"
+                              ? std::min(s->capacity, options_.policy.kv.prompt_keep(p))
+                              : s->capacity;
         } catch (const Error& e) {
           s->result.finish_reason = FinishReason::kError;
           s->result.error = e.what();
@@ -205,7 +214,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
       try {
         options_.policy.check_fits(after, fmt::format("the model's weights and this request's KV "
                                                       "cache ({} tokens)", s->capacity));
-        s->kv = kv_->add(s->capacity);
+        s->kv = kv_->add(s->capacity, s->compact_to);
         committed = after;
       } catch (const Error& e) {
         s->result.finish_reason = FinishReason::kError;
@@ -274,7 +283,9 @@ void Engine::forward(std::vector<Sequence*>& seqs, const std::vector<std::vector
     Sequence& s = *seqs[i];
     const auto n = static_cast<int64_t>(chunks[i].size());
     s.n_pos += n;
-    s.n_used = std::min(s.capacity, s.n_used + n);  // a policy evicted any overflow
+    // A policy evicted any overflow (KvStep): chunks compact to compact_to, tokens replace.
+    s.n_used = n > 1 && s.n_used + n > s.compact_to ? s.compact_to
+                                                    : std::min(s.capacity, s.n_used + n);
   }
 }
 
@@ -282,6 +293,8 @@ int32_t Engine::sample(Sequence& s, const float* row) {
   const std::span<const float> logits(row, static_cast<size_t>(model_->config().vocab_size));
   if (callbacks_ && callbacks_->on_logits)
     callbacks_->on_logits(s.index, static_cast<int64_t>(s.result.tokens.size()), logits);
+  const std::vector<int32_t>& forced = s.req->forced;
+  if (!forced.empty()) return forced[s.result.tokens.size()];
   return s.sampler.sample(logits);
 }
 
@@ -304,7 +317,10 @@ TierBytes Engine::kv_need(int64_t capacity) const {
 int64_t Engine::kv_capacity(int64_t prompt, int64_t max_tokens) const {
   // The last generated token is never fed back, so its K/V never needs a slot.
   const int64_t need = std::max<int64_t>(1, prompt + max_tokens - 1);
-  return std::min(need, options_.policy.kv.budget_tokens(prompt, max_tokens));
+  const KvPolicyConfig& kv = options_.policy.kv;
+  if (kv.evicts() && kv.scope == "prompt")
+    return std::min(need, std::max<int64_t>(1, kv.prompt_keep(prompt) + max_tokens - 1));
+  return std::min(need, kv.budget_tokens(prompt, max_tokens));
 }
 
 int64_t Engine::fit_sequences(int64_t capacity) const {
@@ -330,7 +346,8 @@ int64_t Engine::max_active() const {
 
 void Engine::accept(Sequence& s, int32_t tok) {
   const SamplingParams& sp = s.req->sampling;
-  if (!sp.ignore_eos && end_of_generation_.count(tok)) {
+  const bool forced = !s.req->forced.empty();
+  if (!sp.ignore_eos && !forced && end_of_generation_.count(tok)) {
     s.result.finish_reason = FinishReason::kStop;
     s.finished = true;
     return;
@@ -339,7 +356,8 @@ void Engine::accept(Sequence& s, int32_t tok) {
   std::string& text = s.result.text;
   const size_t before = text.size();
   text += tokenizer_->token_bytes(tok);
-  for (const std::string& stop : sp.stop) {
+  static const std::vector<std::string> kNoStops;
+  for (const std::string& stop : forced ? kNoStops : sp.stop) {
     const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
     const size_t at = text.find(stop, from);
     if (at != std::string::npos) {

@@ -16,6 +16,9 @@ struct Request {
   std::vector<ChatMessage> messages;  // chat form; rendered with the model's chat template
   bool chat = false;                  // render `prompt` as one user message with the template
   std::vector<int32_t> prompt_ids;    // pre-tokenised prompt; overrides prompt/messages if set
+  // Teacher forcing (evaluation): token k of the completion is forced[k] whatever the logits say;
+  // generation ends after forced.size() tokens (EOS and stop strings are ignored).
+  std::vector<int32_t> forced;
   SamplingParams sampling;
 };
 

@@ -193,6 +193,8 @@ void KvPolicyConfig::validate() const {
   OFFGEN_CHECK(sinks >= 0, kConfig, "kv sinks {} must be >= 0", sinks);
   OFFGEN_CHECK(window >= 1, kConfig, "kv window {} must be >= 1", window);
   OFFGEN_CHECK(kernel >= 1 && kernel % 2 == 1, kConfig, "kv kernel {} must be odd and >= 1", kernel);
+  OFFGEN_CHECK(scope == "all" || scope == "prompt", kConfig,
+               "kv scope '{}': expected all or prompt", scope);
   const auto names = kv_policy_names();
   OFFGEN_CHECK(std::find(names.begin(), names.end(), name) != names.end(), kConfig,
                "--kv-policy {}: unknown (known: {})", name, fmt::join(names, ", "));
@@ -206,10 +208,18 @@ int64_t KvPolicyConfig::budget_tokens(int64_t prompt, int64_t generate) const {
   return std::clamp<int64_t>(b, 1, total);
 }
 
+int64_t KvPolicyConfig::prompt_keep(int64_t prompt) const {
+  if (!evicts()) return prompt;
+  const int64_t b = budget <= 1 ? static_cast<int64_t>(std::ceil(budget * static_cast<double>(prompt)))
+                                : static_cast<int64_t>(budget);
+  return std::clamp<int64_t>(b, 1, std::max<int64_t>(prompt, 1));
+}
+
 std::string KvPolicyConfig::describe() const {
   if (!evicts()) return name;
-  return budget <= 1 ? fmt::format("{}@{:g}", name, budget)
-                     : fmt::format("{}@{}", name, static_cast<int64_t>(budget));
+  const std::string b = budget <= 1 ? fmt::format("{:g}", budget)
+                                    : std::to_string(static_cast<int64_t>(budget));
+  return fmt::format("{}@{}{}", name, b, scope == "prompt" ? " (prompt)" : "");
 }
 
 std::vector<std::string> kv_policy_names() {

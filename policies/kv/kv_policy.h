@@ -20,9 +20,15 @@ struct KvPolicyConfig {
   int64_t sinks = 4;             // sinks: leading tokens always kept
   int64_t window = 64;           // snapkv: observation window (last prompt queries)
   int64_t kernel = 5;            // snapkv: average-pooling width over the window's scores
+  // What the budget bounds: "all" = the whole table at every step (prompt + generated tokens);
+  // "prompt" = the prompt is compacted once to budget x prompt tokens, generated tokens are
+  // added without eviction (SnapKV's and kvpress's regime).
+  std::string scope = "all";
   void validate() const;         // throws offgen::Error(kConfig) naming the field
   // Slots a sequence of `prompt` + `generate` tokens may hold (>= 1, <= prompt + generate).
   int64_t budget_tokens(int64_t prompt, int64_t generate) const;
+  // Slots the prompt keeps under scope "prompt" (>= 1, <= prompt).
+  int64_t prompt_keep(int64_t prompt) const;
   bool evicts() const { return name != "full"; }
   std::string describe() const;  // e.g. "h2o@0.2" or "window@256"
 };

@@ -57,6 +57,7 @@ struct KvSeqView {
   float* sum = nullptr;
   float* max = nullptr;
   int32_t* written = nullptr;  // out, [n_kv_heads]: the slot each head's new token went to
+  int64_t compact_to = 0;      // slots a multi-token chunk that overflows keeps (0: capacity)
 };
 
 // Attention-score statistics of one sequence for the KV policies: for each KV head and slot, the

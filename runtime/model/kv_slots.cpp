@@ -38,11 +38,14 @@ KvStep::KvStep(int64_t n_kv_heads, int64_t head_dim, std::span<const SeqSpan> se
     const KvSeqView& view = kv[i];
     const int64_t cap = view.capacity, n_old = sp.n_past, n_new = sp.n_new;
     const bool meta = view.pos != nullptr;
-    OFFGEN_CHECK(n_old <= cap && (n_old + n_new <= cap || (meta && policy_)), kInternal,
+    const bool evicts = meta && policy_;
+    const int64_t target = view.compact_to > 0 ? std::min(view.compact_to, cap) : cap;
+    OFFGEN_CHECK(n_old <= cap && (n_old + n_new <= cap || evicts), kInternal,
                  "KV capacity {} exceeded ({} + {}) by a table that cannot evict", cap, n_old,
                  n_new);
     auto row = [&](int64_t t) { return qkv + (sp.row_begin + t) * row_stride; };
-    if (n_old + n_new <= cap) {
+    const bool compact = evicts && n_new > 1 && n_old + n_new > target;
+    if (!compact && n_old + n_new <= cap) {
       mode_[i] = Mode::kAppend;
       for (int64_t t = 0; t < n_new; ++t) {
         std::memcpy(view.k + (n_old + t) * kvd, row(t) + k_offset, kvd * sizeof(float));
@@ -54,7 +57,7 @@ KvStep::KvStep(int64_t n_kv_heads, int64_t head_dim, std::span<const SeqSpan> se
           view.sum[m] = view.max[m] = 0.0f;
         }
       }
-    } else if (n_new == 1 && n_old == cap) {
+    } else if (!compact && n_new == 1 && n_old == cap) {
       // A full table and one new token: each head overwrites the slot its policy gives up.
       mode_[i] = Mode::kReplace;
       const int32_t p = positions[sp.row_begin];
@@ -69,7 +72,8 @@ KvStep::KvStep(int64_t n_kv_heads, int64_t head_dim, std::span<const SeqSpan> se
       }
       spans_[i].n_past = cap - 1;  // every slot is visible to the one new row
     } else {
-      // The chunk does not fit: attend over old + new slots in a scratch table, compact after.
+      // The chunk does not fit: attend over old + new slots in a scratch table, compact after
+      // to `target` slots.
       mode_[i] = Mode::kCompact;
       const int64_t total = n_old + n_new;
       KvOverflow& o = overflow_[i];
@@ -116,7 +120,8 @@ void KvStep::finish() {
     if (mode_[i] != Mode::kCompact) continue;
     const KvSeqView& src = views_[i];
     const KvSeqView& dst = kv_[i];
-    const int64_t total = src.capacity, cap = dst.capacity;
+    const int64_t total = src.capacity;
+    const int64_t cap = dst.compact_to > 0 ? std::min(dst.compact_to, dst.capacity) : dst.capacity;
     std::vector<int32_t>& kept = overflow_[i].kept;
     for (int64_t h = 0; h < heads_; ++h) {
       kept.clear();
@@ -130,9 +135,10 @@ void KvStep::finish() {
                      "KV policy kept an invalid or repeated slot {}", s);
         copy_head(dst.k + j * kvd + h * hd_, src.k + s * kvd + h * hd_, hd_);
         copy_head(dst.v + j * kvd + h * hd_, src.v + s * kvd + h * hd_, hd_);
-        dst.pos[h * cap + j] = src.pos[h * total + s];
-        dst.sum[h * cap + j] = src.sum[h * total + s];
-        dst.max[h * cap + j] = src.max[h * total + s];
+        const int64_t m = h * dst.capacity + j;
+        dst.pos[m] = src.pos[h * total + s];
+        dst.sum[m] = src.sum[h * total + s];
+        dst.max[m] = src.max[h * total + s];
       }
     }
   }

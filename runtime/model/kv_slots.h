@@ -42,7 +42,10 @@ struct KvOverflow {
   std::vector<int32_t> kept;
 };
 
-// One attention unit's cache update for a ragged batch. The constructor writes the new tokens'
+// One attention unit's cache update for a ragged batch. Per sequence: a chunk of several tokens
+// that would leave more than compact_to slots is compacted to compact_to; otherwise new tokens are
+// appended, and a single token arriving at a full table replaces each head's victim.
+// The constructor writes the new tokens'
 // K/V (rows of `qkv`, stride `row_stride`, K at `k_offset`, V at `v_offset`) into each sequence's
 // table and sets up `args` for the attention op; finish() compacts the overflowing tables.
 class KvStep {

@@ -1,0 +1,112 @@
+// eval ppl: flags, table, JSON and plot.
+#include "cli/eval_command.h"
+
+#include <cstdio>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "cli/line_plot.h"
+#include "cli/policy_flags.h"
+#include "runtime/core/error.h"
+#include "scheduler/eval_runner.h"
+
+namespace offgen {
+
+void EvalPplCommand::add_to(CLI::App* eval) {
+  cmd_ = eval->add_subcommand(
+      "ppl", "Teacher-forced perplexity of texts under KV policies and budgets (eviction as in "
+             "generation), and top-1 agreement with the full cache");
+  cmd_->add_option("--model", model, "Model: path to a .gguf file, or dummy:PRESET")->required();
+  cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024));
+  cmd_->add_option("--weight-dtype", weight_dtype, "Matmul weight storage: f32 or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd_->add_option("--text", texts, "Text file (repeatable, or comma-separated)")->required();
+  cmd_->add_option("--kv-policy", policies,
+                   "Policies, comma-separated (full always runs as the reference)");
+  cmd_->add_option("--kv-budget", budgets,
+                   "Budgets, comma-separated: fractions of the evaluated tokens, or token counts");
+  cmd_->add_option("--tokens", tokens, "Leading tokens of each text that are evaluated (2048)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
+  cmd_->add_option("--prefix", prefix,
+                   "Tokens prefilled in one chunk before token-by-token scoring (512)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd_->add_option("--scope", scope,
+                   "What the budget bounds: all (every step, default) or prompt (the prefix is "
+                   "compacted once, scored tokens are added without eviction)")
+      ->check(CLI::IsMember({"all", "prompt"}));
+  cmd_->add_option("--json", json, "Write the rows as JSON (DESIGN.md eval rows + text)");
+  cmd_->add_option("--plot", plot, "Write a PNG of perplexity against budget per policy");
+}
+
+int EvalPplCommand::run() const {
+  EngineOptions eo;
+  eo.model = model;
+  eo.threads = threads;
+  eo.weight_dtype = weight_dtype;
+  EvalPplOptions o;
+  for (const std::string& t : texts)
+    for (const std::string& one : split_list(t)) o.texts.push_back(one);
+  o.policies = split_list(policies);
+  o.budgets = parse_number_list(budgets, "--kv-budget");
+  o.tokens = tokens;
+  o.prefix = prefix;
+  o.scope = scope;
+  const auto rows = run_eval_ppl(eo, o, [](const std::string& line) {
+    std::fprintf(stderr, "offgen: eval: %s\n", line.c_str());
+  });
+
+  // Table over the pooled texts: one line per policy, ppl and agreement per budget.
+  std::map<std::string, std::map<double, std::pair<double, double>>> all;
+  double full_ppl = 0;
+  for (const EvalRow& r : rows) {
+    if (r.text != "all") continue;
+    auto& cell = all[r.policy][r.budget];
+    (r.metric == "ppl" ? cell.first : cell.second) = r.value;
+    if (r.policy == "full" && r.metric == "ppl") full_ppl = r.value;
+  }
+  std::printf("perplexity (top-1 agreement with full) over %zu text(s), %lld scored tokens each, "
+              "budget scope %s; full cache: ppl %.4f\n",
+              o.texts.size(), static_cast<long long>(tokens - prefix), scope.c_str(), full_ppl);
+  std::printf("%-8s", "policy");
+  for (double b : o.budgets) std::printf(" %18s", fmt::format("budget {:g}", b).c_str());
+  std::printf("\n");
+  for (const auto& [policy, cells] : all) {
+    if (policy == "full") continue;
+    std::printf("%-8s", policy.c_str());
+    for (double b : o.budgets)
+      std::printf(" %18s",
+                  fmt::format("{:.3f} ({:.3f})", cells.at(b).first, cells.at(b).second).c_str());
+    std::printf("\n");
+  }
+  if (!json.empty()) {
+    std::FILE* out = std::fopen(json.c_str(), "wb");
+    OFFGEN_CHECK(out != nullptr, kIo, "{}: cannot write the JSON rows", json);
+    const std::string text = eval_rows_json(rows).dump(2) + "\n";
+    const bool ok = std::fwrite(text.data(), 1, text.size(), out) == text.size();
+    OFFGEN_CHECK(std::fclose(out) == 0 && ok, kIo, "{}: write failed", json);
+  }
+  if (!plot.empty()) {
+    LinePlot lp;
+    lp.title = fmt::format("Perplexity under KV eviction ({} text(s), scope {})", o.texts.size(),
+                           scope);
+    const bool fractions = o.budgets.front() <= 1;
+    lp.x_label = fractions ? "KV budget (fraction of tokens kept)" : "KV budget (tokens)";
+    lp.y_label = "perplexity";
+    lp.log_y = true;
+    double lo = o.budgets.front(), hi = lo;
+    for (double b : o.budgets) lo = std::min(lo, b), hi = std::max(hi, b);
+    lp.series.push_back({"full", {{lo, full_ppl}, {hi, full_ppl}}});
+    for (const auto& [policy, cells] : all) {
+      if (policy == "full") continue;
+      PlotSeries s{policy, {}};
+      for (const auto& [b, cell] : cells) s.points.push_back({b, cell.first});
+      lp.series.push_back(s);
+    }
+    write_line_plot_png(lp, plot);
+  }
+  return 0;
+}
+
+}  // namespace offgen

@@ -1,0 +1,45 @@
+// `offgen eval ppl`: teacher-forced perplexity of texts under KV policies and budgets, with the
+// cache constrained exactly as in generation (the prefix is prefilled in one chunk with eviction,
+// the rest fed token by token through the same Engine), plus the rate at which the top-1 token
+// agrees with the full cache's at every scored position.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "scheduler/engine.h"
+
+namespace offgen {
+
+struct EvalPplOptions {
+  std::vector<std::string> texts;     // text files
+  int64_t tokens = 2048;              // leading tokens of each text that are evaluated
+  int64_t prefix = 512;               // prefilled in one chunk; scored tokens = tokens - prefix
+  std::vector<std::string> policies;  // KV policies (full is always run as the reference)
+  std::vector<double> budgets;        // fractions in (0, 1] or token counts
+  std::string scope = "all";          // KvPolicyConfig::scope
+  void validate() const;              // throws Error(kConfig)
+};
+
+// One result, DESIGN.md §3's eval row plus the text it is about ("all" = every text pooled).
+struct EvalRow {
+  std::string policy;
+  double budget = 1.0;
+  std::string metric;  // "ppl" or "top1_agreement"
+  double value = 0;
+  int64_t tokens = 0;  // scored tokens
+  std::string text;
+};
+
+// Runs full plus every (policy, budget) over all texts as one batch per configuration. `base`
+// gives the model, threads and placement; its KV policy is replaced. `log` gets one line per
+// configuration. Throws Error(kInput) naming the file for unreadable or too-short texts.
+std::vector<EvalRow> run_eval_ppl(const EngineOptions& base, const EvalPplOptions& options,
+                                  const std::function<void(const std::string&)>& log = {});
+nlohmann::json eval_rows_json(const std::vector<EvalRow>& rows);
+
+}  // namespace offgen

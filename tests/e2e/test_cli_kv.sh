@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# End-to-end checks of KV eviction from the CLI: `offgen eval ppl` rows/table/plot and its input
+# errors, `offgen bench` fitting the largest batch to a RAM cap per KV policy in one run, and
+# `offgen generate` under a KV policy (flags and [kv] TOML).
+# Usage: test_cli_kv.sh OFFGEN_BINARY MODEL_PATH (exit 77 = skipped when the model is absent).
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+text=/usr/share/common-licenses/Apache-2.0
+"$bin" eval ppl --model "$model" --text "$text" --tokens 96 --prefix 48 --kv-policy h2o,window \
+  --kv-budget 0.5,0.25 --json "$work/eval.json" --plot "$work/eval.png" > "$work/eval.txt" 2> "$work/eval.err"
+rc=$?
+check "eval ppl exits 0 (got $rc)" test "$rc" -eq 0
+check "eval ppl prints the table" grep -q "^h2o" "$work/eval.txt"
+check "eval ppl writes a PNG" bash -c "head -c 8 '$work/eval.png' | od -An -c | grep -q 'P   N   G'"
+python3 - "$work/eval.json" <<'PY' || fail=1
+import json, sys
+rows = json.load(open(sys.argv[1]))
+def expect(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what)
+    if not cond: sys.exit(1)
+expect(all(set(r) >= {"policy", "budget", "metric", "value", "tokens", "text"} for r in rows), "rows carry the eval keys")
+pooled = {(r["policy"], r["budget"], r["metric"]): r for r in rows if r["text"] == "all"}
+expect(len(pooled) == 2 * (1 + 2 * 2), "full + 2 policies x 2 budgets, ppl and agreement each")
+expect(pooled[("full", 1.0, "top1_agreement")]["value"] == 1.0, "full agrees with itself")
+expect(all(r["tokens"] == 48 for r in pooled.values()), "48 scored tokens")
+expect(all(r["value"] > 1.0 for k, r in pooled.items() if k[2] == "ppl"), "perplexities are > 1")
+expect(pooled[("h2o", 0.25, "ppl")]["value"] != pooled[("full", 1.0, "ppl")]["value"], "eviction changes the result")
+PY
+
+"$bin" eval ppl --model "$model" --text "$work/missing.txt" --tokens 96 --prefix 48 2> "$work/e1.err"
+rc=$?
+check "missing text: exit 1 (got $rc)" test "$rc" -eq 1
+check "missing text: names the file" grep -q "missing.txt: cannot read" "$work/e1.err"
+echo "too short" > "$work/short.txt"
+"$bin" eval ppl --model "$model" --text "$work/short.txt" --tokens 96 --prefix 48 2> "$work/e2.err"
+check "short text: names the file and the token count" grep -q "short.txt: has [0-9]* tokens" "$work/e2.err"
+"$bin" eval ppl --model "$model" --text "$text" --kv-budget 0.5,x 2> "$work/e3.err"
+rc=$?
+check "bad budget list: exit 2 (got $rc)" test "$rc" -eq 2
+check "bad budget list: names the item" grep -q "'x' is not a number" "$work/e3.err"
+"$bin" eval ppl --model "$model" --text "$text" --kv-policy lru 2> "$work/e4.err"
+check "unknown policy: lists the known ones" grep -q "lru: unknown (known: full, window" "$work/e4.err"
+
+# bench: no batch size and a RAM cap -> the largest batch that fits, per KV policy, in one run.
+"$bin" bench --model "$model" --prompt-len 32 --gen-len 8 --percent 100 0 0 100 100 0 \
+  --cpu-mem 24M --kv-policy full,h2o --kv-budget 0.25 --no-warmup --json "$work/bench.json" \
+  > "$work/bench.txt" 2> "$work/bench.err"
+rc=$?
+check "bench with two KV policies exits 0 (got $rc)" test "$rc" -eq 0
+python3 - "$work/bench.json" <<'PY' || fail=1
+import json, sys
+runs = json.load(open(sys.argv[1]))
+def expect(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what)
+    if not cond: sys.exit(1)
+expect(isinstance(runs, list) and len(runs) == 2, "one report per KV policy")
+full, h2o = runs
+expect(full["batch_limited_by"] == "memory" and h2o["batch_limited_by"] == "memory", "batches fit to the cap")
+expect(full["kv_slots_per_seq"] == 39 and h2o["kv_slots_per_seq"] == 10, "slots: 32 + 8 - 1 full, ceil(0.25 x 40) h2o")
+cap = 24 << 20
+expect(full["batch_size"] * full["kv_bytes_per_seq"] <= cap < (full["batch_size"] + 1) * full["kv_bytes_per_seq"], "full: the largest batch under the cap")
+expect(h2o["batch_size"] * h2o["kv_bytes_per_seq"] <= cap < (h2o["batch_size"] + 1) * h2o["kv_bytes_per_seq"], "h2o: the largest batch under the cap")
+expect(h2o["batch_size"] >= 3 * full["batch_size"], "h2o fits several times the batch")
+expect(h2o["kv_policy"] == "h2o@0.25", "the report names the policy")
+PY
+"$bin" bench --model "$model" --prompt-len 32 --gen-len 8 --percent 100 0 0 100 100 0 \
+  --cpu-mem 1K --no-warmup > /dev/null 2> "$work/b2.err"
+rc=$?
+check "bench: a cap too small for one sequence is a config error (got $rc)" test "$rc" -eq 2
+check "bench: says why" grep -q "not even one sequence" "$work/b2.err"
+
+# generate under a KV policy from TOML, overridden by a flag.
+printf '{"id": "a", "prompt": "The capital of France is", "max_tokens": 12}\n{"id": "b", "prompt": "Count: one, two, three,", "max_tokens": 12}\n' > "$work/in.jsonl"
+printf '[kv]\npolicy = "window"\nbudget = 8\n' > "$work/p.toml"
+"$bin" generate --model "$model" --input "$work/in.jsonl" --output "$work/out.jsonl" \
+  --policy "$work/p.toml" --kv-policy h2o --quiet 2> "$work/g.err"
+rc=$?
+check "generate under h2o (TOML budget 8) exits 0 (got $rc)" test "$rc" -eq 0
+check "generate answers both" test "$(grep -c '"text"' "$work/out.jsonl")" -eq 2
+printf '[kv]\npolicy = "h2o"\nbudget = "small"\n' > "$work/bad.toml"
+"$bin" generate --model "$model" --input "$work/in.jsonl" --output "$work/o2.jsonl" \
+  --policy "$work/bad.toml" 2> "$work/g2.err"
+rc=$?
+check "bad [kv] TOML: exit 2 (got $rc)" test "$rc" -eq 2
+check "bad [kv] TOML: names file, line and key" grep -q "bad.toml:3: 'kv.budget'" "$work/g2.err"
+exit $fail
