@@ -124,10 +124,12 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
         if (kv_.resident(b.kv[i])) continue;
         // The slots compute wrote (KvStep): appended ones, each head's replaced one, or all.
         const SeqSpan& sp = b.spans[i];
-        const int64_t cap = kv_.capacity(b.kv[i]);
+        const int64_t cap = kv_.capacity(b.kv[i]), target = kv_.compact_to(b.kv[i]);
         const float* k = stage(t.slot, i, 0);
         const float* v = stage(t.slot, i, 1);
-        if (sp.n_past + sp.n_new <= cap) {
+        if (policy_ && sp.n_new > 1 && sp.n_past + sp.n_new > target) {
+          kv_.store(b.kv[i], layer, 0, target, k, v);
+        } else if (sp.n_past + sp.n_new <= cap) {
           kv_.store(b.kv[i], layer, sp.n_past, sp.n_past + sp.n_new, k, v);
         } else if (sp.n_new == 1 && sp.n_past == cap) {
           const int32_t* w = written_[t.slot].data() + i * heads;
@@ -136,7 +138,8 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
           slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
           kv_.store_slots(b.kv[i], layer, slots, k, v);
         } else {
-          kv_.store(b.kv[i], layer, 0, cap, k, v);
+          OFFGEN_THROW(kInternal, "KV table of {} slots cannot take {} + {}", cap, sp.n_past,
+                       sp.n_new);
         }
       }
       return;
