@@ -1,6 +1,6 @@
 // Attention-score statistics for the KV policies: per sequence, KV head and slot, the softmax
 // mass summed and maxed over the query group and new rows, accumulated onto the caller's arrays,
-// per sequence (never mixed across a batch).
+// per sequence (never mixed across a batch), optionally from the last rows only.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -49,6 +49,9 @@ TEST_CASE("attention emits per-KV-head column sums and maxima of the softmax", "
   CpuBackend be(2);
   std::mt19937 rng(21);
   Problem p = make_problem(rng);
+  // All rows vote, or only the last one (an observation window: AttentionStats::first_row).
+  const bool last_row_only = GENERATE(false, true);
+  INFO("last row only: " << last_row_only);
   const int64_t group = p.n_heads / p.n_kv;
   std::vector<std::vector<float>> sums(p.seqs.size()), maxs(p.seqs.size());
   std::vector<AttentionStats> stats;
@@ -56,7 +59,8 @@ TEST_CASE("attention emits per-KV-head column sums and maxima of the softmax", "
     const int64_t cap = p.views[s].capacity;
     sums[s].assign(p.n_kv * cap, 1.0f);  // prior accumulation: the op adds onto it
     maxs[s].assign(p.n_kv * cap, 0.0f);
-    stats.push_back({sums[s].data(), maxs[s].data(), cap});
+    stats.push_back({sums[s].data(), maxs[s].data(), cap,
+                     last_row_only ? p.seqs[s].n_new - 1 : 0});
   }
   AttentionArgs a;
   a.n_heads = p.n_heads, a.n_kv_heads = p.n_kv, a.head_dim = p.hd;
@@ -71,7 +75,7 @@ TEST_CASE("attention emits per-KV-head column sums and maxima of the softmax", "
     const int64_t cap = p.views[s].capacity;
     std::vector<double> ref_sum(p.n_kv * cap, 1.0), ref_max(p.n_kv * cap, 0.0);
     for (int64_t h = 0; h < p.n_heads; ++h)
-      for (int64_t t = 0; t < sp.n_new; ++t) {
+      for (int64_t t = last_row_only ? sp.n_new - 1 : 0; t < sp.n_new; ++t) {
         const int64_t kvh = h / group, n_vis = sp.n_past + t + 1;
         const float* qv = p.q.data() + ((sp.row_begin + t) * p.n_heads + h) * p.hd;
         std::vector<double> logit(n_vis);
@@ -98,7 +102,8 @@ TEST_CASE("attention emits per-KV-head column sums and maxima of the softmax", "
   }
   // Per-sequence independence: sequence 1 alone gives bitwise the same statistics.
   std::vector<float> s1(p.n_kv * p.views[1].capacity, 1.0f), m1(s1.size(), 0.0f);
-  AttentionStats alone_stats{s1.data(), m1.data(), p.views[1].capacity};
+  AttentionStats alone_stats = stats[1];
+  alone_stats.col_sum = s1.data(), alone_stats.col_max = m1.data();
   SeqSpan alone{0, p.seqs[1].n_new, p.seqs[1].n_past};
   AttentionArgs b = a;
   b.seqs = {&alone, 1};
