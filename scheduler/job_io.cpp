@@ -406,6 +406,8 @@ nlohmann::json result_record(const JobLine& line, const Result& r, const std::st
     if (r.error.find("context window") != std::string::npos) {
       failed.error_kind = "prompt_too_long";
       failed.error_field = std::string(line.openai ? "body." : "") + (chat ? "messages" : "prompt");
+      failed.error =
+          fmt::format("line {}: field '{}': {}", line.line_no, failed.error_field, r.error);
     } else if (r.error.find("raise it or move more") != std::string::npos) {
       failed.error_kind = "does_not_fit";  // this request's KV cache exceeds a tier's capacity
     } else {
@@ -444,6 +446,17 @@ nlohmann::json error_record(const JobLine& line) {
               {"custom_id", line.id},
               {"response", nullptr},
               {"error", std::move(error)}};
+}
+
+bool ErrorCounts::add(const nlohmann::json& record) {
+  if (!record.is_object() || !record.contains("error") || record["error"].is_null()) return false;
+  const json& e = record["error"];
+  ++total;
+  const bool tagged = e.is_object() && e.contains("kind") && e["kind"].is_string();
+  ++by_kind[tagged ? e["kind"].get<std::string>() : "unknown"];
+  if (e.is_object() && e.contains("field") && e["field"].is_string())
+    ++by_field[e["field"].get<std::string>()];
+  return true;
 }
 
 }  // namespace offgen

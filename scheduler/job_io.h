@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,15 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
 // Throws offgen::Error(kIo) when the file cannot be read.
 std::vector<JobLine> read_request_file(const std::string& path, const SamplingParams& defaults,
                                        bool chat_default);
+
+// Error records counted by kind and by field (records without a field are counted by kind only).
+struct ErrorCounts {
+  int64_t total = 0;
+  std::map<std::string, int64_t> by_kind, by_field;
+  // Counts `record` when it is an error record (either output shape); false otherwise. Records
+  // written before kinds existed count as kind "unknown".
+  bool add(const nlohmann::json& record);
+};
 
 // The output record of a finished request, in the shape of its input line.
 nlohmann::json result_record(const JobLine& line, const Result& r, const std::string& model_name);

@@ -6,6 +6,7 @@
 
 #include "runtime/core/error.h"
 #include "scheduler/job_io.h"
+#include "scheduler/job_report.h"
 
 using namespace offgen;
 
@@ -182,4 +183,35 @@ TEST_CASE("generation failures are classified in the error record", "[job_io]") 
   CHECK(rec["custom_id"] == "c");
   r.error = "something else";
   CHECK(result_record(jl, r, "m")["error"]["kind"] == "request_failed");
+}
+
+TEST_CASE("error records are counted by kind and field", "[job_io]") {
+  ErrorCounts c;
+  auto bad = parse_request_line(R"({"id": "x", "prompt": "p", "top_k": -1})", 1, SamplingParams{}, false);
+  auto oa = parse_request_line(R"({"custom_id": "y", "body": {"prompt": 1}})", 2, SamplingParams{}, false);
+  auto js = parse_request_line("{", 3, SamplingParams{}, false);
+  CHECK(c.add(error_record(bad)));
+  CHECK(c.add(error_record(oa)));
+  CHECK(c.add(error_record(js)));
+  CHECK(c.add(nlohmann::json{{"id", "old"}, {"error", {{"message", "line 9: from an old run"}}}}));
+  CHECK_FALSE(c.add(nlohmann::json{{"id", "ok"}, {"text", "t"}}));
+  CHECK_FALSE(c.add(nlohmann::json{{"custom_id", "ok"}, {"error", nullptr}}));
+  CHECK(c.total == 4);
+  CHECK(c.by_kind == std::map<std::string, int64_t>{
+                         {"invalid_value", 1}, {"wrong_type", 1}, {"invalid_json", 1}, {"unknown", 1}});
+  CHECK(c.by_field == std::map<std::string, int64_t>{{"top_k", 1}, {"body.prompt", 1}});
+}
+
+TEST_CASE("reports are replaced atomically", "[job_io]") {
+  const auto dir = std::filesystem::temp_directory_path() / "offgen_test_report";
+  std::filesystem::create_directories(dir);
+  const auto path = (dir / "r.json").string();
+  write_json_atomically(path, nlohmann::json{{"a", 1}});
+  write_json_atomically(path, nlohmann::json{{"a", 2}, {"bytes", "\xFF"}});  // invalid UTF-8 replaced
+  std::ifstream in(path);
+  const auto doc = nlohmann::json::parse(in);
+  CHECK(doc["a"] == 2);
+  CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 1);
+  CHECK_THROWS_AS(write_json_atomically((dir / "missing" / "r.json").string(), doc), Error);
+  std::filesystem::remove_all(dir);
 }
