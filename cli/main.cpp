@@ -1,6 +1,7 @@
 // The `offgen` executable: argument parsing over the scheduler's Engine and job runner.
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -12,6 +13,7 @@
 #include "runtime/loaders/gguf_source.h"
 #include "scheduler/bench_runner.h"
 #include "scheduler/engine.h"
+#include "scheduler/job_report.h"
 #include "scheduler/job_runner.h"
 
 namespace {
@@ -48,6 +50,10 @@ void add_sampling(CLI::App* app, SamplingParams& s) {
 
 int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlags& pf,
                  int64_t max_context, bool quiet) {
+  const auto start = std::chrono::steady_clock::now();
+  auto since_start = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
   EngineOptions eo;
   eo.policy = pf.resolve();
   eo.max_context = max_context;
@@ -56,8 +62,11 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
   eo.backend = f.backend;
   eo.weight_dtype = f.weight_dtype;
   Engine engine(eo);
+  const double load_seconds = since_start();
   job.progress = !quiet;
   JobSummary s = run_generate_job(engine, job);
+  if (!job.report.empty())
+    write_json_atomically(job.report, job_report(engine, job, s, load_seconds, since_start()));
   const auto& st = s.stats;
   std::fprintf(stderr,
                "offgen: done: %lld requests (%lld resumed from an earlier run), %lld failed; prefill %lld tokens in %.2fs (%.1f tok/s), "
@@ -173,6 +182,8 @@ int main(int argc, char** argv) {
   gen->add_option("--fsync", job.fsync, "Durability of output records: always, periodic, never")
       ->check(CLI::IsMember({"always", "periodic", "never"}));
   add_sampling(gen, job.defaults);
+  gen->add_option("--report", job.report,
+                  "Write a JSON report (times, throughput, memory, I/O, request and error counts)");
 
   CommonFlags bench_common;
   PolicyFlags bench_policy;

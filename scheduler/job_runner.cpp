@@ -55,7 +55,12 @@ JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts) {
   JobSummary summary;
   summary.lines = static_cast<int64_t>(lines.size());
   summary.resumed = out.resumed();
-  summary.failed = out.resumed_errors();
+  summary.errors = out.resumed_error_counts();
+  summary.succeeded = out.resumed() - out.resumed_errors();
+  auto emit = [&](const JobLine& line, const nlohmann::json& record) {
+    out.append(line.id, record);
+    if (!summary.errors.add(record)) ++summary.succeeded;
+  };
   if (out.resumed() > 0)
     log_info("{}: resuming: {} of {} records already written", opts.output, out.resumed(),
              lines.size());
@@ -67,8 +72,7 @@ JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts) {
       requests.push_back(*lines[i].request);
       line_of.push_back(i);
     } else {
-      out.append(lines[i].id, error_record(lines[i]));
-      ++summary.failed;
+      emit(lines[i], error_record(lines[i]));
     }
   }
   ProgressReporter progress(opts.progress);
@@ -76,13 +80,13 @@ JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts) {
                                                               : engine.config().name;
   GenerateCallbacks cb;
   cb.on_result = [&](size_t index, const Result& r) {
-    out.append(lines[line_of[index]].id, result_record(lines[line_of[index]], r, model_name));
+    emit(lines[line_of[index]], result_record(lines[line_of[index]], r, model_name));
   };
   cb.on_progress = [&](const Progress& p) { progress.update(p); };
   engine.generate(requests, cb);
   progress.finish();
   summary.stats = engine.last_stats();
-  summary.failed += summary.stats.failed;
+  summary.failed = summary.errors.total;
   return summary;
 }
 

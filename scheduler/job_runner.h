@@ -6,6 +6,7 @@
 #include <string>
 
 #include "scheduler/engine.h"
+#include "scheduler/job_io.h"
 
 namespace offgen {
 
@@ -17,12 +18,15 @@ struct GenerateJobOptions {
   bool progress = true;
   bool overwrite = false;          // start afresh instead of resuming an existing output
   std::string fsync = "periodic";  // always | periodic (at most once a second) | never
+  std::string report;              // --report FILE.json (written by the caller: job_report.h)
 };
 
 struct JobSummary {
   int64_t lines = 0;   // requests read (valid or not)
   int64_t failed = 0;  // error records in the output (this run and resumed ones)
   int64_t resumed = 0;  // records already in the output from an earlier run
+  int64_t succeeded = 0;  // completion records in the output (this run and resumed ones)
+  ErrorCounts errors;     // the `failed` records by kind and field
   GenerationStats stats;
 };
 

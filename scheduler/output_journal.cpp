@@ -119,7 +119,7 @@ void OutputJournal::load_existing(int fd) {
       const auto rec = nlohmann::json::parse(line);
       done_.insert(record_id(rec));
       ++resumed_;
-      resumed_errors_ += rec.contains("error") && !rec["error"].is_null();
+      resumed_errors_ += resumed_error_counts_.add(rec);
     } catch (const std::exception& e) {
       OFFGEN_THROW(kConfig, "{}:{}: not an offgen record ({}); use --overwrite to start afresh",
                    path_, line_no, e.what());

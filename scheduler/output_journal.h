@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "scheduler/job_io.h"
+
 namespace offgen {
 
 enum class FsyncPolicy { kAlways, kPeriodic, kNever };
@@ -30,6 +32,7 @@ class OutputJournal {
   bool done(const std::string& id) const { return done_.count(id) > 0; }
   int64_t resumed() const { return resumed_; }
   int64_t resumed_errors() const { return resumed_errors_; }  // error records among them
+  const ErrorCounts& resumed_error_counts() const { return resumed_error_counts_; }
   bool dropped_torn_line() const { return dropped_torn_; }
   // Appends one record (a line) and flushes it; `id` is remembered as done.
   void append(const std::string& id, const nlohmann::json& record);
@@ -44,6 +47,7 @@ class OutputJournal {
   std::unordered_set<std::string> done_;
   bool dropped_torn_ = false;
   int64_t resumed_ = 0, resumed_errors_ = 0;
+  ErrorCounts resumed_error_counts_;
   std::chrono::steady_clock::time_point last_sync_;
 };
 

@@ -20,6 +20,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                                   nlohmann::json::error_handler_t::replace);
   } else {
     if (jl.error.find("line 7") == std::string::npos) __builtin_trap();  // errors name the line
+    if (jl.error_kind.empty()) __builtin_trap();                         // ... and have a kind
+    if (!jl.error_field.empty() &&
+        jl.error.find("field '" + jl.error_field + "'") == std::string::npos)
+      __builtin_trap();  // ... and the field
     (void)offgen::error_record(jl).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   return 0;

@@ -1,0 +1,110 @@
+// Job report: assembled from GenerationStats, JobSummary and the stores' statistics.
+#include "scheduler/job_report.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "runtime/core/error.h"
+
+namespace offgen {
+
+nlohmann::json job_report(const Engine& engine, const GenerateJobOptions& job,
+                          const JobSummary& summary, double load_seconds, double wall_seconds) {
+  using json = nlohmann::json;
+  const GenerationStats& s = summary.stats;
+  auto rate = [](double tokens, double seconds) { return seconds > 0 ? tokens / seconds : 0.0; };
+  // Memory as `offgen bench` reports it. CPU backend: the device tier is host RAM, so every
+  // resident byte is host; the disk tier holds offloaded weight and KV extents.
+  const WeightStoreStats& ws = engine.weight_store().stats();
+  const KvStoreStats& ks = engine.kv_store().stats();
+  const int64_t weights_host = engine.weight_bytes() - ws.disk_bytes;
+  const double busiest = std::max({s.lanes.load, s.lanes.compute, s.lanes.store});
+  json disk = nullptr;
+  if (const NvmeStore* nvme = engine.nvme()) {
+    const IoStats io = nvme->stats();
+    disk = {{"path", nvme->path()},
+            {"bytes_read", io.bytes_read},
+            {"bytes_written", io.bytes_written},
+            {"retries", io.retries},
+            {"short_transfers", io.short_transfers},
+            {"errors", io.errors}};
+  }
+  return json{
+      {"model", engine.options().model},
+      {"backend", engine.options().backend},
+      {"input", job.input},
+      {"output", job.output},
+      {"requests",
+       {{"total", summary.lines},
+        {"succeeded", summary.succeeded},
+        {"failed", summary.failed},
+        {"resumed", summary.resumed},
+        {"this_run", summary.lines - summary.resumed}}},
+      {"errors", {{"by_kind", summary.errors.by_kind}, {"by_field", summary.errors.by_field}}},
+      {"tokens",
+       {{"prefill", s.prefill_tokens},
+        {"decode", s.decode_tokens},
+        {"completion", s.completion_tokens}}},
+      {"load_seconds", load_seconds},
+      {"prefill_seconds", s.prefill_seconds},
+      {"decode_seconds", s.decode_seconds},
+      {"generate_seconds", s.wall_seconds},
+      {"wall_seconds", wall_seconds},
+      {"prefill_throughput", rate(s.prefill_tokens, s.prefill_seconds)},
+      {"decode_throughput", rate(s.decode_tokens, s.decode_seconds)},
+      {"total_throughput", rate(s.completion_tokens, s.prefill_seconds + s.decode_seconds)},
+      {"batch_size", engine.options().batch_size()},
+      {"peak_bytes",
+       {{"device", 0},
+        {"host", weights_host + ws.staging_bytes + ks.peak_ram_bytes},
+        {"disk", ws.disk_bytes + ks.peak_disk_bytes}}},
+      {"weight_bytes", {{"host", weights_host}, {"disk", ws.disk_bytes}}},
+      {"kv_peak_bytes", {{"host", ks.peak_ram_bytes}, {"disk", ks.peak_disk_bytes}}},
+      {"io_bytes",
+       {{"disk_read", s.io.bytes_read},
+        {"disk_write", s.io.bytes_written},
+        {"h2d", 0},
+        {"d2h", 0}}},
+      {"disk_io", disk},
+      {"lane_busy_seconds",
+       {{"load", s.lanes.load}, {"compute", s.lanes.compute}, {"store", s.lanes.store}}},
+      {"overlap_efficiency", s.lanes.wall > 0 ? busiest / s.lanes.wall : 0.0},
+  };
+}
+
+void write_json_atomically(const std::string& path, const nlohmann::json& doc) {
+  const std::string text = doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  OFFGEN_CHECK(fd >= 0, kIo, "{}: cannot write the report: {}", tmp, std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      OFFGEN_THROW(kIo, "{}: write failed: {}", tmp, std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const int err = errno;
+  if (::close(fd) != 0 || !synced) {
+    ::unlink(tmp.c_str());
+    OFFGEN_THROW(kIo, "{}: fsync/close failed: {}", tmp, std::strerror(synced ? errno : err));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int rerr = errno;
+    ::unlink(tmp.c_str());
+    OFFGEN_THROW(kIo, "{}: cannot install the report: {}", path, std::strerror(rerr));
+  }
+}
+
+}  // namespace offgen
