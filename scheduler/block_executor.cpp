@@ -127,19 +127,21 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
         const int64_t cap = kv_.capacity(b.kv[i]), target = kv_.compact_to(b.kv[i]);
         const float* k = stage(t.slot, i, 0);
         const float* v = stage(t.slot, i, 1);
-        if (policy_ && sp.n_new > 1 && sp.n_past + sp.n_new > target) {
-          kv_.store(b.kv[i], layer, 0, target, k, v);
-        } else if (sp.n_past + sp.n_new <= cap) {
-          kv_.store(b.kv[i], layer, sp.n_past, sp.n_past + sp.n_new, k, v);
-        } else if (sp.n_new == 1 && sp.n_past == cap) {
-          const int32_t* w = written_[t.slot].data() + i * heads;
-          slots.assign(w, w + heads);
-          std::sort(slots.begin(), slots.end());
-          slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
-          kv_.store_slots(b.kv[i], layer, slots, k, v);
-        } else {
-          OFFGEN_THROW(kInternal, "KV table of {} slots cannot take {} + {}", cap, sp.n_past,
-                       sp.n_new);
+        switch (kv_write_kind(sp.n_past, sp.n_new, cap, target, policy_ != nullptr)) {
+          case KvWrite::kAppend:
+            kv_.store(b.kv[i], layer, sp.n_past, sp.n_past + sp.n_new, k, v);
+            break;
+          case KvWrite::kCompact:
+            kv_.store(b.kv[i], layer, 0, target, k, v);
+            break;
+          case KvWrite::kReplace: {
+            const int32_t* w = written_[t.slot].data() + i * heads;
+            slots.assign(w, w + heads);
+            std::sort(slots.begin(), slots.end());
+            slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+            kv_.store_slots(b.kv[i], layer, slots, k, v);
+            break;
+          }
         }
       }
       return;

@@ -196,9 +196,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
             OFFGEN_CHECK(id >= 0 && id < c.vocab_size, kInput,
                          "forced token id {} is outside the vocabulary of {}", id, c.vocab_size);
           s->capacity = kv_capacity(p, s->max_tokens);
-          s->compact_to = options_.policy.kv.scope == "prompt"
-                              ? std::min(s->capacity, options_.policy.kv.prompt_keep(p))
-                              : s->capacity;
+          s->compact_to = options_.policy.kv.compact_slots(p, s->max_tokens);
         } catch (const Error& e) {
           s->result.finish_reason = FinishReason::kError;
           s->result.error = e.what();
@@ -283,9 +281,7 @@ void Engine::forward(std::vector<Sequence*>& seqs, const std::vector<std::vector
     Sequence& s = *seqs[i];
     const auto n = static_cast<int64_t>(chunks[i].size());
     s.n_pos += n;
-    // A policy evicted any overflow (KvStep): chunks compact to compact_to, tokens replace.
-    s.n_used = n > 1 && s.n_used + n > s.compact_to ? s.compact_to
-                                                    : std::min(s.capacity, s.n_used + n);
+    s.n_used = kv_slots_after(s.n_used, n, s.capacity, s.compact_to, kv_policy_ != nullptr);
   }
 }
 
@@ -315,12 +311,7 @@ TierBytes Engine::kv_need(int64_t capacity) const {
 }
 
 int64_t Engine::kv_capacity(int64_t prompt, int64_t max_tokens) const {
-  // The last generated token is never fed back, so its K/V never needs a slot.
-  const int64_t need = std::max<int64_t>(1, prompt + max_tokens - 1);
-  const KvPolicyConfig& kv = options_.policy.kv;
-  if (kv.evicts() && kv.scope == "prompt")
-    return std::min(need, std::max<int64_t>(1, kv.prompt_keep(prompt) + max_tokens - 1));
-  return std::min(need, kv.budget_tokens(prompt, max_tokens));
+  return options_.policy.kv.table_slots(prompt, max_tokens);
 }
 
 int64_t Engine::fit_sequences(int64_t capacity) const {

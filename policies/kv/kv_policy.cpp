@@ -215,6 +215,18 @@ int64_t KvPolicyConfig::prompt_keep(int64_t prompt) const {
   return std::clamp<int64_t>(b, 1, std::max<int64_t>(prompt, 1));
 }
 
+int64_t KvPolicyConfig::table_slots(int64_t prompt, int64_t max_tokens) const {
+  const int64_t need = std::max<int64_t>(1, prompt + max_tokens - 1);
+  if (evicts() && scope == "prompt")
+    return std::min(need, std::max<int64_t>(1, prompt_keep(prompt) + max_tokens - 1));
+  return std::min(need, budget_tokens(prompt, max_tokens));
+}
+
+int64_t KvPolicyConfig::compact_slots(int64_t prompt, int64_t max_tokens) const {
+  const int64_t slots = table_slots(prompt, max_tokens);
+  return evicts() && scope == "prompt" ? std::min(slots, prompt_keep(prompt)) : slots;
+}
+
 std::string KvPolicyConfig::describe() const {
   if (!evicts()) return name;
   const std::string b = budget <= 1 ? fmt::format("{:g}", budget)

@@ -29,6 +29,11 @@ struct KvPolicyConfig {
   int64_t budget_tokens(int64_t prompt, int64_t generate) const;
   // Slots the prompt keeps under scope "prompt" (>= 1, <= prompt).
   int64_t prompt_keep(int64_t prompt) const;
+  // The KV table of a sequence of `prompt` tokens generating up to `max_tokens`: its slots (the
+  // last generated token is never fed back, so never needs one) and the slots an overflowing
+  // prompt chunk is compacted to (KvStep's compact_to).
+  int64_t table_slots(int64_t prompt, int64_t max_tokens) const;
+  int64_t compact_slots(int64_t prompt, int64_t max_tokens) const;
   bool evicts() const { return name != "full"; }
   std::string describe() const;  // e.g. "h2o@0.2" or "window@256"
 };

@@ -18,7 +18,34 @@ SlotTable table(const KvSeqView& v, int64_t head, int64_t n) {
 
 void copy_head(float* dst, const float* src, int64_t hd) { std::memcpy(dst, src, hd * sizeof(float)); }
 
+int64_t compact_target(int64_t capacity, int64_t compact_to) {
+  return compact_to > 0 ? std::min(compact_to, capacity) : capacity;
+}
+
 }  // namespace
+
+KvWrite kv_write_kind(int64_t n_old, int64_t n_new, int64_t capacity, int64_t compact_to,
+                      bool evicts) {
+  OFFGEN_CHECK(n_old <= capacity && (n_old + n_new <= capacity || evicts), kInternal,
+               "KV capacity {} exceeded ({} + {}) by a table that cannot evict", capacity, n_old,
+               n_new);
+  if (evicts && n_new > 1 && n_old + n_new > compact_target(capacity, compact_to))
+    return KvWrite::kCompact;
+  if (n_old + n_new <= capacity) return KvWrite::kAppend;
+  OFFGEN_CHECK(n_new == 1 && n_old == capacity, kInternal,
+               "KV table of {} slots cannot take {} + {}", capacity, n_old, n_new);
+  return KvWrite::kReplace;
+}
+
+int64_t kv_slots_after(int64_t n_old, int64_t n_new, int64_t capacity, int64_t compact_to,
+                       bool evicts) {
+  switch (kv_write_kind(n_old, n_new, capacity, compact_to, evicts)) {
+    case KvWrite::kAppend: return n_old + n_new;
+    case KvWrite::kReplace: return capacity;
+    case KvWrite::kCompact: return compact_target(capacity, compact_to);
+  }
+  return capacity;
+}
 
 KvStep::KvStep(int64_t n_kv_heads, int64_t head_dim, std::span<const SeqSpan> seqs,
                std::span<const KvSeqView> kv, const KvSlotPolicy* policy, const float* qkv,
@@ -38,15 +65,9 @@ KvStep::KvStep(int64_t n_kv_heads, int64_t head_dim, std::span<const SeqSpan> se
     const KvSeqView& view = kv[i];
     const int64_t cap = view.capacity, n_old = sp.n_past, n_new = sp.n_new;
     const bool meta = view.pos != nullptr;
-    const bool evicts = meta && policy_;
-    const int64_t target = view.compact_to > 0 ? std::min(view.compact_to, cap) : cap;
-    OFFGEN_CHECK(n_old <= cap && (n_old + n_new <= cap || evicts), kInternal,
-                 "KV capacity {} exceeded ({} + {}) by a table that cannot evict", cap, n_old,
-                 n_new);
     auto row = [&](int64_t t) { return qkv + (sp.row_begin + t) * row_stride; };
-    const bool compact = evicts && n_new > 1 && n_old + n_new > target;
-    if (!compact && n_old + n_new <= cap) {
-      mode_[i] = Mode::kAppend;
+    mode_[i] = kv_write_kind(n_old, n_new, cap, view.compact_to, meta && policy_);
+    if (mode_[i] == KvWrite::kAppend) {
       for (int64_t t = 0; t < n_new; ++t) {
         std::memcpy(view.k + (n_old + t) * kvd, row(t) + k_offset, kvd * sizeof(float));
         std::memcpy(view.v + (n_old + t) * kvd, row(t) + v_offset, kvd * sizeof(float));
@@ -57,9 +78,8 @@ KvStep::KvStep(int64_t n_kv_heads, int64_t head_dim, std::span<const SeqSpan> se
           view.sum[m] = view.max[m] = 0.0f;
         }
       }
-    } else if (!compact && n_new == 1 && n_old == cap) {
+    } else if (mode_[i] == KvWrite::kReplace) {
       // A full table and one new token: each head overwrites the slot its policy gives up.
-      mode_[i] = Mode::kReplace;
       const int32_t p = positions[sp.row_begin];
       for (int64_t h = 0; h < heads_; ++h) {
         const int64_t s = policy_->victim(table(view, h, cap), p);
@@ -73,8 +93,7 @@ KvStep::KvStep(int64_t n_kv_heads, int64_t head_dim, std::span<const SeqSpan> se
       spans_[i].n_past = cap - 1;  // every slot is visible to the one new row
     } else {
       // The chunk does not fit: attend over old + new slots in a scratch table, compact after
-      // to `target` slots.
-      mode_[i] = Mode::kCompact;
+      // to compact_to slots.
       const int64_t total = n_old + n_new;
       KvOverflow& o = overflow_[i];
       o.k.resize(total * kvd);
@@ -117,11 +136,11 @@ KvStep::KvStep(int64_t n_kv_heads, int64_t head_dim, std::span<const SeqSpan> se
 void KvStep::finish() {
   const int64_t kvd = heads_ * hd_;
   for (size_t i = 0; i < mode_.size(); ++i) {
-    if (mode_[i] != Mode::kCompact) continue;
+    if (mode_[i] != KvWrite::kCompact) continue;
     const KvSeqView& src = views_[i];
     const KvSeqView& dst = kv_[i];
     const int64_t total = src.capacity;
-    const int64_t cap = dst.compact_to > 0 ? std::min(dst.compact_to, dst.capacity) : dst.capacity;
+    const int64_t cap = compact_target(dst.capacity, dst.compact_to);
     std::vector<int32_t>& kept = overflow_[i].kept;
     for (int64_t h = 0; h < heads_; ++h) {
       kept.clear();

@@ -34,6 +34,18 @@ class KvSlotPolicy {
   virtual bool step_scores() const { return false; }
 };
 
+// How a chunk of n_new tokens enters a table holding n_old of `capacity` slots: appended after
+// them; one token replacing each head's victim in a full table; or the chunk attended in a
+// scratch table and the whole compacted to `compact_to` slots (0 = capacity). `evicts`: the table
+// has metadata and a policy. The one decision KvStep applies and the schedulers mirror (which
+// slots to write back, how many are in use). Throws Error(kInternal) when the chunk cannot fit.
+enum class KvWrite { kAppend, kReplace, kCompact };
+KvWrite kv_write_kind(int64_t n_old, int64_t n_new, int64_t capacity, int64_t compact_to,
+                      bool evicts);
+// Slots in use after that write.
+int64_t kv_slots_after(int64_t n_old, int64_t n_new, int64_t capacity, int64_t compact_to,
+                       bool evicts);
+
 // A table that grows past its capacity within one chunk is assembled here for the attention and
 // compacted back. One per sequence of a batch; reused across units.
 struct KvOverflow {
@@ -60,14 +72,11 @@ class KvStep {
   void finish();
 
  private:
-  enum class Mode { kAppend, kReplace, kCompact };
-  void write_row(const KvSeqView& dst, int64_t slot, int64_t head, const float* row) const;
-
   int64_t heads_, hd_;
   std::span<const KvSeqView> kv_;
   const KvSlotPolicy* policy_;
   std::vector<KvOverflow>& overflow_;
-  std::vector<Mode> mode_;
+  std::vector<KvWrite> mode_;
   std::vector<SeqSpan> spans_;
   std::vector<KvSeqView> views_;
   std::vector<AttentionStats> stats_;
