@@ -10,6 +10,7 @@
 #include "cli/policy_flags.h"
 #include "runtime/core/error.h"
 #include "scheduler/eval_runner.h"
+#include "scheduler/job_report.h"
 
 namespace offgen {
 
@@ -80,13 +81,7 @@ int EvalPplCommand::run() const {
                   fmt::format("{:.3f} ({:.3f})", cells.at(b).first, cells.at(b).second).c_str());
     std::printf("\n");
   }
-  if (!json.empty()) {
-    std::FILE* out = std::fopen(json.c_str(), "wb");
-    OFFGEN_CHECK(out != nullptr, kIo, "{}: cannot write the JSON rows", json);
-    const std::string text = eval_rows_json(rows).dump(2) + "\n";
-    const bool ok = std::fwrite(text.data(), 1, text.size(), out) == text.size();
-    OFFGEN_CHECK(std::fclose(out) == 0 && ok, kIo, "{}: write failed", json);
-  }
+  if (!json.empty()) write_json_atomically(json, eval_rows_json(rows));
   if (!plot.empty()) {
     LinePlot lp;
     lp.title = fmt::format("Perplexity under KV eviction ({} text(s), scope {})", o.texts.size(),

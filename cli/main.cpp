@@ -109,14 +109,8 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
                   format_bytes(r["kv_bytes_per_seq"].get<int64_t>()).c_str(),
                   r["decode_throughput"].get<double>(), r["total_throughput"].get<double>());
   }
-  if (!json_path.empty()) {
-    std::FILE* out = std::fopen(json_path.c_str(), "wb");
-    OFFGEN_CHECK(out != nullptr, kIo, "{}: cannot write the JSON report", json_path);
-    // One variant: the report object; several: a list of them.
-    const std::string text = (variants.size() > 1 ? runs : runs[0]).dump(2) + "\n";
-    const bool ok = std::fwrite(text.data(), 1, text.size(), out) == text.size();
-    OFFGEN_CHECK(std::fclose(out) == 0 && ok, kIo, "{}: write failed", json_path);
-  }
+  // One variant: the report object; several: a list of them.
+  if (!json_path.empty()) write_json_atomically(json_path, variants.size() > 1 ? runs : runs[0]);
   return 0;
 }
 
