@@ -1,13 +1,13 @@
 // Teacher-forced perplexity under KV policies.
 #include "scheduler/eval_runner.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "runtime/core/error.h"
 
@@ -28,9 +28,8 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-std::vector<Scored> score(const EngineOptions& eo, const std::vector<std::vector<int32_t>>& ids,
+std::vector<Scored> score(Engine& engine, const std::vector<std::vector<int32_t>>& ids,
                           int64_t prefix) {
-  Engine engine(eo);
   std::vector<Request> reqs(ids.size());
   std::vector<Scored> out(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -82,17 +81,18 @@ std::vector<EvalRow> run_eval_ppl(const EngineOptions& base, const EvalPplOption
   eo.policy.batch_given = true;
   eo.prefill_chunk = std::max(eo.prefill_chunk, o.prefix);  // the prefix is one chunk
 
-  // The full cache first: the reference for agreement, and the tokeniser for the texts.
+  // The full cache first: the tokeniser for the texts, and the reference for agreement.
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::vector<int32_t>> ids;
   std::vector<std::string> names;
-  {
-    Engine probe(eo);
-    OFFGEN_CHECK(o.tokens <= probe.max_context(), kConfig,
+  std::vector<Scored> full;
+  {  // released before the next configuration loads its own model
+    Engine full_engine(eo);
+    OFFGEN_CHECK(o.tokens <= full_engine.max_context(), kConfig,
                  "--tokens {} exceeds the model's context window of {}", o.tokens,
-                 probe.max_context());
+                 full_engine.max_context());
     for (const std::string& path : o.texts) {
-      std::vector<int32_t> t = probe.tokenizer().encode(read_file(path), false);
+      std::vector<int32_t> t = full_engine.tokenizer().encode(read_file(path), false);
       OFFGEN_CHECK(static_cast<int64_t>(t.size()) >= o.tokens, kInput,
                    "{}: has {} tokens; --tokens {} needs at least that many", path, t.size(),
                    o.tokens);
@@ -100,6 +100,7 @@ std::vector<EvalRow> run_eval_ppl(const EngineOptions& base, const EvalPplOption
       ids.push_back(std::move(t));
       names.push_back(std::filesystem::path(path).filename().string());
     }
+    full = score(full_engine, ids, o.prefix);
   }
   const int64_t scored = o.tokens - o.prefix;
   std::vector<EvalRow> rows;
@@ -115,19 +116,20 @@ std::vector<EvalRow> run_eval_ppl(const EngineOptions& base, const EvalPplOption
         agree += s[i].top1[k] == ref[i].top1[k];
       }
       rows.push_back({policy, budget, "ppl", std::exp(nll / scored), scored, names[i]});
-      rows.push_back({policy, budget, "top1_agreement", static_cast<double>(agree) / scored,
-                      scored, names[i]});
+      rows.push_back({policy, budget, "top1_agreement", static_cast<double>(agree) / scored, scored,
+                      names[i]});
       nll_all += nll, agree_all += agree;
     }
     const int64_t n = scored * static_cast<int64_t>(s.size());
     rows.push_back({policy, budget, "ppl", std::exp(nll_all / n), n, "all"});
-    rows.push_back({policy, budget, "top1_agreement", static_cast<double>(agree_all) / n, n, "all"});
+    rows.push_back(
+        {policy, budget, "top1_agreement", static_cast<double>(agree_all) / n, n, "all"});
     if (log)
-      log(fmt::format("{}@{:g}: ppl {:.4f}, top-1 agreement {:.4f} ({} tokens, {:.1f} s)", policy,
-                      budget, rows[rows.size() - 2].value, rows.back().value, n,
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+      log(fmt::format(
+          "{}@{:g}: ppl {:.4f}, top-1 agreement {:.4f} ({} tokens, {:.1f} s)", policy, budget,
+          rows[rows.size() - 2].value, rows.back().value, n,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
   };
-  const std::vector<Scored> full = score(eo, ids, o.prefix);
   add_rows("full", 1.0, full, full);
   for (const std::string& p : o.policies) {
     if (p == "full") continue;
@@ -136,7 +138,8 @@ std::vector<EvalRow> run_eval_ppl(const EngineOptions& base, const EvalPplOption
       eo.policy.kv.name = p;
       eo.policy.kv.budget = b;
       eo.policy.kv.scope = o.scope;
-      add_rows(p, b, score(eo, ids, o.prefix), full);
+      Engine engine(eo);
+      add_rows(p, b, score(engine, ids, o.prefix), full);
     }
   }
   return rows;
