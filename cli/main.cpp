@@ -6,11 +6,13 @@
 #include <string>
 
 #include "cli/eval_command.h"
+#include "cli/plan_command.h"
 #include "cli/policy_flags.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/loaders/gguf.h"
 #include "runtime/loaders/gguf_source.h"
+#include "runtime/loaders/model_loader.h"
 #include "scheduler/bench_runner.h"
 #include "scheduler/engine.h"
 #include "scheduler/job_report.h"
@@ -48,6 +50,33 @@ void add_sampling(CLI::App* app, SamplingParams& s) {
   app->add_option("--stop", s.stop, "Stop string (repeatable)");
 }
 
+// `generate --policy auto`: plans for the job's longest prompt and largest max_tokens (every
+// sequence then fits the planned block) over its valid requests.
+Policy plan_for_job(const CommonFlags& f, const GenerateJobOptions& job, const Policy& base,
+                    int64_t max_context) {
+  const std::vector<JobLine> lines = read_request_file(job.input, job.defaults, job.chat);
+  OpenedModel opened = open_model(f.model);
+  const Tokenizer tokenizer(std::move(opened.vocab));
+  Workload w;
+  w.prompt_len = 1;
+  w.gen_len = 2;
+  for (const JobLine& l : lines) {
+    if (!l.request) continue;
+    try {
+      w.prompt_len = std::max<int64_t>(w.prompt_len, encode_request(tokenizer, *l.request).size());
+    } catch (const Error&) {
+      continue;  // reported per request by the run itself
+    }
+    w.gen_len = std::max<int64_t>(w.gen_len, l.request->sampling.max_tokens);
+    ++w.num_requests;
+  }
+  OFFGEN_CHECK(w.num_requests > 0, kInput, "{}: --policy auto: no valid request to plan for",
+               job.input);
+  if (max_context > 0) w.gen_len = std::max<int64_t>(2, std::min(w.gen_len, max_context - w.prompt_len));
+  PlanningContext ctx{f.model, f.weight_dtype, f.threads, "", base.offload_dir, nullptr};
+  return auto_plan(ctx, w, base).policy;
+}
+
 int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlags& pf,
                  int64_t max_context, bool quiet) {
   const auto start = std::chrono::steady_clock::now();
@@ -56,6 +85,7 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
   };
   EngineOptions eo;
   eo.policy = pf.resolve();
+  if (pf.auto_policy()) eo.policy = plan_for_job(f, job, eo.policy, max_context);
   eo.max_context = max_context;
   eo.model = f.model;
   eo.threads = f.threads;
@@ -82,11 +112,21 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
 }
 
 int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& bo,
-              const std::string& json_path) {
+              const std::string& json_path, bool predict_flag) {
   // One run per KV variant (--kv-policy full,h2o ...), in one process so ratios share conditions.
   nlohmann::json runs = nlohmann::json::array();
   const std::vector<Policy> variants = pf.resolve_variants();
-  for (const Policy& p : variants) {
+  const PlanningContext ctx{f.model, f.weight_dtype, f.threads, "", "", nullptr};
+  Workload w;
+  w.prompt_len = bo.prompt_len;
+  w.gen_len = bo.gen_len;
+  w.num_requests = bo.batch_size;
+  for (Policy p : variants) {
+    if (pf.auto_policy()) {
+      PlanningContext c = ctx;
+      c.offload_dir = p.offload_dir;
+      p = auto_plan(c, w, p).policy;
+    }
     EngineOptions eo;
     eo.model = f.model;
     eo.threads = f.threads;
@@ -97,8 +137,23 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
     Engine engine(eo);
     const BenchReport r = run_bench(engine, bo);
     std::printf("%s\n", r.summary().c_str());
+    nlohmann::json j = r.to_json();
+    if (pf.auto_policy() || predict_flag) {
+      // The cost model's figures for the policy and batch that ran, beside the measured ones.
+      PlanningContext c = ctx;
+      c.offload_dir = p.offload_dir;
+      const PlanningInputs in = planning_inputs(c);
+      const Prediction pr = predict(in.facts, in.compute, in.hw, p, w, r.batch_size);
+      j.update(prediction_json(pr));
+      j["policy_source"] = pf.auto_policy() ? "auto" : "given";
+      j["policy_toml"] = policy_toml(p);
+      std::printf("  predicted: prefill %.1f, decode %.1f, total %.1f tok/s (measured/predicted "
+                  "total %.2f)\n",
+                  pr.prefill_throughput, pr.decode_throughput, pr.total_throughput,
+                  r.total_throughput / pr.total_throughput);
+    }
     std::fflush(stdout);
-    runs.push_back(r.to_json());
+    runs.push_back(std::move(j));
   }
   if (variants.size() > 1) {
     std::printf("\n%-16s %8s %14s %12s %12s\n", "kv policy", "batch", "KV/sequence", "decode tok/s",
@@ -195,6 +250,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 24));
   bench->add_flag("!--no-warmup", bench_opts.warmup, "Skip the untimed warm-up run");
   bench->add_option("--json", bench_json, "Write the report as JSON");
+  bool bench_predict = false;
+  bench->add_flag("--predict", bench_predict,
+                  "Add the cost model's predicted figures for the policy that ran (hardware profile "
+                  "from the cache; measured first when absent)");
+  CalibrateCommand calibrate;
+  calibrate.add_to(&app);
+  PlanCommand plan_cmd;
+  plan_cmd.add_to(&app);
 
   auto* eval = app.add_subcommand("eval", "Quality of KV policies");
   eval->require_subcommand(1);
@@ -213,7 +276,9 @@ int main(int argc, char** argv) {
   try {
     if (gen->parsed()) return cmd_generate(gen_common, job, gen_policy, max_context, quiet);
     if (ins->parsed()) return cmd_inspect(ins_common);
-    if (bench->parsed()) return cmd_bench(bench_common, bench_policy, bench_opts, bench_json);
+    if (bench->parsed()) return cmd_bench(bench_common, bench_policy, bench_opts, bench_json, bench_predict);
+    if (calibrate.parsed()) return calibrate.run();
+    if (plan_cmd.parsed()) return plan_cmd.run();
     if (eval_ppl.parsed()) return eval_ppl.run();
   } catch (const Error& e) {
     std::fprintf(stderr, "offgen: error: %s\n", e.what());

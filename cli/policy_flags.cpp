@@ -6,7 +6,9 @@
 namespace offgen {
 
 void PolicyFlags::add_to(CLI::App* app) {
-  app->add_option("--policy", policy_file_, "Placement policy TOML file (flags override it)");
+  app->add_option("--policy", policy_file_,
+                  "Placement policy TOML file (flags override it), or 'auto' to let the planner "
+                  "choose batch sizes, tier shares and overlap within --gpu-mem/--cpu-mem/--disk-mem");
   app->add_option("--percent", percent_,
                   "WG WC CG CC HG HC: percent of weights, KV cache and activations on GPU and CPU "
                   "(disk = 100 - GPU - CPU), FlexGen's order")
@@ -86,7 +88,7 @@ std::vector<Policy> PolicyFlags::resolve_variants() const {
 
 Policy PolicyFlags::resolve() const {
   Policy p;
-  if (!policy_file_.empty()) p = load_policy_toml(policy_file_);
+  if (!policy_file_.empty() && !auto_policy()) p = load_policy_toml(policy_file_);
   if (!percent_.empty()) {
     p.weight_gpu_percent = percent_[0], p.weight_cpu_percent = percent_[1];
     p.cache_gpu_percent = percent_[2], p.cache_cpu_percent = percent_[3];

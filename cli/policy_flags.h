@@ -23,6 +23,9 @@ class PolicyFlags {
   // One policy per KV variant when --kv-policy / --kv-budget list several (comma-separated; one
   // budget applies to every policy, otherwise budgets pair with policies in order).
   std::vector<Policy> resolve_variants() const;
+  // `--policy auto`: the planner chooses batch sizes, tier shares and overlap (the other flags
+  // still give the capacities and the KV policy).
+  bool auto_policy() const { return policy_file_ == "auto"; }
 
  private:
   std::string policy_file_;

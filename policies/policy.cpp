@@ -243,4 +243,36 @@ Policy parse_policy_toml(std::string_view text, const std::string& path, const P
   return p;
 }
 
+std::string policy_toml(const Policy& p) {
+  std::string out = fmt::format("gpu_batch_size = {}\nnum_gpu_batches = {}\n", p.gpu_batch_size,
+                                p.num_gpu_batches);
+  out += fmt::format("percent = [{}, {}, {}, {}, {}, {}]  # weights, cache, activations: GPU, CPU\n",
+                     p.weight_gpu_percent, p.weight_cpu_percent, p.cache_gpu_percent,
+                     p.cache_cpu_percent, p.act_gpu_percent, p.act_cpu_percent);
+  out += fmt::format("overlap = {}\n", p.overlap);
+  if (!p.offload_dir.empty()) {
+    std::string dir;  // a TOML basic string
+    for (char ch : p.offload_dir) {
+      if (ch == '"' || ch == '\\') dir += '\\';
+      dir += ch;
+    }
+    out += fmt::format("offload_dir = \"{}\"\n", dir);
+  }
+  if (p.io_queue_depth != Policy{}.io_queue_depth)
+    out += fmt::format("io_queue_depth = {}\n", p.io_queue_depth);
+  if (p.gpu_mem > 0) out += fmt::format("gpu_mem = \"{}\"\n", p.gpu_mem);
+  if (p.cpu_mem > 0) out += fmt::format("cpu_mem = \"{}\"\n", p.cpu_mem);
+  if (p.disk_mem > 0) out += fmt::format("disk_mem = \"{}\"\n", p.disk_mem);
+  const KvPolicyConfig& kv = p.kv;
+  out += fmt::format("\n[kv]\npolicy = \"{}\"\nbudget = {}\nscope = \"{}\"\n", kv.name, kv.budget,
+                     kv.scope);
+  const KvPolicyConfig d;
+  if (kv.recent_fraction != d.recent_fraction)
+    out += fmt::format("recent_fraction = {}\n", kv.recent_fraction);
+  if (kv.sinks != d.sinks) out += fmt::format("sinks = {}\n", kv.sinks);
+  if (kv.window != d.window) out += fmt::format("window = {}\n", kv.window);
+  if (kv.kernel != d.kernel) out += fmt::format("kernel = {}\n", kv.kernel);
+  return out;
+}
+
 }  // namespace offgen

@@ -70,6 +70,8 @@ Policy load_policy_toml(const std::string& path, const Policy& base = Policy{});
 // The same from TOML text; `source` names it in messages (a path, or e.g. "<fuzz>").
 Policy parse_policy_toml(std::string_view text, const std::string& source,
                          const Policy& base = Policy{});
+// The policy as TOML that parse_policy_toml reads back to the same policy (batch_given set).
+std::string policy_toml(const Policy& p);
 // Parses "512M", "8G", "1.5T", "4096" (bytes; K/M/G/T are powers of 1024). Throws kConfig.
 int64_t parse_size(const std::string& text, const std::string& what);
 std::string format_bytes(int64_t bytes);

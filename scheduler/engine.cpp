@@ -8,6 +8,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/loaders/model_loader.h"
+#include "scheduler/calibrate.h"
 
 namespace offgen {
 namespace {
@@ -60,14 +61,9 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   source_ = std::move(opened.source);
   model_ = std::make_unique<LlamaModel>(*source_, *backend_);
   const Policy& p = options_.policy;
-  // Capacity check of the weights before anything is staged.
-  int64_t unit_total = 0, unit_max = 0;
-  for (int64_t u = 0; u < model_->num_units(); ++u) {
-    unit_total += model_->unit_bytes(u);
-    unit_max = std::max(unit_max, model_->unit_bytes(u));
-  }
-  weight_need_ = p.split_weights(unit_total);
-  weight_need_.device += model_->resident_bytes() + (weight_need_.disk > 0 ? 2 * unit_max : 0);
+  // Capacity check of the weights before anything is staged (the accounting the planner uses).
+  facts_ = model_facts(*model_, options_.weight_dtype);
+  weight_need_ = weight_need(facts_, p);
   p.check_fits(weight_need_, "the model's weights");
   if (p.uses_disk()) {
     NvmeStoreOptions no;
@@ -115,25 +111,27 @@ int64_t Engine::weight_bytes() const {
   return model_->resident_bytes() + weights_->stats().ram_bytes + weights_->stats().disk_bytes;
 }
 
-std::vector<int32_t> Engine::encode_prompt(const Request& r) const {
-  if (!r.prompt_ids.empty()) {
-    for (int32_t id : r.prompt_ids)
-      OFFGEN_CHECK(id >= 0 && id < model_->config().vocab_size, kInput,
-                   "prompt token id {} is outside the vocabulary of {}", id,
-                   model_->config().vocab_size);
-    return r.prompt_ids;
-  }
+std::vector<int32_t> encode_request(const Tokenizer& tokenizer, const Request& r) {
+  if (!r.prompt_ids.empty()) return r.prompt_ids;
   std::string text;
   if (!r.messages.empty()) {
-    text = apply_chat_template(tokenizer_->vocab().chat_template, r.messages, true);
+    text = apply_chat_template(tokenizer.vocab().chat_template, r.messages, true);
   } else if (r.chat) {
-    text = apply_chat_template(tokenizer_->vocab().chat_template, {{"user", r.prompt}}, true);
+    text = apply_chat_template(tokenizer.vocab().chat_template, {{"user", r.prompt}}, true);
   } else {
     text = r.prompt;
   }
-  std::vector<int32_t> ids = tokenizer_->encode(text, true);
+  std::vector<int32_t> ids = tokenizer.encode(text, true);
   OFFGEN_CHECK(!ids.empty(), kInput, "prompt is empty");
   return ids;
+}
+
+std::vector<int32_t> Engine::encode_prompt(const Request& r) const {
+  for (int32_t id : r.prompt_ids)
+    OFFGEN_CHECK(id >= 0 && id < model_->config().vocab_size, kInput,
+                 "prompt token id {} is outside the vocabulary of {}", id,
+                 model_->config().vocab_size);
+  return encode_request(*tokenizer_, r);
 }
 
 std::vector<Result> Engine::generate(const std::vector<Request>& requests,
@@ -303,11 +301,7 @@ void Engine::check_fits(int64_t sequences, int64_t capacity) const {
 }
 
 TierBytes Engine::kv_need(int64_t capacity) const {
-  const Policy& p = options_.policy;
-  TierBytes t = p.split_cache(model_->config().kv_bytes_per_token() * capacity);
-  // Slot metadata lives in RAM: on the device tier when the cache's RAM share is there.
-  (p.cache_gpu_percent >= p.cache_cpu_percent ? t.device : t.host) += kv_->meta_bytes(capacity);
-  return t;
+  return offgen::kv_need(facts_, options_.policy, capacity);
 }
 
 int64_t Engine::kv_capacity(int64_t prompt, int64_t max_tokens) const {

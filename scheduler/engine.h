@@ -11,6 +11,7 @@
 #include "offload/kv_store.h"
 #include "offload/nvme_store.h"
 #include "offload/weight_store.h"
+#include "policies/cost_model.h"
 #include "policies/policy.h"
 #include "runtime/backend/backend.h"
 #include "runtime/model/llama.h"
@@ -62,6 +63,10 @@ struct GenerateCallbacks {
   // Called with the logits row each token is sampled from (step 0 = the prompt's last position).
   std::function<void(size_t index, int64_t step, std::span<const float> logits)> on_logits;
 };
+
+// A request's prompt tokens: its ids, or its text (chat template applied when asked) tokenised.
+// Throws Error(kInput) when the prompt is empty.
+std::vector<int32_t> encode_request(const Tokenizer& tokenizer, const Request& r);
 
 class Engine {
  public:
@@ -120,6 +125,7 @@ class Engine {
   int64_t max_context_ = 0;
   GenerationStats stats_;
   const GenerateCallbacks* callbacks_ = nullptr;  // during generate()
+  ModelFacts facts_;                               // the layout the memory accounting reads
   TierBytes weight_need_;                          // weights' bytes per tier
   std::vector<float> logits_;
   std::unordered_set<int32_t> end_of_generation_;

@@ -1,0 +1,176 @@
+// The calibrate and plan commands.
+#include "cli/plan_command.h"
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "runtime/backend/backend.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/error.h"
+#include "runtime/loaders/model_loader.h"
+#include "scheduler/job_report.h"
+
+namespace offgen {
+namespace {
+
+void progress(const std::string& what) { std::fprintf(stderr, "offgen: calibrating: %s\n", what.c_str()); }
+
+double gbps(const TimeCurve& c, size_t i) { return c.x[i] / c.seconds[i] / 1e9; }
+
+void print_curve(const char* name, const TimeCurve& c) {
+  std::printf("  %-11s", name);
+  for (size_t i = 0; i < c.x.size(); ++i)
+    std::printf(" %s %.2f", format_bytes(static_cast<int64_t>(c.x[i])).c_str(), gbps(c, i));
+  std::printf("  (GB/s per op size)\n");
+}
+
+}  // namespace
+
+nlohmann::json prediction_json(const Prediction& p) {
+  return {{"predicted_prefill_throughput", p.prefill_throughput},
+          {"predicted_decode_throughput", p.decode_throughput},
+          {"predicted_total_throughput", p.total_throughput},
+          {"predicted_prefill_seconds", p.prefill_seconds},
+          {"predicted_decode_seconds", p.decode_seconds},
+          {"predicted_bottleneck", p.bottleneck()},
+          {"predicted_lane_busy_seconds",
+           {{"load", p.prefill_lanes.load + p.decode_lanes.load},
+            {"compute", p.prefill_lanes.compute + p.decode_lanes.compute},
+            {"store", p.prefill_lanes.store + p.decode_lanes.store}}}};
+}
+
+void CalibrateCommand::add_to(CLI::App* app) {
+  cmd_ = app->add_subcommand("calibrate",
+                             "Measure disk, RAM and (with --model) compute into a hardware profile");
+  cmd_->add_option("--offload-dir", offload_dir, "Disk to measure (default $TMPDIR)");
+  cmd_->add_option("--json", json, "Profile to write (default: the cache, " + default_profile_path() + ")");
+  cmd_->add_option("--model", model, "Also measure this model's units (.gguf or dummy:PRESET)");
+  cmd_->add_option("--weight-dtype", weight_dtype, "Matmul weight storage: f32 or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  cmd_->add_flag("--quick", quick, "Fewer sizes and repetitions (rougher; for smoke tests)");
+}
+
+int CalibrateCommand::run() const {
+  const std::string path = json.empty() ? default_profile_path() : json;
+  CalibrateOptions co;
+  co.offload_dir = offload_dir;
+  co.quick = quick;
+  co.on_step = progress;
+  // Keeps the compute entries of other models already in the file.
+  HardwareProfile base;
+  if (std::FILE* f = std::fopen(path.c_str(), "r")) {
+    std::fclose(f);
+    try {
+      base = load_profile(path);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "offgen: replacing an unreadable profile: %s\n", e.what());
+    }
+  }
+  HardwareProfile hw = measure_transfers(co, std::move(base));
+  std::printf("offload dir %s (O_DIRECT %s)\n", hw.offload_dir.c_str(), hw.direct_io ? "yes" : "no");
+  print_curve("disk read", hw.disk_read);
+  print_curve("disk write", hw.disk_write);
+  print_curve("RAM copy", hw.ram_copy);
+  if (!model.empty()) {
+    auto backend = make_cpu_backend(threads, weight_dtype == "bf16" ? DType::kBF16 : DType::kF32);
+    OpenedModel opened = open_model(model);
+    LlamaModel m(*opened.source, *backend);
+    const ComputeProfile c = measure_compute(m, weight_dtype, co);
+    hw.put_compute(c);
+    std::printf("compute %s, %d threads:\n", c.model_key.c_str(), c.threads);
+    for (size_t i = 0; i < c.mlp.x.size(); ++i)
+      std::printf("  %5.0f rows: MLP unit %.3f ms, attention unit %.3f ms\n", c.mlp.x[i],
+                  c.mlp.seconds[i] * 1e3, c.attn_base.seconds[i] * 1e3);
+    std::printf("  attention per (row x slot): decode %.2f ns (h2o %.2f), prefill %.2f ns (h2o %.2f)\n",
+                c.decode_pair * 1e9, c.decode_pair_evict * 1e9, c.prefill_pair * 1e9,
+                c.prefill_pair_evict * 1e9);
+  }
+  save_profile(path, hw);
+  std::printf("profile written to %s\n", path.c_str());
+  return 0;
+}
+
+void PlanCommand::add_to(CLI::App* app) {
+  cmd_ = app->add_subcommand(
+      "plan", "Choose batch sizes, tier shares and overlap for a workload within memory limits");
+  cmd_->add_option("--model", model, "Model: path to a .gguf file, or dummy:PRESET")->required();
+  cmd_->add_option("--weight-dtype", weight_dtype, "Matmul weight storage: f32 or bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  cmd_->add_option("--prompt-len", workload.prompt_len, "Prompt tokens")->required()->check(CLI::Range(1, 1 << 20));
+  cmd_->add_option("--gen-len", workload.gen_len, "Generated tokens")->required()->check(CLI::Range(2, 1 << 20));
+  cmd_->add_option("--num-requests", workload.num_requests,
+                   "Requests in the job (0 = unbounded: blocks as large as fit)")
+      ->check(CLI::NonNegativeNumber);
+  cmd_->add_option("--max-batch", max_batch, "Largest block of sequences considered")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd_->add_option("--profile", profile, "Hardware profile (default the cache; measured when absent)");
+  cmd_->add_option("--json", json, "Write the plan and its predicted figures as JSON");
+  policy.add_to(cmd_);
+}
+
+PlanResult auto_plan(const PlanningContext& ctx, const Workload& w, const Policy& base) {
+  const PlanningInputs in = planning_inputs(ctx);
+  PlanOptions o;
+  o.workload = w;
+  o.base = base;
+  PlanResult r = plan(in.facts, in.compute, in.hw, o);
+  const Policy& p = r.policy;
+  std::fprintf(stderr,
+               "offgen: policy auto: %lld x %lld sequences, weights %g%% / KV %g%% in RAM, overlap "
+               "%s; predicted %.1f tok/s total (binding: %s)\n",
+               static_cast<long long>(p.gpu_batch_size), static_cast<long long>(p.num_gpu_batches),
+               p.weight_gpu_percent + p.weight_cpu_percent, p.cache_gpu_percent + p.cache_cpu_percent,
+               p.overlap ? "on" : "off", r.prediction.total_throughput, r.binding.c_str());
+  return r;
+}
+
+int PlanCommand::run() const {
+  const Policy base = policy.resolve();
+  PlanningContext ctx{model, weight_dtype, threads, profile, base.offload_dir, progress};
+  const PlanningInputs in = planning_inputs(ctx);
+  PlanOptions o;
+  o.workload = workload;
+  o.base = base;
+  o.max_batch = max_batch;
+  const PlanResult r = plan(in.facts, in.compute, in.hw, o);
+  const Prediction& pr = r.prediction;
+  std::printf("# offgen plan for %s: prompt %lld, gen %lld, %s\n", in.facts.key.c_str(),
+              static_cast<long long>(workload.prompt_len), static_cast<long long>(workload.gen_len),
+              workload.num_requests > 0 ? fmt::format("{} requests", workload.num_requests).c_str()
+                                        : "requests unbounded");
+  std::printf("# predicted: prefill %.1f tok/s, decode %.1f tok/s, total %.1f tok/s "
+              "(block of %lld: %.2f s + %.2f s; decode bound by the %s lane)\n",
+              pr.prefill_throughput, pr.decode_throughput, pr.total_throughput,
+              static_cast<long long>(pr.batch), pr.prefill_seconds, pr.decode_seconds,
+              pr.bottleneck().c_str());
+  std::printf("# memory: device %s, host %s, disk %s (KV %lld slots per sequence)\n",
+              format_bytes(pr.need.device).c_str(), format_bytes(pr.need.host).c_str(),
+              format_bytes(pr.need.disk).c_str(), static_cast<long long>(pr.kv_slots));
+  std::printf("# binding constraint: %s\n# %lld candidate policies evaluated\n", r.binding.c_str(),
+              static_cast<long long>(r.evaluated));
+  std::printf("%s", policy_toml(r.policy).c_str());
+  if (!json.empty()) {
+    const Policy& p = r.policy;
+    nlohmann::json j = prediction_json(pr);
+    j["model"] = in.facts.key;
+    j["batch_size"] = pr.batch;
+    j["gpu_batch_size"] = p.gpu_batch_size;
+    j["num_gpu_batches"] = p.num_gpu_batches;
+    j["percent"] = {p.weight_gpu_percent, p.weight_cpu_percent, p.cache_gpu_percent,
+                    p.cache_cpu_percent, p.act_gpu_percent, p.act_cpu_percent};
+    j["overlap"] = p.overlap;
+    j["kv_policy"] = p.kv.describe();
+    j["kv_slots_per_seq"] = pr.kv_slots;
+    j["need_bytes"] = {{"device", pr.need.device}, {"host", pr.need.host}, {"disk", pr.need.disk}};
+    j["binding"] = r.binding;
+    j["evaluated"] = r.evaluated;
+    j["policy_toml"] = policy_toml(p);
+    write_json_atomically(json, j);
+  }
+  return 0;
+}
+
+}  // namespace offgen

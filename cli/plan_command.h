@@ -1,0 +1,51 @@
+// `offgen calibrate` and `offgen plan`, and the planner behind `--policy auto` / `bench --predict`
+// (scheduler/planning over policies/planner): flags, the printed TOML and figures, --json.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/policy_flags.h"
+#include "policies/planner.h"
+#include "scheduler/planning.h"
+
+namespace offgen {
+
+class CalibrateCommand {
+ public:
+  void add_to(CLI::App* app);
+  bool parsed() const { return cmd_ && cmd_->parsed(); }
+  int run() const;
+
+ private:
+  CLI::App* cmd_ = nullptr;
+  std::string offload_dir, json, model, weight_dtype = "f32";
+  int threads = 0;
+  bool quick = false;
+};
+
+class PlanCommand {
+ public:
+  void add_to(CLI::App* app);
+  bool parsed() const { return cmd_ && cmd_->parsed(); }
+  int run() const;
+
+ private:
+  CLI::App* cmd_ = nullptr;
+  std::string model, weight_dtype = "f32", json, profile;
+  int threads = 0;
+  Workload workload;
+  int64_t max_batch = 4096;
+  PolicyFlags policy;
+};
+
+// Plans `base` (capacities, KV policy) for the workload on the model; prints a one-line summary
+// to stderr. Used by `--policy auto`.
+PlanResult auto_plan(const PlanningContext& ctx, const Workload& w, const Policy& base);
+// The predicted figures as JSON fields (predicted_total_throughput, ...).
+nlohmann::json prediction_json(const Prediction& p);
+
+}  // namespace offgen

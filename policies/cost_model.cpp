@@ -1,0 +1,313 @@
+// Block-schedule cost model.
+#include "policies/cost_model.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "runtime/core/error.h"
+#include "runtime/model/kv_slots.h"
+
+namespace offgen {
+namespace {
+
+constexpr int64_t kPage = 4096;
+int64_t page_up(int64_t b) { return (b + kPage - 1) / kPage * kPage; }
+int64_t page_down(int64_t b) { return b / kPage * kPage; }
+
+// One sequence's share of a forward: n_new tokens after n_past used slots; `mult` identical ones.
+struct Piece {
+  int64_t n_past = 0, n_new = 0, mult = 1;
+};
+// A GPU batch of a forward, `repeat` identical ones.
+struct Batch {
+  std::vector<Piece> pieces;
+  int64_t repeat = 1;
+};
+
+struct Ctx {
+  const ModelFacts& m;
+  const ComputeProfile& c;
+  const HardwareProfile& hw;
+  const Policy& p;
+  int64_t capacity = 0, compact_to = 0, ram_slots = 0;
+  bool evicts = false, kv_resident = true;
+  double w_ram = 1;  // weight RAM share
+
+  // Disk seconds of the reads and writes costed since the last take_disk(): the store serialises
+  // its I/O calls, so the load and store lanes share the disk.
+  mutable double disk = 0;
+  double take_disk() const { return std::exchange(disk, 0.0); }
+  double read(int64_t bytes) const {
+    const double t = bytes > 0 ? hw.disk_read.at(static_cast<double>(bytes)) : 0;
+    disk += t;
+    return t;
+  }
+  double write(int64_t bytes) const {
+    const double t = bytes > 0 ? hw.disk_write.at(static_cast<double>(bytes)) : 0;
+    disk += t;
+    return t;
+  }
+  double copy(int64_t bytes) const { return bytes > 0 ? hw.ram_copy.at(static_cast<double>(bytes)) : 0; }
+
+  double weight_load(int64_t unit) const {
+    const int64_t bytes = m.unit_bytes[unit];
+    const int64_t ram = page_down(static_cast<int64_t>(static_cast<double>(bytes) * w_ram));
+    return copy(ram) + read(bytes - ram);
+  }
+  // K and V of slots [0, n) from their homes into staging.
+  double cache_load(int64_t n) const {
+    const int64_t row = m.kv_row_bytes;
+    const int64_t ram = std::min(n, ram_slots);
+    double t = 0;
+    for (int which = 0; which < 2; ++which)  // K, then V
+      t += copy(ram * row) + (n > ram_slots ? read(page_up((n - ram_slots) * row)) : 0);
+    return t;
+  }
+  // K and V of slots [begin, end) back to their homes (whole pages on disk).
+  double cache_store_range(int64_t begin, int64_t end) const {
+    const int64_t row = m.kv_row_bytes;
+    double t = 0;
+    for (int which = 0; which < 2; ++which) {  // K, then V
+      if (begin < std::min(end, ram_slots)) t += copy((std::min(end, ram_slots) - begin) * row);
+      if (end > ram_slots) {
+        const int64_t from = page_down((std::max(begin, ram_slots) - ram_slots) * row);
+        t += write(page_up((end - ram_slots) * row) - from);
+      }
+    }
+    return t;
+  }
+  double cache_store(const Piece& pc) const {
+    switch (kv_write_kind(pc.n_past, pc.n_new, capacity, compact_to, evicts)) {
+      case KvWrite::kAppend:
+        return cache_store_range(pc.n_past, pc.n_past + pc.n_new);
+      case KvWrite::kCompact:
+        return cache_store_range(0, compact_to);
+      case KvWrite::kReplace: {
+        // Each KV head's victim: a RAM row or a disk page, by where the table's slots live.
+        const double disk_share = 1.0 - static_cast<double>(ram_slots) / static_cast<double>(capacity);
+        const double heads = 2.0 * static_cast<double>(m.n_kv_heads);
+        return heads * (1 - disk_share) * copy(m.kv_row_bytes) + heads * disk_share * write(kPage);
+      }
+    }
+    return 0;
+  }
+  // Activations of `rows` rows from / to their home between units.
+  double hidden_move(int64_t rows, bool load) const {
+    const double act_ram = (p.act_gpu_percent + p.act_cpu_percent) / 100.0;
+    if (act_ram >= 1) return 0;
+    const int64_t bytes = page_up(rows * m.d_model * 4);
+    const int64_t ram = page_down(static_cast<int64_t>(static_cast<double>(bytes) * act_ram));
+    return copy(ram) + (load ? read(bytes - ram) : write(bytes - ram));
+  }
+};
+
+// Times of one forward: per unit the lanes' busy times, combined as the executor runs them.
+struct ForwardTime {
+  double seconds = 0;
+  LaneSeconds lanes;
+};
+
+ForwardTime forward_time(const Ctx& x, const std::vector<Batch>& batches) {
+  const int64_t U = 2 * x.m.n_layers;
+  const bool load_weights = x.w_ram < 1;
+  const bool load_hidden = x.p.act_gpu_percent + x.p.act_cpu_percent < 100;
+  // Per unit: lane busy times, and the disk's share of the load (Ld) and store (Sd) lanes.
+  std::vector<double> L(U + 1, 0), C(U, 0), S(U, 0), Ld(U + 1, 0), Sd(U, 0);
+  for (int64_t u = 0; u < U; ++u) {
+    const bool attn = u % 2 == 0;
+    x.take_disk();
+    if (load_weights) L[u] += x.weight_load(u);
+    Ld[u] += x.take_disk();
+    for (const Batch& b : batches) {
+      int64_t rows = 0, seqs = 0;
+      double pairs = 0, cl = 0, cs = 0, cl_disk = 0, cs_disk = 0;
+      for (const Piece& pc : b.pieces) {
+        rows += pc.n_new * pc.mult;
+        seqs += pc.mult;
+        pairs += static_cast<double>(pc.mult) *
+                 (static_cast<double>(pc.n_new) * static_cast<double>(pc.n_past) +
+                  static_cast<double>(pc.n_new) * static_cast<double>(pc.n_new + 1) / 2);
+        if (attn && !x.kv_resident) {
+          const auto mult = static_cast<double>(pc.mult);
+          cl += mult * x.cache_load(pc.n_past);
+          cl_disk += mult * x.take_disk();
+          cs += mult * x.cache_store(pc);
+          cs_disk += mult * x.take_disk();
+        }
+      }
+      const bool decode = rows == seqs;
+      double c = 0;
+      if (attn) {
+        const double pair_s = decode ? (x.evicts ? x.c.decode_pair_evict : x.c.decode_pair)
+                                     : (x.evicts ? x.c.prefill_pair_evict : x.c.prefill_pair);
+        c = x.c.attn_base.at(static_cast<double>(rows)) + pairs * pair_s;
+      } else {
+        c = x.c.mlp.at(static_cast<double>(rows));
+      }
+      if (u + 1 == U) c += x.c.output.at(static_cast<double>(seqs));
+      const double r = static_cast<double>(b.repeat);
+      C[u] += r * c;
+      const double hl = load_hidden && u > 0 ? x.hidden_move(rows, true) : 0;
+      const double hl_disk = x.take_disk();
+      const double hs = load_hidden && u + 1 < U ? x.hidden_move(rows, false) : 0;
+      const double hs_disk = x.take_disk();
+      L[u] += r * (cl + hl);
+      Ld[u] += r * (cl_disk + hl_disk);
+      S[u] += r * (cs + hs);
+      Sd[u] += r * (cs_disk + hs_disk);
+    }
+  }
+  ForwardTime f;
+  for (int64_t u = 0; u < U; ++u) f.lanes.load += L[u], f.lanes.compute += C[u], f.lanes.store += S[u];
+  const bool lanes = x.p.overlap && (f.lanes.load > 0 || f.lanes.store > 0);
+  if (!lanes) {
+    f.seconds = f.lanes.load + f.lanes.compute + f.lanes.store;
+    return f;
+  }
+  // Loads run one unit ahead of compute, stores one unit behind (double-buffered staging); the
+  // disk serves the reads and writes of a stage one after the other.
+  f.seconds = L[0] + S[U - 1];
+  for (int64_t u = 0; u < U; ++u) {
+    const double store = u > 0 ? S[u - 1] : 0.0, store_disk = u > 0 ? Sd[u - 1] : 0.0;
+    f.seconds += std::max({L[u + 1], C[u], store, Ld[u + 1] + store_disk});
+  }
+  return f;
+}
+
+void add(LaneSeconds& a, const LaneSeconds& b, double w = 1) {
+  a.load += w * b.load, a.compute += w * b.compute, a.store += w * b.store;
+}
+
+}  // namespace
+
+int64_t ModelFacts::unit_total() const {
+  return std::accumulate(unit_bytes.begin(), unit_bytes.end(), int64_t{0});
+}
+int64_t ModelFacts::unit_max() const {
+  return unit_bytes.empty() ? 0 : *std::max_element(unit_bytes.begin(), unit_bytes.end());
+}
+
+std::string model_key(const ModelConfig& c, const std::string& weight_dtype) {
+  return fmt::format("{}/{}L/d{}/h{}-{}/ff{}/v{}/{}", c.name, c.n_layers, c.d_model, c.n_heads,
+                     c.n_kv_heads, c.ffn_dim, c.vocab_size, weight_dtype);
+}
+
+TierBytes weight_need(const ModelFacts& m, const Policy& p) {
+  TierBytes t = p.split_weights(m.unit_total());
+  t.device += m.resident_bytes + (t.disk > 0 ? 2 * m.unit_max() : 0);
+  return t;
+}
+
+TierBytes kv_need(const ModelFacts& m, const Policy& p, int64_t capacity) {
+  TierBytes t = p.split_cache(m.kv_bytes_per_token() * capacity);
+  // Slot metadata lives in RAM: on the device tier when the cache's RAM share is there.
+  const int64_t meta = p.kv.evicts() ? m.n_layers * 3 * m.n_kv_heads * capacity * 4 : 0;
+  (p.cache_gpu_percent >= p.cache_cpu_percent ? t.device : t.host) += meta;
+  return t;
+}
+
+void Workload::validate() const {
+  OFFGEN_CHECK(prompt_len >= 1, kConfig, "--prompt-len {} must be >= 1", prompt_len);
+  OFFGEN_CHECK(gen_len >= 2, kConfig, "--gen-len {} must be >= 2", gen_len);
+  OFFGEN_CHECK(num_requests >= 0, kConfig, "--num-requests {} must be >= 0", num_requests);
+  OFFGEN_CHECK(prefill_chunk >= 1, kConfig, "prefill chunk {} must be >= 1", prefill_chunk);
+}
+
+std::string Prediction::bottleneck() const {
+  const LaneSeconds& l = decode_lanes;
+  if (l.load >= l.compute && l.load >= l.store) return "load";
+  return l.store > l.compute ? "store" : "compute";
+}
+
+Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const HardwareProfile& hw,
+                   const Policy& p, const Workload& w, int64_t batch) {
+  w.validate();
+  Ctx x{m, compute, hw, p};
+  x.evicts = p.kv.evicts();
+  x.capacity = p.kv.table_slots(w.prompt_len, w.gen_len);
+  x.compact_to = p.kv.compact_slots(w.prompt_len, w.gen_len);
+  const double c_ram = (p.cache_gpu_percent + p.cache_cpu_percent) / 100.0;
+  x.kv_resident = c_ram >= 1;
+  if (!x.kv_resident) {
+    const int64_t granule = kPage / std::gcd(kPage, m.kv_row_bytes);
+    x.ram_slots = static_cast<int64_t>(static_cast<double>(x.capacity) * c_ram) / granule * granule;
+  } else {
+    x.ram_slots = x.capacity;
+  }
+  x.w_ram = (p.weight_gpu_percent + p.weight_cpu_percent) / 100.0;
+  OFFGEN_CHECK(!p.uses_disk() || (!hw.disk_read.empty() && !hw.disk_write.empty()), kConfig,
+               "the hardware profile has no disk figures; run `offgen calibrate --offload-dir DIR`");
+
+  Prediction r;
+  r.batch = batch > 0 ? batch : p.block_size();
+  r.kv_slots = x.capacity;
+  r.need = weight_need(m, p);
+  r.need += kv_need(m, p, x.capacity) * r.batch;
+  r.fits = p.fits(r.need);
+  const int64_t N = r.batch, gbs = p.gpu_batch_size;
+
+  // Prefill: the engine's forwards of at most prefill_chunk tokens (a prompt may span two), each
+  // split into GPU batches of gbs sequences.
+  std::vector<int64_t> done(N, 0), used(N, 0);
+  int64_t i = 0;
+  while (i < N) {
+    std::vector<Batch> batches;
+    int64_t budget = w.prefill_chunk, in_group = 0;
+    while (i < N && budget > 0) {
+      const int64_t take = std::min(w.prompt_len - done[i], budget);
+      if (in_group % gbs == 0) batches.emplace_back();
+      batches.back().pieces.push_back(Piece{used[i], take, 1});
+      used[i] = kv_slots_after(used[i], take, x.capacity, x.compact_to, x.evicts);
+      done[i] += take;
+      budget -= take;
+      ++in_group;
+      if (done[i] == w.prompt_len) ++i;
+      else break;
+    }
+    const ForwardTime f = forward_time(x, batches);
+    r.prefill_seconds += f.seconds;
+    add(r.prefill_lanes, f.lanes);
+  }
+
+  // Decode: gen_len - 1 forwards of the whole block; 17 sampled steps, summed as linear in
+  // between (the per-step cost is piecewise linear in the used slots).
+  const int64_t steps = w.gen_len - 1;
+  auto step_time = [&](int64_t n_used) {
+    std::vector<Batch> batches;
+    if (N / gbs > 0) batches.push_back(Batch{{Piece{n_used, 1, gbs}}, N / gbs});
+    if (N % gbs > 0) batches.push_back(Batch{{Piece{n_used, 1, N % gbs}}, 1});
+    return forward_time(x, batches);
+  };
+  std::vector<int64_t> used_at(steps);  // used slots before decode step s
+  int64_t u = used[0];
+  for (int64_t s = 0; s < steps; ++s) {
+    used_at[s] = u;
+    u = kv_slots_after(u, 1, x.capacity, x.compact_to, x.evicts);
+  }
+  const int64_t kSamples = 16;
+  std::vector<int64_t> at;
+  for (int64_t j = 0; j <= kSamples; ++j) at.push_back(j * (steps - 1) / kSamples);
+  at.erase(std::unique(at.begin(), at.end()), at.end());
+  std::vector<ForwardTime> ft;
+  for (int64_t s : at) ft.push_back(step_time(used_at[s]));
+  // Steps [a, b) of a segment, linear between its ends: (n+1)/2 of c(a) and (n-1)/2 of c(b).
+  for (size_t j = 0; j + 1 < at.size(); ++j) {
+    const double n = static_cast<double>(at[j + 1] - at[j]);
+    r.decode_seconds += (n + 1) / 2 * ft[j].seconds + (n - 1) / 2 * ft[j + 1].seconds;
+    add(r.decode_lanes, ft[j].lanes, (n + 1) / 2);
+    add(r.decode_lanes, ft[j + 1].lanes, (n - 1) / 2);
+  }
+  r.decode_seconds += ft.back().seconds;
+  add(r.decode_lanes, ft.back().lanes);
+
+  const auto n = static_cast<double>(N);
+  r.prefill_throughput = n * static_cast<double>(w.prompt_len) / r.prefill_seconds;
+  r.decode_throughput = n * static_cast<double>(steps) / r.decode_seconds;
+  r.total_throughput = n * static_cast<double>(w.gen_len) / (r.prefill_seconds + r.decode_seconds);
+  return r;
+}
+
+}  // namespace offgen

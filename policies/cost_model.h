@@ -1,0 +1,66 @@
+// Cost model of the block schedule: for a model, a placement policy (batch split, tier shares,
+// overlap, KV eviction budget) and a workload, the predicted time of every forward — per unit the
+// load / compute / store lanes from a HardwareProfile, overlapped as the executor runs them — and
+// FlexGen's prefill / decode / total throughputs; plus the tier bytes the engine admits against.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "policies/hardware_profile.h"
+#include "policies/policy.h"
+#include "runtime/model/config.h"
+
+namespace offgen {
+
+// What the model's layout contributes to costs and memory (filled from a loaded model).
+struct ModelFacts {
+  std::string key;                   // model_key(config, weight dtype)
+  int64_t n_layers = 0, d_model = 0, n_kv_heads = 0, context_length = 0;
+  std::vector<int64_t> unit_bytes;   // blob bytes per unit: attention 2l, MLP 2l+1
+  int64_t resident_bytes = 0;        // embedding, output head, norms (always in RAM)
+  int64_t kv_row_bytes = 0;          // one layer's K (or V) for one token
+  int64_t unit_total() const;
+  int64_t unit_max() const;
+  int64_t kv_bytes_per_token() const { return 2 * n_layers * kv_row_bytes; }
+};
+
+std::string model_key(const ModelConfig& c, const std::string& weight_dtype);
+
+// Bytes per tier the engine commits for the weights (blobs by the policy's shares, the resident
+// tensors and, when any blob is on disk, two staging slots on the compute tier) ...
+TierBytes weight_need(const ModelFacts& m, const Policy& p);
+// ... and for one sequence's KV table of `capacity` slots (with its eviction metadata in RAM).
+TierBytes kv_need(const ModelFacts& m, const Policy& p, int64_t capacity);
+
+struct Workload {
+  int64_t prompt_len = 512;
+  int64_t gen_len = 32;
+  int64_t num_requests = 0;     // 0 = one block of the policy's batch
+  int64_t prefill_chunk = 2048; // the engine's tokens per prefill forward
+  void validate() const;        // throws Error(kConfig) naming the field
+};
+
+struct LaneSeconds {
+  double load = 0, compute = 0, store = 0;
+};
+
+struct Prediction {
+  int64_t batch = 0;             // sequences per block (gpu_batch_size x num_gpu_batches)
+  int64_t kv_slots = 0;          // KV table capacity per sequence
+  double prefill_seconds = 0, decode_seconds = 0;  // one block
+  double prefill_throughput = 0, decode_throughput = 0, total_throughput = 0;
+  LaneSeconds prefill_lanes, decode_lanes;         // busy time per lane, one block
+  TierBytes need;                // weights + KV of one block
+  bool fits = true;              // need within the policy's tier capacities
+  std::string bottleneck() const;  // "load", "compute" or "store" (busiest decode lane)
+};
+
+// Predicts one block of the workload under `p`: `batch` sequences (0 = the policy's block) in GPU
+// batches of gpu_batch_size. Throws Error(kConfig) when the profile lacks what the policy needs
+// (e.g. disk figures for a policy that uses disk).
+Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const HardwareProfile& hw,
+                   const Policy& p, const Workload& w, int64_t batch = 0);
+
+}  // namespace offgen

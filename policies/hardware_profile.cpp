@@ -1,0 +1,144 @@
+// Hardware profile JSON and interpolation.
+#include "policies/hardware_profile.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/core/error.h"
+
+namespace offgen {
+
+double TimeCurve::at(double v) const {
+  OFFGEN_CHECK(!x.empty() && x.size() == seconds.size(), kInternal, "empty time curve");
+  if (x.size() == 1) return seconds[0] * (x[0] > 0 ? v / x[0] : 1.0);
+  size_t i = 1;
+  while (i + 1 < x.size() && v > x[i]) ++i;
+  // Segment [i-1, i]: inside it interpolates, past either end it extrapolates the end segment.
+  const double t = (v - x[i - 1]) / (x[i] - x[i - 1]);
+  return std::max(0.0, seconds[i - 1] + t * (seconds[i] - seconds[i - 1]));
+}
+
+const ComputeProfile* HardwareProfile::find_compute(const std::string& key, int threads) const {
+  for (const ComputeProfile& c : compute)
+    if (c.model_key == key && c.threads == threads) return &c;
+  return nullptr;
+}
+
+void HardwareProfile::put_compute(ComputeProfile c) {
+  for (ComputeProfile& old : compute)
+    if (old.model_key == c.model_key && old.threads == c.threads) {
+      old = std::move(c);
+      return;
+    }
+  compute.push_back(std::move(c));
+}
+
+namespace {
+
+nlohmann::json curve_json(const TimeCurve& c) { return {{"x", c.x}, {"seconds", c.seconds}}; }
+
+struct Reader {
+  const std::string& source;
+  const nlohmann::json& at(const nlohmann::json& j, const std::string& key,
+                           const std::string& where) const {
+    OFFGEN_CHECK(j.is_object() && j.contains(key), kInput, "{}: '{}{}' is missing", source, where,
+                 key);
+    return j.at(key);
+  }
+  double number(const nlohmann::json& j, const std::string& key, const std::string& where,
+                double min = 0) const {
+    const auto& v = at(j, key, where);
+    OFFGEN_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= min,
+                 kInput, "{}: '{}{}' must be a number >= {}", source, where, key, min);
+    return v.get<double>();
+  }
+  std::string text(const nlohmann::json& j, const std::string& key, const std::string& where) const {
+    const auto& v = at(j, key, where);
+    OFFGEN_CHECK(v.is_string(), kInput, "{}: '{}{}' must be a string", source, where, key);
+    return v.get<std::string>();
+  }
+  TimeCurve curve(const nlohmann::json& j, const std::string& key, const std::string& where) const {
+    const auto& c = at(j, key, where);
+    const std::string path = where + key + ".";
+    TimeCurve out;
+    for (const char* part : {"x", "seconds"}) {
+      const auto& a = at(c, part, path);
+      OFFGEN_CHECK(a.is_array() && !a.empty(), kInput, "{}: '{}{}' must be a non-empty array",
+                   source, path, part);
+      for (size_t i = 0; i < a.size(); ++i) {
+        OFFGEN_CHECK(a[i].is_number() && std::isfinite(a[i].get<double>()) && a[i].get<double>() >= 0,
+                     kInput, "{}: '{}{}[{}]' must be a number >= 0", source, path, part, i);
+        (part[0] == 'x' ? out.x : out.seconds).push_back(a[i].get<double>());
+      }
+    }
+    OFFGEN_CHECK(out.x.size() == out.seconds.size(), kInput,
+                 "{}: '{}x' and '{}seconds' differ in length", source, path, path);
+    for (size_t i = 1; i < out.x.size(); ++i)
+      OFFGEN_CHECK(out.x[i] > out.x[i - 1], kInput, "{}: '{}x' must be ascending (index {})",
+                   source, path, i);
+    return out;
+  }
+};
+
+}  // namespace
+
+nlohmann::json HardwareProfile::to_json() const {
+  nlohmann::json j = {{"version", version},
+                      {"created", created},
+                      {"offload_dir", offload_dir},
+                      {"direct_io", direct_io},
+                      {"disk_read", curve_json(disk_read)},
+                      {"disk_write", curve_json(disk_write)},
+                      {"ram_copy", curve_json(ram_copy)},
+                      {"has_gpu", has_gpu}};
+  nlohmann::json cs = nlohmann::json::array();
+  for (const ComputeProfile& c : compute)
+    cs.push_back({{"model_key", c.model_key},
+                  {"threads", c.threads},
+                  {"mlp", curve_json(c.mlp)},
+                  {"attn_base", curve_json(c.attn_base)},
+                  {"output", curve_json(c.output)},
+                  {"decode_pair", c.decode_pair},
+                  {"decode_pair_evict", c.decode_pair_evict},
+                  {"prefill_pair", c.prefill_pair},
+                  {"prefill_pair_evict", c.prefill_pair_evict}});
+  j["compute"] = cs;
+  return j;
+}
+
+HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::string& source) {
+  const Reader r{source};
+  HardwareProfile p;
+  OFFGEN_CHECK(j.is_object(), kInput, "{}: a hardware profile must be a JSON object", source);
+  p.version = static_cast<int>(r.number(j, "version", ""));
+  OFFGEN_CHECK(p.version == 1, kInput, "{}: profile version {} is not supported (1); run `offgen "
+               "calibrate` again", source, p.version);
+  p.created = r.text(j, "created", "");
+  p.offload_dir = r.text(j, "offload_dir", "");
+  OFFGEN_CHECK(r.at(j, "direct_io", "").is_boolean() && r.at(j, "has_gpu", "").is_boolean(),
+               kInput, "{}: 'direct_io' and 'has_gpu' must be true or false", source);
+  p.direct_io = j["direct_io"].get<bool>();
+  p.has_gpu = j["has_gpu"].get<bool>();
+  p.disk_read = r.curve(j, "disk_read", "");
+  p.disk_write = r.curve(j, "disk_write", "");
+  p.ram_copy = r.curve(j, "ram_copy", "");
+  const auto& cs = r.at(j, "compute", "");
+  OFFGEN_CHECK(cs.is_array(), kInput, "{}: 'compute' must be an array", source);
+  for (size_t i = 0; i < cs.size(); ++i) {
+    const std::string where = "compute[" + std::to_string(i) + "].";
+    ComputeProfile c;
+    c.model_key = r.text(cs[i], "model_key", where);
+    c.threads = static_cast<int>(r.number(cs[i], "threads", where, 1));
+    c.mlp = r.curve(cs[i], "mlp", where);
+    c.attn_base = r.curve(cs[i], "attn_base", where);
+    c.output = r.curve(cs[i], "output", where);
+    c.decode_pair = r.number(cs[i], "decode_pair", where);
+    c.decode_pair_evict = r.number(cs[i], "decode_pair_evict", where);
+    c.prefill_pair = r.number(cs[i], "prefill_pair", where);
+    c.prefill_pair_evict = r.number(cs[i], "prefill_pair_evict", where);
+    p.compute.push_back(std::move(c));
+  }
+  return p;
+}
+
+}  // namespace offgen

@@ -1,0 +1,54 @@
+// HardwareProfile: what `offgen calibrate` measured on this machine — disk and RAM transfer times
+// through the runtime's own paths, and the compute times of one model's units at several shapes —
+// with JSON I/O and the interpolations the cost model reads. Pure data: measuring is scheduler's.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace offgen {
+
+// Measured (x, seconds) points, x ascending; time at any x by piecewise-linear interpolation and
+// linear extrapolation from the last two points (at least one point).
+struct TimeCurve {
+  std::vector<double> x, seconds;
+  double at(double x) const;
+  bool empty() const { return x.empty(); }
+};
+
+// Compute times of one model (by key: name, shape, weight dtype) at one thread count.
+struct ComputeProfile {
+  std::string model_key;  // see model_key() in cost_model.h
+  int threads = 0;
+  TimeCurve mlp;          // MLP unit, x = rows
+  TimeCurve attn_base;    // attention unit over x single-token sequences with no past (projections)
+  TimeCurve output;       // output head + argmax, x = sequences
+  // Seconds per (query row x key slot) of the attention core beyond attn_base:
+  double decode_pair = 0, decode_pair_evict = 0;    // one new token over a long cache
+  double prefill_pair = 0, prefill_pair_evict = 0;  // causal prompt, n(n+1)/2 pairs
+};
+
+struct HardwareProfile {
+  int version = 1;
+  std::string created;        // ISO date
+  std::string offload_dir;    // where disk was measured
+  bool direct_io = true;      // O_DIRECT was granted
+  TimeCurve disk_read;        // blocking NvmeStore::read, x = bytes
+  TimeCurve disk_write;       // blocking NvmeStore::write, x = bytes
+  TimeCurve ram_copy;         // memcpy on one thread, x = bytes
+  bool has_gpu = false;       // host<->device figures exist only with a GPU backend
+  std::vector<ComputeProfile> compute;
+
+  const ComputeProfile* find_compute(const std::string& model_key, int threads) const;
+  // Replaces the entry for the same model key and threads, or appends.
+  void put_compute(ComputeProfile c);
+
+  nlohmann::json to_json() const;
+  // Throws Error(kInput) naming `source` and the offending field.
+  static HardwareProfile from_json(const nlohmann::json& j, const std::string& source);
+};
+
+}  // namespace offgen

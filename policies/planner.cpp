@@ -1,0 +1,184 @@
+// Policy search over the cost model.
+#include "policies/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "runtime/core/error.h"
+
+namespace offgen {
+namespace {
+
+const int64_t kBatchSizes[] = {1,   2,   4,   8,   12,  16,   24,   32,   48,   64,   96,
+                               128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096};
+const int64_t kNumBatches[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+
+struct Candidate {
+  Policy policy;
+  Prediction prediction;
+  double score = 0;  // predicted total throughput over the workload's requests
+};
+
+// The workload's throughput under a block prediction: full blocks, then a partial one.
+double workload_throughput(const ModelFacts& m, const ComputeProfile& c, const HardwareProfile& hw,
+                           const Policy& p, const PlanOptions& o, const Prediction& block) {
+  const Workload& w = o.workload;
+  const int64_t n = w.num_requests, b = block.batch;
+  if (n == 0 || n % b == 0) return block.total_throughput;
+  const double block_s = block.prefill_seconds + block.decode_seconds;
+  const Prediction r = predict(m, c, hw, p, w, n % b);
+  const double seconds = static_cast<double>(n / b) * block_s + r.prefill_seconds + r.decode_seconds;
+  return static_cast<double>(n * w.gen_len) / seconds;
+}
+
+}  // namespace
+
+void PlanOptions::validate() const {
+  workload.validate();
+  base.validate();
+  OFFGEN_CHECK(max_batch >= 1, kConfig, "plan: max batch {} must be >= 1", max_batch);
+  OFFGEN_CHECK(percent_step > 0 && percent_step <= 100 &&
+                   std::abs(100 / percent_step - std::round(100 / percent_step)) < 1e-9,
+               kConfig, "plan: percent step {} must divide 100", percent_step);
+}
+
+std::string plan_overflow(const PlanOptions& o, const TierBytes& need) {
+  const Policy& p = o.base;
+  if (o.cpu_backend) {
+    const int64_t ram = p.gpu_mem + p.cpu_mem;  // the device tier is host RAM
+    if (ram > 0 && need.device + need.host > ram) return p.cpu_mem > 0 ? "--cpu-mem" : "--gpu-mem";
+  } else {
+    if (p.gpu_mem > 0 && need.device > p.gpu_mem) return "--gpu-mem";
+    if (p.cpu_mem > 0 && need.host > p.cpu_mem) return "--cpu-mem";
+  }
+  if (p.disk_mem > 0 && need.disk > p.disk_mem) return "--disk-mem";
+  return "";
+}
+
+PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProfile& hw,
+                const PlanOptions& o) {
+  o.validate();
+  const Workload& w = o.workload;
+  const int64_t cap_batch =
+      w.num_requests > 0 ? std::min(o.max_batch, w.num_requests) : o.max_batch;
+  const int64_t capacity = o.base.kv.table_slots(w.prompt_len, w.gen_len);
+  // Tier shares: on the CPU backend the RAM share goes on the host tier (both are RAM).
+  auto place = [&](Policy& p, double w_ram, double c_ram) {
+    (o.cpu_backend ? p.weight_cpu_percent : p.weight_gpu_percent) = w_ram;
+    (o.cpu_backend ? p.weight_gpu_percent : p.weight_cpu_percent) = 0;
+    (o.cpu_backend ? p.cache_cpu_percent : p.cache_gpu_percent) = c_ram;
+    (o.cpu_backend ? p.cache_gpu_percent : p.cache_cpu_percent) = 0;
+  };
+  auto need_of = [&](const Policy& p) {
+    TierBytes t = weight_need(m, p);
+    t += kv_need(m, p, capacity) * p.block_size();
+    return t;
+  };
+  const int steps = static_cast<int>(std::lround(100 / o.percent_step));
+
+  PlanResult out;
+  Candidate best;
+  bool found = false;
+  for (int ws = 0; ws <= steps; ++ws)
+    for (int cs = 0; cs <= steps; ++cs)
+      for (bool overlap : {true, false}) {
+        Policy p = o.base;
+        place(p, ws * o.percent_step, cs * o.percent_step);
+        p.overlap = overlap;
+        p.batch_given = true;
+        // Batch shapes: the grid, plus for each grid value of one factor the largest other
+        // factor that fits (memory grows with the block, and throughput mostly with it).
+        auto fits = [&](int64_t g, int64_t k) {
+          p.gpu_batch_size = g;
+          p.num_gpu_batches = k;
+          return g * k <= cap_batch && plan_overflow(o, need_of(p)).empty();
+        };
+        auto largest = [&](auto&& ok, int64_t hi) {  // largest n in [0, hi] with ok(n)
+          int64_t lo = 0;
+          while (lo < hi) {
+            const int64_t mid = (lo + hi + 1) / 2;
+            if (ok(mid)) lo = mid;
+            else hi = mid - 1;
+          }
+          return lo;
+        };
+        std::set<std::pair<int64_t, int64_t>> shapes;
+        for (int64_t g : kBatchSizes) {
+          if (g > cap_batch) break;
+          const int64_t kmax = largest([&](int64_t k) { return fits(g, k); }, cap_batch / g);
+          for (int64_t k : kNumBatches)
+            if (k < kmax) shapes.insert({g, k});
+          if (kmax > 0) shapes.insert({g, kmax});
+        }
+        for (int64_t k : kNumBatches) {
+          if (k > cap_batch) break;
+          const int64_t gmax = largest([&](int64_t g) { return fits(g, k); }, cap_batch / k);
+          if (gmax > 0) shapes.insert({gmax, k});
+        }
+        for (const auto& [g, k] : shapes) {
+          p.gpu_batch_size = g;
+          p.num_gpu_batches = k;
+          Candidate cand{p, predict(m, c, hw, p, w)};
+          cand.score = workload_throughput(m, c, hw, p, o, cand.prediction);
+          ++out.evaluated;
+          if (!found || cand.score > best.score) best = std::move(cand), found = true;
+        }
+      }
+  if (!found) {
+    Policy p = o.base;
+    place(p, 0, 0);
+    p.gpu_batch_size = p.num_gpu_batches = 1;
+    const TierBytes need = need_of(p);
+    OFFGEN_THROW(kConfig,
+                 "plan: nothing fits: one sequence with weights and KV wholly on disk needs "
+                 "{} of RAM and {} of disk ({}); raise {}",
+                 format_bytes(need.device + need.host), format_bytes(need.disk),
+                 fmt::format("{} KV slots per sequence", capacity), plan_overflow(o, need));
+  }
+  out.policy = best.policy;
+  out.prediction = best.prediction;
+
+  // Why not bigger: probe the next larger block and the next RAM share of weights and cache.
+  const Policy& b = best.policy;
+  std::vector<std::string> reasons;
+  auto probe = [&](Policy p, const std::string& what) {
+    const std::string tier = plan_overflow(o, need_of(p));
+    if (!tier.empty())
+      reasons.push_back(fmt::format("{} ({}: {} needed)", tier, what, format_bytes([&] {
+                                      const TierBytes t = need_of(p);
+                                      return tier == "--disk-mem" ? t.disk : t.device + t.host;
+                                    }())));
+  };
+  if (b.block_size() >= cap_batch) {
+    reasons.push_back(w.num_requests > 0 && cap_batch == w.num_requests
+                          ? fmt::format("requests ({} in the workload)", w.num_requests)
+                          : fmt::format("max batch ({})", o.max_batch));
+  } else {
+    Policy p = b;
+    p.gpu_batch_size += 1;
+    probe(p, fmt::format("a block of {}", p.block_size()));
+  }
+  const double w_ram = b.weight_gpu_percent + b.weight_cpu_percent;
+  const double c_ram = b.cache_gpu_percent + b.cache_cpu_percent;
+  if (w_ram < 100) {
+    Policy p = b;
+    place(p, w_ram + o.percent_step, c_ram);
+    probe(p, fmt::format("weights {}% in RAM", w_ram + o.percent_step));
+  }
+  if (c_ram < 100) {
+    Policy p = b;
+    place(p, w_ram, c_ram + o.percent_step);
+    probe(p, fmt::format("KV cache {}% in RAM", c_ram + o.percent_step));
+  }
+  out.binding = reasons.empty()
+                    ? fmt::format("none: larger blocks or more RAM are predicted no faster "
+                                  "(decode bound by the {} lane)",
+                                  out.prediction.bottleneck())
+                    : fmt::format("{}", fmt::join(reasons, "; "));
+  return out;
+}
+
+}  // namespace offgen

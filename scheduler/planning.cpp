@@ -1,0 +1,73 @@
+// Profile cache and planning inputs.
+#include "scheduler/planning.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "runtime/backend/backend.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/error.h"
+#include "runtime/loaders/model_loader.h"
+#include "scheduler/job_report.h"
+
+namespace offgen {
+
+std::string default_profile_path() {
+  if (const char* p = std::getenv("OFFGEN_PROFILE"); p && *p) return p;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::string(x) + "/offgen/profile.json";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/offgen/profile.json";
+}
+
+HardwareProfile load_profile(const std::string& path) {
+  std::ifstream in(path);
+  OFFGEN_CHECK(in.good(), kIo, "{}: cannot read the hardware profile", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    OFFGEN_THROW(kInput, "{}: not JSON (byte {}): run `offgen calibrate` to rewrite it", path,
+                 e.byte);
+  }
+  return HardwareProfile::from_json(j, path);
+}
+
+void save_profile(const std::string& path, const HardwareProfile& p) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  OFFGEN_CHECK(!ec, kIo, "{}: cannot create the profile directory: {}", dir.string(), ec.message());
+  write_json_atomically(path, p.to_json());
+}
+
+PlanningInputs planning_inputs(const PlanningContext& ctx) {
+  const std::string path = ctx.profile_path.empty() ? default_profile_path() : ctx.profile_path;
+  PlanningInputs in;
+  bool have = std::filesystem::exists(path), changed = false;
+  if (have) in.hw = load_profile(path);
+  CalibrateOptions co;
+  co.offload_dir = ctx.offload_dir;
+  co.on_step = ctx.on_step;
+  if (!have || in.hw.disk_read.empty() || in.hw.ram_copy.empty()) {
+    in.hw = measure_transfers(co, std::move(in.hw));
+    changed = true;
+  }
+  auto backend = make_cpu_backend(ctx.threads, ctx.weight_dtype == "bf16" ? DType::kBF16 : DType::kF32);
+  OpenedModel opened = open_model(ctx.model);
+  LlamaModel model(*opened.source, *backend);
+  in.facts = model_facts(model, ctx.weight_dtype);
+  const int threads = backend->threads().threads();
+  if (const ComputeProfile* c = in.hw.find_compute(in.facts.key, threads)) {
+    in.compute = *c;
+  } else {
+    in.compute = measure_compute(model, ctx.weight_dtype, co);
+    in.hw.put_compute(in.compute);
+    changed = true;
+  }
+  if (changed) save_profile(path, in.hw);
+  return in;
+}
+
+}  // namespace offgen

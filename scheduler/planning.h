@@ -1,0 +1,38 @@
+// Planning on a model: the cached hardware profile (measured on first use), the model's facts and
+// compute profile, and the planner's or cost model's answer — for `offgen plan`, `--policy auto`
+// and `bench --predict`.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "policies/planner.h"
+#include "scheduler/calibrate.h"
+
+namespace offgen {
+
+// $OFFGEN_PROFILE, else $XDG_CACHE_HOME/offgen/profile.json, else ~/.cache/offgen/profile.json.
+std::string default_profile_path();
+// Throws Error(kInput) naming the path and field on a malformed profile, kIo when unreadable.
+HardwareProfile load_profile(const std::string& path);
+void save_profile(const std::string& path, const HardwareProfile& p);  // atomic
+
+struct PlanningContext {
+  std::string model;                // as EngineOptions::model
+  std::string weight_dtype = "f32";
+  int threads = 0;
+  std::string profile_path;         // empty: default_profile_path()
+  std::string offload_dir;          // where to measure the disk when the profile lacks it
+  std::function<void(const std::string&)> on_step;  // calibration progress
+};
+
+// Loads the model's layout and the profile, measuring (and caching) what the profile lacks: the
+// disk and RAM figures, and this model's compute at this thread count.
+struct PlanningInputs {
+  ModelFacts facts;
+  HardwareProfile hw;
+  ComputeProfile compute;
+};
+PlanningInputs planning_inputs(const PlanningContext& ctx);
+
+}  // namespace offgen

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# End-to-end checks of `offgen calibrate` (profile JSON with disk, RAM and compute curves),
+# `offgen plan` (TOML that `--policy FILE` accepts, --json figures, the binding constraint, clear
+# errors), `bench --policy auto` / `--predict` (predicted beside measured) and
+# `generate --policy auto`.
+# Usage: test_cli_plan.sh OFFGEN_BINARY MODEL_PATH (exit 77 = skipped when the model is absent).
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+export OFFGEN_PROFILE="$work/profile.json"
+"$bin" calibrate --quick --offload-dir "$work" --model "$model" --threads 1 > "$work/cal.txt" 2> "$work/cal.err"
+rc=$?
+check "calibrate exits 0 (got $rc)" test "$rc" -eq 0
+check "calibrate reports progress" grep -q "calibrating: disk read" "$work/cal.err"
+check "calibrate prints the disk curve" grep -q "^  disk read" "$work/cal.txt"
+python3 - "$work/profile.json" <<'PY' || fail=1
+import json, sys
+p = json.load(open(sys.argv[1]))
+def expect(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what)
+    if not cond: sys.exit(1)
+expect(p["version"] == 1, "profile version 1")
+for k in ("disk_read", "disk_write", "ram_copy"):
+    expect(len(p[k]["x"]) >= 2 and all(s > 0 for s in p[k]["seconds"]), k + " measured")
+c = p["compute"][0]
+expect(c["threads"] == 1, "compute recorded at 1 thread")
+expect(all(s > 0 for s in c["mlp"]["seconds"]) and c["decode_pair"] > 0, "unit times measured")
+PY
+
+# Plan under a RAM cap: KV of 24 sequences of 160 tokens (~7 MiB each) cannot all be in RAM.
+"$bin" plan --model "$model" --threads 1 --prompt-len 128 --gen-len 32 --num-requests 24 \
+  --cpu-mem 300M --offload-dir "$work" --json "$work/plan.json" > "$work/plan.toml" 2> "$work/plan.err"
+rc=$?
+check "plan exits 0 (got $rc)" test "$rc" -eq 0
+check "plan prints the predicted figures" grep -q "^# predicted: .*total [0-9.]* tok/s" "$work/plan.toml"
+check "plan names the binding constraint" grep -q "^# binding constraint: " "$work/plan.toml"
+python3 - "$work/plan.json" <<'PY' || fail=1
+import json, sys
+j = json.load(open(sys.argv[1]))
+def expect(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what)
+    if not cond: sys.exit(1)
+expect(j["predicted_total_throughput"] > 0, "predicted_total_throughput")
+expect(1 <= j["batch_size"] <= 24, "block within the request count")
+expect(j["need_bytes"]["device"] + j["need_bytes"]["host"] <= 300 * 2**20, "fits --cpu-mem")
+expect(len(j["percent"]) == 6, "percent fields")
+PY
+"$bin" generate --model "$model" --threads 1 --policy "$work/plan.toml" --input /dev/null \
+  --output "$work/empty.jsonl" -q 2> "$work/toml.err"
+check "the plan's TOML is a valid --policy file" test $? -eq 0
+
+"$bin" plan --model "$model" --prompt-len 128 --gen-len 32 --cpu-mem 1M 2> "$work/p1.err"
+rc=$?
+check "plan with too little memory: exit 2 (got $rc)" test "$rc" -eq 2
+check "plan with too little memory: says nothing fits" grep -q "nothing fits" "$work/p1.err"
+echo '{"version": 1' > "$work/bad.json"
+"$bin" plan --model "$model" --prompt-len 128 --gen-len 32 --profile "$work/bad.json" 2> "$work/p2.err"
+check "corrupt profile: names the file" grep -q "bad.json: not JSON" "$work/p2.err"
+
+"$bin" bench --model "$model" --threads 1 --prompt-len 16 --gen-len 4 --num-prompts 6 \
+  --cpu-mem 400M --offload-dir "$work" --policy auto --no-warmup --json "$work/bench.json" \
+  > "$work/bench.txt" 2> "$work/bench.err"
+rc=$?
+check "bench --policy auto exits 0 (got $rc)" test "$rc" -eq 0
+check "bench --policy auto says what it chose" grep -q "policy auto: .*predicted" "$work/bench.err"
+"$bin" bench --model "$model" --threads 1 --prompt-len 16 --gen-len 4 --gpu-batch-size 2 \
+  --percent 100 0 0 0 100 0 --offload-dir "$work" --predict --no-warmup --json "$work/pred.json" \
+  > /dev/null 2>&1
+python3 - "$work/bench.json" "$work/pred.json" <<'PY' || fail=1
+import json, sys
+auto, pred = (json.load(open(p)) for p in sys.argv[1:])
+def expect(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what)
+    if not cond: sys.exit(1)
+expect(auto["policy_source"] == "auto" and auto["batch_size"] == 6, "auto bench ran the 6 prompts")
+expect(auto["predicted_total_throughput"] > 0 and auto["total_throughput"] > 0, "predicted beside measured")
+expect(pred["policy_source"] == "given" and pred["io_bytes"]["disk_write"] > 0, "--predict on a KV-on-disk policy")
+expect(pred["predicted_lane_busy_seconds"]["store"] > 0, "predicted store lane for KV on disk")
+PY
+
+printf '%s\n' '{"id": "a", "prompt": "Hello there", "max_tokens": 4}' \
+  '{"id": "b", "prompt": "The sky is", "max_tokens": 6}' '{"id": "c", "prompt": 5}' > "$work/in.jsonl"
+"$bin" generate --model "$model" --threads 1 --policy auto --cpu-mem 400M --offload-dir "$work" \
+  --input "$work/in.jsonl" --output "$work/out.jsonl" -q 2> "$work/gen.err"
+rc=$?
+check "generate --policy auto: exit 3 for the one bad line (got $rc)" test "$rc" -eq 3
+check "generate --policy auto: plans for the valid requests" grep -q "policy auto: " "$work/gen.err"
+check "generate --policy auto: every line answered" test "$(wc -l < "$work/out.jsonl")" -eq 3
+exit $fail

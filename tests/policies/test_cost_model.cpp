@@ -1,0 +1,255 @@
+// Cost model, planner and hardware profile: hand-computed predictions on a made-up two-unit model
+// and profile, the planner's limits and monotonicity, and the JSON / TOML round trips.
+#include <catch2/catch.hpp>
+
+#include "policies/cost_model.h"
+#include "policies/planner.h"
+#include "runtime/core/error.h"
+
+using namespace offgen;
+
+namespace {
+
+TimeCurve linear(double seconds_per_unit) {
+  return TimeCurve{{1, 1024}, {seconds_per_unit, 1024 * seconds_per_unit}};
+}
+
+// One layer: an attention unit of 4 KiB and an MLP unit of 8 KiB; K/V rows of 1 KiB.
+ModelFacts tiny_model() {
+  ModelFacts m;
+  m.key = "tiny";
+  m.n_layers = 1;
+  m.d_model = 256;
+  m.n_kv_heads = 2;
+  m.context_length = 4096;
+  m.unit_bytes = {4096, 8192};
+  m.resident_bytes = 1 << 20;
+  m.kv_row_bytes = 1024;
+  return m;
+}
+
+// Disk: 1 ms per 4 KiB page either way (linear); RAM copies free; compute per row / pair.
+HardwareProfile tiny_hw() {
+  HardwareProfile hw;
+  hw.disk_read = TimeCurve{{4096, 8192}, {1e-3, 2e-3}};
+  hw.disk_write = hw.disk_read;
+  hw.ram_copy = TimeCurve{{4096, 8192}, {0, 0}};
+  ComputeProfile c;
+  c.model_key = "tiny";
+  c.threads = 1;
+  c.mlp = linear(1e-3);
+  c.attn_base = linear(2e-3);
+  c.output = linear(1e-3);
+  c.decode_pair = c.prefill_pair = 1e-6;
+  c.decode_pair_evict = c.prefill_pair_evict = 2e-6;
+  hw.compute.push_back(c);
+  return hw;
+}
+
+Policy all_ram(int64_t gbs, int64_t k) {
+  Policy p;
+  p.gpu_batch_size = gbs;
+  p.num_gpu_batches = k;
+  p.batch_given = true;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("cost model: all in RAM, sums unit times by hand", "[cost]") {
+  const ModelFacts m = tiny_model();
+  const HardwareProfile hw = tiny_hw();
+  Workload w;
+  w.prompt_len = 4;
+  w.gen_len = 3;
+  const Prediction r = predict(m, hw.compute[0], hw, all_ram(2, 1), w);
+  // Prefill: one forward, one batch of 2 x 4 rows: attention 8 x 2 ms + 2 x 10 pairs x 1 us,
+  // MLP 8 x 1 ms, output 2 x 1 ms.
+  CHECK(r.prefill_seconds == Approx(0.016 + 20e-6 + 0.008 + 0.002));
+  // Decode steps at 4 and 5 used slots: 2 rows each; 2 x (n+1) pairs.
+  const double step0 = 0.004 + 2 * 5e-6 + 0.002 + 0.002;
+  const double step1 = 0.004 + 2 * 6e-6 + 0.002 + 0.002;
+  CHECK(r.decode_seconds == Approx(step0 + step1));
+  CHECK(r.decode_lanes.load == 0);
+  CHECK(r.total_throughput == Approx(2 * 3 / (r.prefill_seconds + r.decode_seconds)));
+  CHECK(r.decode_throughput == Approx(2 * 2 / r.decode_seconds));
+  CHECK(r.batch == 2);
+  CHECK(r.kv_slots == 6);  // prompt + gen - 1: the last token is never fed back
+}
+
+TEST_CASE("cost model: long decode sums equal the step-by-step sum", "[cost]") {
+  // 100 decode steps are predicted from 17 sampled ones; the step cost is linear in the slots.
+  const ModelFacts m = tiny_model();
+  const HardwareProfile hw = tiny_hw();
+  Workload w;
+  w.prompt_len = 10;
+  w.gen_len = 101;
+  const Prediction r = predict(m, hw.compute[0], hw, all_ram(1, 1), w);
+  double want = 0;
+  for (int64_t s = 0; s < 100; ++s) want += 0.002 + (10 + s + 1) * 1e-6 + 0.001 + 0.001;
+  CHECK(r.decode_seconds == Approx(want).epsilon(1e-9));
+}
+
+TEST_CASE("cost model: weights on disk overlap with compute; off means the sum", "[cost]") {
+  const ModelFacts m = tiny_model();
+  const HardwareProfile hw = tiny_hw();
+  Workload w;
+  w.prompt_len = 1;
+  w.gen_len = 2;  // one prefill forward of 1 row, no decode beyond step 0
+  Policy p = all_ram(1, 1);
+  p.weight_gpu_percent = 0;  // both blobs read from disk each forward: 1 ms and 2 ms
+  const double attn = 0.002 + 1e-6, mlp = 0.001 + 0.001;  // + output on the last unit
+  p.overlap = false;
+  const Prediction seq = predict(m, hw.compute[0], hw, p, w);
+  CHECK(seq.prefill_seconds == Approx(0.001 + 0.002 + attn + mlp));
+  p.overlap = true;
+  const Prediction ov = predict(m, hw.compute[0], hw, p, w);
+  // Unit 0's load first, then unit 1's load beside unit 0's compute, then unit 1's compute.
+  CHECK(ov.prefill_seconds == Approx(0.001 + std::max(0.002, attn) + mlp));
+  CHECK(ov.prefill_lanes.load == Approx(0.003));
+}
+
+TEST_CASE("cost model: KV on disk reads the used pages and writes the new one, serialised",
+          "[cost]") {
+  const ModelFacts m = tiny_model();
+  const HardwareProfile hw = tiny_hw();
+  Workload w;
+  w.prompt_len = 8;  // 8 KiB of K (and of V) per layer
+  w.gen_len = 2;
+  Policy p = all_ram(1, 1);
+  p.cache_gpu_percent = 0;
+  p.overlap = false;
+  const Prediction r = predict(m, hw.compute[0], hw, p, w);
+  // Decode step at 8 used slots: load K and V (2 pages each: 4 ms), store slot 8 (1 page each:
+  // 2 ms); compute as in RAM.
+  const double compute = 0.002 + 9e-6 + 0.001 + 0.001;
+  CHECK(r.decode_seconds == Approx(0.004 + 0.002 + compute));
+  CHECK(r.decode_lanes.load == Approx(0.004));
+  CHECK(r.decode_lanes.store == Approx(0.002));
+  p.overlap = true;
+  // Overlapped: the load lane's reads of unit 0 and the store lane's writes share the disk.
+  const Prediction o = predict(m, hw.compute[0], hw, p, w);
+  // Stages: unit 0's cache load; unit 0's compute; unit 1's compute beside unit 0's store.
+  CHECK(o.decode_seconds == Approx(0.004 + (0.002 + 9e-6) + std::max(0.002, 0.002)));
+}
+
+TEST_CASE("cost model: an eviction budget caps the slots read and costs its statistics", "[cost]") {
+  const ModelFacts m = tiny_model();
+  const HardwareProfile hw = tiny_hw();
+  Workload w;
+  w.prompt_len = 100;
+  w.gen_len = 101;
+  Policy full = all_ram(1, 1);
+  Policy h2o = full;
+  h2o.kv.name = "h2o";
+  h2o.kv.budget = 20;  // tokens
+  const Prediction a = predict(m, hw.compute[0], hw, full, w);
+  const Prediction b = predict(m, hw.compute[0], hw, h2o, w);
+  CHECK(b.kv_slots == 20);
+  CHECK(a.kv_slots == 200);
+  // Full: 100 steps over 100..199 used slots; h2o: 20 slots (full table) every step at 2 us.
+  double want = 0;
+  for (int64_t s = 0; s < 100; ++s) want += 0.002 + 21 * 2e-6 + 0.002;
+  CHECK(b.decode_seconds == Approx(want).epsilon(1e-9));
+  CHECK(b.decode_seconds < a.decode_seconds);
+  CHECK(kv_need(m, h2o, 20).device == 20 * 2 * 1024 + 20 * 3 * 2 * 4);  // K/V + metadata
+}
+
+TEST_CASE("cost model: memory accounting as the engine admits", "[cost]") {
+  const ModelFacts m = tiny_model();
+  Policy p = all_ram(4, 2);
+  p.weight_gpu_percent = 0, p.weight_cpu_percent = 50;
+  p.cache_gpu_percent = 0, p.cache_cpu_percent = 25;
+  const TierBytes wn = weight_need(m, p);
+  CHECK(wn.host == 6144);
+  CHECK(wn.disk == 6144);
+  CHECK(wn.device == (1 << 20) + 2 * 8192);  // resident tensors + two staging slots
+  const TierBytes kn = kv_need(m, p, 100);
+  CHECK(kn.host + kn.disk == 100 * 2 * 1024);
+  CHECK(kn.host == 100 * 2 * 1024 / 4);
+}
+
+TEST_CASE("planner: fits the limits, names the binding one, never worse with more memory",
+          "[cost][plan]") {
+  const ModelFacts m = tiny_model();
+  HardwareProfile hw = tiny_hw();
+  // A fixed cost per unit call (weights streamed once per batch) makes larger batches faster.
+  hw.compute[0].mlp = TimeCurve{{1, 1024}, {1.5e-3, 1024.5e-3}};
+  hw.compute[0].attn_base = TimeCurve{{1, 1024}, {2.5e-3, 2048.5e-3}};
+  PlanOptions o;
+  o.workload.prompt_len = 32;
+  o.workload.gen_len = 32;
+  o.max_batch = 256;
+  double last = 0;
+  for (int64_t mem : {int64_t{2} << 20, int64_t{3} << 20, int64_t{6} << 20, int64_t{20} << 20,
+                      int64_t{64} << 20}) {
+    o.base.cpu_mem = mem;
+    const PlanResult r = plan(m, hw.compute[0], hw, o);
+    CHECK(plan_overflow(o, r.prediction.need).empty());
+    CHECK(r.prediction.need.device + r.prediction.need.host <= mem);
+    CHECK(r.prediction.total_throughput >= last);
+    last = r.prediction.total_throughput;
+    CHECK(r.evaluated > 0);
+    INFO(r.binding);
+    if (mem == (int64_t{2} << 20)) CHECK(r.binding.find("--cpu-mem") != std::string::npos);
+  }
+  // Unlimited memory: the largest block, everything in RAM; the batch cap binds.
+  o.base.cpu_mem = 0;
+  const PlanResult r = plan(m, hw.compute[0], hw, o);
+  CHECK(r.policy.block_size() == 256);
+  CHECK(r.policy.weight_cpu_percent + r.policy.weight_gpu_percent == 100);
+  CHECK(r.binding.find("max batch") != std::string::npos);
+  o.workload.num_requests = 100;
+  CHECK(plan(m, hw.compute[0], hw, o).policy.block_size() <= 100);
+  // Nothing fits: one sequence needs the resident tensors in RAM.
+  o.base.cpu_mem = 1 << 19;
+  CHECK_THROWS_WITH(plan(m, hw.compute[0], hw, o), Catch::Contains("nothing fits"));
+}
+
+TEST_CASE("plan output: policy TOML reads back to the same policy", "[cost][plan]") {
+  Policy p = all_ram(48, 3);
+  p.weight_gpu_percent = 0, p.weight_cpu_percent = 30;
+  p.cache_gpu_percent = 0, p.cache_cpu_percent = 70;
+  p.overlap = false;
+  p.cpu_mem = int64_t{3} << 30;
+  p.offload_dir = "/tmp/a \"q\"";
+  p.kv.name = "h2o";
+  p.kv.budget = 0.2;
+  p.kv.recent_fraction = 0.75;
+  const Policy q = parse_policy_toml(policy_toml(p), "<plan>");
+  CHECK(q.gpu_batch_size == 48);
+  CHECK(q.num_gpu_batches == 3);
+  CHECK(q.batch_given);
+  CHECK(q.weight_cpu_percent == 30);
+  CHECK(q.cache_cpu_percent == 70);
+  CHECK(q.act_gpu_percent == 100);
+  CHECK_FALSE(q.overlap);
+  CHECK(q.cpu_mem == p.cpu_mem);
+  CHECK(q.offload_dir == p.offload_dir);
+  CHECK(q.kv.name == "h2o");
+  CHECK(q.kv.budget == 0.2);
+  CHECK(q.kv.recent_fraction == 0.75);
+}
+
+TEST_CASE("hardware profile: JSON round trip, interpolation, field-named errors", "[cost]") {
+  const HardwareProfile hw = tiny_hw();
+  const HardwareProfile back = HardwareProfile::from_json(hw.to_json(), "p.json");
+  CHECK(back.disk_read.seconds == hw.disk_read.seconds);
+  REQUIRE(back.find_compute("tiny", 1) != nullptr);
+  CHECK(back.find_compute("tiny", 2) == nullptr);
+  CHECK(back.compute[0].decode_pair_evict == 2e-6);
+  CHECK(hw.disk_read.at(6144) == Approx(1.5e-3));  // between points
+  CHECK(hw.disk_read.at(16384) == Approx(4e-3));   // past the last: the last segment's slope
+  CHECK(hw.disk_read.at(2048) == Approx(0.5e-3));  // before the first
+  nlohmann::json j = hw.to_json();
+  j["compute"][0]["mlp"]["x"] = {4, 2};
+  CHECK_THROWS_WITH(HardwareProfile::from_json(j, "p.json"),
+                    Catch::Contains("p.json") && Catch::Contains("compute[0].mlp.x") &&
+                        Catch::Contains("ascending"));
+  j = hw.to_json();
+  j.erase("disk_write");
+  CHECK_THROWS_WITH(HardwareProfile::from_json(j, "p.json"), Catch::Contains("'disk_write' is missing"));
+  j = hw.to_json();
+  j["version"] = 7;
+  CHECK_THROWS_WITH(HardwareProfile::from_json(j, "p.json"), Catch::Contains("calibrate"));
+}
