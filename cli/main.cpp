@@ -73,7 +73,7 @@ Policy plan_for_job(const CommonFlags& f, const GenerateJobOptions& job, const P
   OFFGEN_CHECK(w.num_requests > 0, kInput, "{}: --policy auto: no valid request to plan for",
                job.input);
   if (max_context > 0) w.gen_len = std::max<int64_t>(2, std::min(w.gen_len, max_context - w.prompt_len));
-  PlanningContext ctx{f.model, f.weight_dtype, f.threads, "", base.offload_dir, nullptr};
+  PlanningContext ctx{f.model, f.weight_dtype, f.threads, "", base.offload_dir, calibration_progress};
   return auto_plan(ctx, w, base).policy;
 }
 
@@ -116,7 +116,7 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
   // One run per KV variant (--kv-policy full,h2o ...), in one process so ratios share conditions.
   nlohmann::json runs = nlohmann::json::array();
   const std::vector<Policy> variants = pf.resolve_variants();
-  const PlanningContext ctx{f.model, f.weight_dtype, f.threads, "", "", nullptr};
+  const PlanningContext ctx{f.model, f.weight_dtype, f.threads, "", "", calibration_progress};
   Workload w;
   w.prompt_len = bo.prompt_len;
   w.gen_len = bo.gen_len;

@@ -12,9 +12,13 @@
 #include "scheduler/job_report.h"
 
 namespace offgen {
+void calibration_progress(const std::string& what) {
+  std::fprintf(stderr, "offgen: calibrating: %s\n", what.c_str());
+}
+
 namespace {
 
-void progress(const std::string& what) { std::fprintf(stderr, "offgen: calibrating: %s\n", what.c_str()); }
+void (*const progress)(const std::string&) = calibration_progress;
 
 double gbps(const TimeCurve& c, size_t i) { return c.x[i] / c.seconds[i] / 1e9; }
 
@@ -83,9 +87,11 @@ int CalibrateCommand::run() const {
     for (size_t i = 0; i < c.mlp.x.size(); ++i)
       std::printf("  %5.0f rows: MLP unit %.3f ms, attention unit %.3f ms\n", c.mlp.x[i],
                   c.mlp.seconds[i] * 1e3, c.attn_base.seconds[i] * 1e3);
-    std::printf("  attention per (row x slot): decode %.2f ns (h2o %.2f), prefill %.2f ns (h2o %.2f)\n",
-                c.decode_pair * 1e9, c.decode_pair_evict * 1e9, c.prefill_pair * 1e9,
-                c.prefill_pair_evict * 1e9);
+    std::printf("  attention per (row x slot): decode %.2f ns (h2o %.2f); prefill", c.decode_pair * 1e9,
+                c.decode_pair_evict * 1e9);
+    for (size_t i = 0; i < c.prefill_pair.x.size(); ++i)
+      std::printf(" %.0f tokens %.2f ns (h2o %.2f)%s", c.prefill_pair.x[i], c.prefill_pair.seconds[i] * 1e9,
+                  c.prefill_pair_evict.seconds[i] * 1e9, i + 1 < c.prefill_pair.x.size() ? "," : "\n");
   }
   save_profile(path, hw);
   std::printf("profile written to %s\n", path.c_str());

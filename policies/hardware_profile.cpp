@@ -100,8 +100,8 @@ nlohmann::json HardwareProfile::to_json() const {
                   {"output", curve_json(c.output)},
                   {"decode_pair", c.decode_pair},
                   {"decode_pair_evict", c.decode_pair_evict},
-                  {"prefill_pair", c.prefill_pair},
-                  {"prefill_pair_evict", c.prefill_pair_evict}});
+                  {"prefill_pair", curve_json(c.prefill_pair)},
+                  {"prefill_pair_evict", curve_json(c.prefill_pair_evict)}});
   j["compute"] = cs;
   return j;
 }
@@ -111,8 +111,9 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::s
   HardwareProfile p;
   OFFGEN_CHECK(j.is_object(), kInput, "{}: a hardware profile must be a JSON object", source);
   p.version = static_cast<int>(r.number(j, "version", ""));
-  OFFGEN_CHECK(p.version == 1, kInput, "{}: profile version {} is not supported (1); run `offgen "
-               "calibrate` again", source, p.version);
+  OFFGEN_CHECK(p.version == kVersion, kInput,
+               "{}: profile version {} is not this build's ({}); run `offgen calibrate` again",
+               source, p.version, kVersion);
   p.created = r.text(j, "created", "");
   p.offload_dir = r.text(j, "offload_dir", "");
   OFFGEN_CHECK(r.at(j, "direct_io", "").is_boolean() && r.at(j, "has_gpu", "").is_boolean(),
@@ -134,8 +135,8 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::s
     c.output = r.curve(cs[i], "output", where);
     c.decode_pair = r.number(cs[i], "decode_pair", where);
     c.decode_pair_evict = r.number(cs[i], "decode_pair_evict", where);
-    c.prefill_pair = r.number(cs[i], "prefill_pair", where);
-    c.prefill_pair_evict = r.number(cs[i], "prefill_pair_evict", where);
+    c.prefill_pair = r.curve(cs[i], "prefill_pair", where);
+    c.prefill_pair_evict = r.curve(cs[i], "prefill_pair_evict", where);
     p.compute.push_back(std::move(c));
   }
   return p;

@@ -26,13 +26,16 @@ struct ComputeProfile {
   TimeCurve mlp;          // MLP unit, x = rows
   TimeCurve attn_base;    // attention unit over x single-token sequences with no past (projections)
   TimeCurve output;       // output head + argmax, x = sequences
-  // Seconds per (query row x key slot) of the attention core beyond attn_base:
-  double decode_pair = 0, decode_pair_evict = 0;    // one new token over a long cache
-  double prefill_pair = 0, prefill_pair_evict = 0;  // causal prompt, n(n+1)/2 pairs
+  // Seconds per (query row x key slot) of the attention core beyond attn_base, for full caches
+  // and for h2o tables (which accumulate statistics and, in decode, overwrite a victim per head):
+  double decode_pair = 0, decode_pair_evict = 0;  // one new token over a long cache
+  TimeCurve prefill_pair, prefill_pair_evict;     // causal chunk of x tokens (n(n+1)/2 pairs);
+                                                  // grows with x as K/V leave the caches
 };
 
 struct HardwareProfile {
-  int version = 1;
+  static constexpr int kVersion = 2;
+  int version = kVersion;
   std::string created;        // ISO date
   std::string offload_dir;    // where disk was measured
   bool direct_io = true;      // O_DIRECT was granted

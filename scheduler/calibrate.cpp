@@ -103,6 +103,12 @@ HardwareProfile measure_transfers(const CalibrateOptions& o, HardwareProfile p) 
   AlignedHostBuffer buf(sizes.back());
   std::memset(buf.data(), 0x5a, buf.capacity());
   p.disk_read = p.disk_write = p.ram_copy = TimeCurve{};
+  // Fill the region once: the first write to preallocated space also converts the filesystem's
+  // unwritten extents, which the runtime pays once per extent, not per write-back.
+  step(o, "disk fill");
+  for (uint64_t off = 0; off < span; off += sizes.back())
+    store.write(Extent{extent.offset + off, std::min<uint64_t>(sizes.back(), span - off)},
+                buf.data(), std::min<uint64_t>(sizes.back(), span - off));
   for (const bool write : {true, false}) {
     for (uint64_t size : sizes) {
       step(o, fmt::format("disk {} {} KiB", write ? "write" : "read", size >> 10));
@@ -196,25 +202,30 @@ ComputeProfile measure_compute(const LlamaModel& model, const std::string& weigh
     out.attn_base.x.push_back(static_cast<double>(r));
     out.attn_base.seconds.push_back(unit_time(0, r, 1, 0, 1, false));
   }
-  // Attention core per (query row x key slot): the difference of two shapes with equal rows, so
-  // the projections cancel. Decode: g sequences over a short and a long past; prefill: one prompt
-  // of 2n tokens against two of n (full caches, and h2o tables that accumulate statistics and,
-  // in decode, overwrite a victim per head).
+  // Attention core per (query row x key slot). Decode: g sequences over a short and a long past
+  // (equal rows, so the projections cancel). Prefill: one sequence of n tokens minus attn_base
+  // at n rows, per n (the cost per pair grows with n as K/V outgrow the caches). Full caches and
+  // h2o tables (statistics accumulated; in decode a victim overwritten per head).
   const int64_t g = o.quick ? 8 : 64, l1 = 32, l2 = o.quick ? 256 : 1024;
-  const int64_t n = o.quick ? 64 : 512;
+  const std::vector<int64_t> lens = o.quick ? std::vector<int64_t>{32, 128}
+                                            : std::vector<int64_t>{32, 64, 128, 256, 512, 1024, 2048};
   for (const bool evict : {false, true}) {
     step(o, fmt::format("decode attention{}", evict ? " (h2o)" : ""));
-    const double d1 = unit_time(0, g, 1, evict ? l1 : l1, evict ? l1 : l1 + 1, evict);
+    const double d1 = unit_time(0, g, 1, l1, evict ? l1 : l1 + 1, evict);
     const double d2 = unit_time(0, g, 1, l2, evict ? l2 : l2 + 1, evict);
     (evict ? out.decode_pair_evict : out.decode_pair) =
         std::max(0.0, (d2 - d1) / static_cast<double>(g * (l2 - l1)));
-    step(o, fmt::format("prefill attention{}", evict ? " (h2o)" : ""));
-    const double one = unit_time(0, 1, 2 * n, 0, 2 * n, evict);
-    const double two = unit_time(0, 2, n, 0, n, evict);
-    const double pairs_one = static_cast<double>(2 * n) * static_cast<double>(2 * n + 1) / 2;
-    const double pairs_two = 2.0 * static_cast<double>(n) * static_cast<double>(n + 1) / 2;
-    (evict ? out.prefill_pair_evict : out.prefill_pair) =
-        std::max(0.0, (one - two) / (pairs_one - pairs_two));
+    TimeCurve& pre = evict ? out.prefill_pair_evict : out.prefill_pair;
+    for (int64_t n : lens) {
+      step(o, fmt::format("prefill attention{} over {} tokens", evict ? " (h2o)" : "", n));
+      const double t = unit_time(0, 1, n, 0, n, evict) - out.attn_base.at(static_cast<double>(n));
+      pre.x.push_back(static_cast<double>(n));
+      pre.seconds.push_back(std::max(0.0, t / (static_cast<double>(n) * static_cast<double>(n + 1) / 2)));
+    }
+    // Short chunks are a small difference of two noisy times; the cost per pair does not fall
+    // as chunks grow, so each point is capped by the next one's.
+    for (size_t i = pre.seconds.size() - 1; i-- > 0;)
+      pre.seconds[i] = std::min(pre.seconds[i], pre.seconds[i + 1]);
   }
   // Output head and sampling (the engine's default sampling parameters) per sequence.
   std::vector<float> logits;

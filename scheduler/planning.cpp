@@ -1,6 +1,7 @@
 // Profile cache and planning inputs.
 #include "scheduler/planning.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -46,7 +47,18 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
   const std::string path = ctx.profile_path.empty() ? default_profile_path() : ctx.profile_path;
   PlanningInputs in;
   bool have = std::filesystem::exists(path), changed = false;
-  if (have) in.hw = load_profile(path);
+  if (have) {
+    try {
+      in.hw = load_profile(path);
+    } catch (const Error& e) {
+      // An outdated or damaged cache is measured again (and replaced), not a dead end; a profile
+      // the user named is theirs: its error stands.
+      if (!ctx.profile_path.empty()) throw;
+      std::fprintf(stderr, "offgen: %s; measuring again\n", e.what());
+      in.hw = HardwareProfile{};
+      have = false;
+    }
+  }
   CalibrateOptions co;
   co.offload_dir = ctx.offload_dir;
   co.on_step = ctx.on_step;

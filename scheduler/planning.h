@@ -21,7 +21,7 @@ struct PlanningContext {
   std::string model;                // as EngineOptions::model
   std::string weight_dtype = "f32";
   int threads = 0;
-  std::string profile_path;         // empty: default_profile_path()
+  std::string profile_path;         // empty: default_profile_path(), re-measured when outdated
   std::string offload_dir;          // where to measure the disk when the profile lacks it
   std::function<void(const std::string&)> on_step;  // calibration progress
 };

@@ -18,7 +18,7 @@ p = json.load(open(sys.argv[1]))
 def expect(cond, what):
     print(("ok: " if cond else "FAIL: ") + what)
     if not cond: sys.exit(1)
-expect(p["version"] == 1, "profile version 1")
+expect(p["version"] == 2, "profile version 2")
 for k in ("disk_read", "disk_write", "ram_copy"):
     expect(len(p[k]["x"]) >= 2 and all(s > 0 for s in p[k]["seconds"]), k + " measured")
 c = p["compute"][0]

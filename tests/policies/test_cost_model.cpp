@@ -40,8 +40,10 @@ HardwareProfile tiny_hw() {
   c.mlp = linear(1e-3);
   c.attn_base = linear(2e-3);
   c.output = linear(1e-3);
-  c.decode_pair = c.prefill_pair = 1e-6;
-  c.decode_pair_evict = c.prefill_pair_evict = 2e-6;
+  c.decode_pair = 1e-6;
+  c.decode_pair_evict = 2e-6;
+  c.prefill_pair = TimeCurve{{1, 1024}, {1e-6, 1e-6}};  // flat
+  c.prefill_pair_evict = TimeCurve{{1, 1024}, {2e-6, 2e-6}};
   hw.compute.push_back(c);
   return hw;
 }
@@ -252,4 +254,25 @@ TEST_CASE("hardware profile: JSON round trip, interpolation, field-named errors"
   j = hw.to_json();
   j["version"] = 7;
   CHECK_THROWS_WITH(HardwareProfile::from_json(j, "p.json"), Catch::Contains("calibrate"));
+}
+
+TEST_CASE("cost model: a full table's write-back is one victim's page(s) per K and V", "[cost]") {
+  ModelFacts m = tiny_model();
+  m.n_kv_heads = 4;
+  m.kv_row_bytes = 1536;  // 8 slots span 3 pages; slots 2 and 5 straddle a page boundary
+  const HardwareProfile hw = tiny_hw();
+  Workload w;
+  w.prompt_len = 64;
+  w.gen_len = 2;
+  Policy p = all_ram(1, 1);
+  p.cache_gpu_percent = 0;
+  p.overlap = false;
+  p.kv.name = "h2o";
+  p.kv.budget = 8;
+  const Prediction r = predict(m, hw.compute[0], hw, p, w);
+  // One page (1 ms), or two for the 2 straddling slots of 8: 1.25 ms expected, for K and for V.
+  CHECK(r.decode_lanes.store > 2 * 1.1e-3);
+  CHECK(r.decode_lanes.store < 2 * 1.4e-3);
+  p.cache_cpu_percent = 100;  // in RAM: no disk write at all
+  CHECK(predict(m, hw.compute[0], hw, p, w).decode_lanes.store == 0);
 }
