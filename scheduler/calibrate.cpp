@@ -203,8 +203,8 @@ ComputeProfile measure_compute(const LlamaModel& model, const std::string& weigh
     out.attn_base.seconds.push_back(unit_time(0, r, 1, 0, 1, false));
   }
   // Attention core per (query row x key slot). Decode: g sequences over a short and a long past
-  // (equal rows, so the projections cancel). Prefill: one sequence of n tokens minus attn_base
-  // at n rows, per n (the cost per pair grows with n as K/V outgrow the caches). Full caches and
+  // (equal rows, so the projections cancel). Prefill: prompts of n tokens filling one forward,
+  // minus attn_base at its rows, per n (the cost per pair grows with n as K/V outgrow the caches). Full caches and
   // h2o tables (statistics accumulated; in decode a victim overwritten per head).
   const int64_t g = o.quick ? 8 : 64, l1 = 32, l2 = o.quick ? 256 : 1024;
   const std::vector<int64_t> lens = o.quick ? std::vector<int64_t>{32, 128}
@@ -217,10 +217,15 @@ ComputeProfile measure_compute(const LlamaModel& model, const std::string& weigh
         std::max(0.0, (d2 - d1) / static_cast<double>(g * (l2 - l1)));
     TimeCurve& pre = evict ? out.prefill_pair_evict : out.prefill_pair;
     for (int64_t n : lens) {
-      step(o, fmt::format("prefill attention{} over {} tokens", evict ? " (h2o)" : "", n));
-      const double t = unit_time(0, 1, n, 0, n, evict) - out.attn_base.at(static_cast<double>(n));
+      // As the engine's prefill forwards run them: as many prompts of n tokens as make one
+      // forward of `rows` tokens (its prefill chunk), beside each other.
+      const int64_t seqs = std::max<int64_t>(1, rows.back() / n);
+      step(o, fmt::format("prefill attention{} over {} x {} tokens", evict ? " (h2o)" : "", seqs, n));
+      const double t = unit_time(0, seqs, n, 0, n, evict) -
+                       out.attn_base.at(static_cast<double>(seqs * n));
       pre.x.push_back(static_cast<double>(n));
-      pre.seconds.push_back(std::max(0.0, t / (static_cast<double>(n) * static_cast<double>(n + 1) / 2)));
+      pre.seconds.push_back(std::max(
+          0.0, t / (static_cast<double>(seqs * n) * static_cast<double>(n + 1) / 2)));
     }
     // Short chunks are a small difference of two noisy times; the cost per pair does not fall
     // as chunks grow, so each point is capped by the next one's.
