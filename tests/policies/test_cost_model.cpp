@@ -195,6 +195,17 @@ TEST_CASE("planner: fits the limits, names the binding one, never worse with mor
     INFO(r.binding);
     if (mem == (int64_t{2} << 20)) CHECK(r.binding.find("--cpu-mem") != std::string::npos);
   }
+  // Disk capacity too: more never predicts less (RAM tight, so the KV cache wants the disk).
+  o.base.cpu_mem = int64_t{3} << 20;
+  last = 0;
+  for (int64_t disk : {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20, int64_t{0}}) {
+    o.base.disk_mem = disk;
+    const PlanResult r = plan(m, hw.compute[0], hw, o);
+    CHECK(plan_overflow(o, r.prediction.need).empty());
+    CHECK(r.prediction.total_throughput >= last);
+    last = r.prediction.total_throughput;
+  }
+  o.base.disk_mem = 0;
   // Unlimited memory: the largest block, everything in RAM; the batch cap binds.
   o.base.cpu_mem = 0;
   const PlanResult r = plan(m, hw.compute[0], hw, o);
