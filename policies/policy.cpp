@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <utility>
 
 #include "runtime/core/error.h"
 
@@ -260,9 +261,14 @@ std::string policy_toml(const Policy& p) {
   }
   if (p.io_queue_depth != Policy{}.io_queue_depth)
     out += fmt::format("io_queue_depth = {}\n", p.io_queue_depth);
-  if (p.gpu_mem > 0) out += fmt::format("gpu_mem = \"{}\"\n", p.gpu_mem);
-  if (p.cpu_mem > 0) out += fmt::format("cpu_mem = \"{}\"\n", p.cpu_mem);
-  if (p.disk_mem > 0) out += fmt::format("disk_mem = \"{}\"\n", p.disk_mem);
+  auto size = [](int64_t b) {  // the largest unit that divides it exactly
+    for (auto [unit, shift] : {std::pair{'T', 40}, {'G', 30}, {'M', 20}, {'K', 10}})
+      if (b % (int64_t{1} << shift) == 0) return fmt::format("{}{}", b >> shift, unit);
+    return std::to_string(b);
+  };
+  if (p.gpu_mem > 0) out += fmt::format("gpu_mem = \"{}\"\n", size(p.gpu_mem));
+  if (p.cpu_mem > 0) out += fmt::format("cpu_mem = \"{}\"\n", size(p.cpu_mem));
+  if (p.disk_mem > 0) out += fmt::format("disk_mem = \"{}\"\n", size(p.disk_mem));
   const KvPolicyConfig& kv = p.kv;
   out += fmt::format("\n[kv]\npolicy = \"{}\"\nbudget = {}\nscope = \"{}\"\n", kv.name, kv.budget,
                      kv.scope);

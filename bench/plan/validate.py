@@ -99,7 +99,12 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="2 configurations, 3 grid points (smoke)")
     ap.add_argument("--no-recalibrate-disk", dest="recalibrate_disk", action="store_false",
                     help="measure the disk once at the start instead of before every run")
+    ap.add_argument("--render", metavar="JSON", help="only rewrite the .md from a saved report")
     args = ap.parse_args()
+    if args.render:
+        report = json.loads(Path(args.render).read_text())
+        (OUT / Path(args.render).with_suffix(".md").name).write_text(markdown(report))
+        return 0
     if args.model is None:
         args.model = subprocess.run([str(ROOT / "tools/get-model")], text=True,
                                     capture_output=True, check=True).stdout.strip()
@@ -160,11 +165,14 @@ def main() -> int:
         plans.append(entry)
     report["plans"] = plans
 
-    suffix = "_quick" if args.quick else ""
+    write(report, "_quick" if args.quick else "")
+    return 0
+
+
+def write(report: dict, suffix: str) -> None:
     (OUT / f"validation{suffix}.json").write_text(json.dumps(report, indent=1) + "\n")
     (OUT / f"validation{suffix}.md").write_text(markdown(report))
     print((OUT / f"validation{suffix}.md").read_text())
-    return 0
 
 
 def markdown(r: dict) -> str:
@@ -173,14 +181,18 @@ def markdown(r: dict) -> str:
              "calibrated at the start of the run, disk and RAM figures "
              + ("re-measured (`offgen calibrate`) right before every bench." if r.get("recalibrate_disk")
                 else "measured once at the start."), "",
-             "| configuration | batch | measured total tok/s | predicted | measured/predicted |",
-             "|---|---:|---:|---:|---:|"]
+             "| configuration | batch | measured total tok/s | predicted | measured/predicted | "
+             "disk read GB/s during the run |",
+             "|---|---:|---:|---:|---:|---:|"]
     for a in r["accuracy"]:
         if "error" in a:
-            lines.append(f"| {a['name']} | | error: {a['error']} | | |")
+            lines.append(f"| {a['name']} | | error: {a['error']} | | | |")
             continue
+        # Bytes read over the load lane's busy time: the rate the disk gave this run.
+        read, busy = a["io_bytes"]["disk_read"], a["lane_busy_seconds"]["load"]
+        rate = f"{read / busy / 1e9:.2f}" if read > 0 and busy > 0 else ""
         lines.append(f"| {a['name']} | {a['batch_size']} | {a['total_throughput']:.1f} | "
-                     f"{a['predicted_total_throughput']:.1f} | {a['ratio']:.2f} |")
+                     f"{a['predicted_total_throughput']:.1f} | {a['ratio']:.2f} | {rate} |")
     for p in r["plans"]:
         auto = p["auto"]
         lines += ["", f"## {p['name']} (prompt {p['prompt']}, gen {p['gen']}, --cpu-mem {p['cpu_mem']})",

@@ -229,6 +229,7 @@ TEST_CASE("plan output: policy TOML reads back to the same policy", "[cost][plan
   p.kv.name = "h2o";
   p.kv.budget = 0.2;
   p.kv.recent_fraction = 0.75;
+  CHECK(policy_toml(p).find("cpu_mem = \"3G\"") != std::string::npos);
   const Policy q = parse_policy_toml(policy_toml(p), "<plan>");
   CHECK(q.gpu_batch_size == 48);
   CHECK(q.num_gpu_batches == 3);
