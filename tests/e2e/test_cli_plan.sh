@@ -48,7 +48,7 @@ PY
   --output "$work/empty.jsonl" -q 2> "$work/toml.err"
 check "the plan's TOML is a valid --policy file" test $? -eq 0
 
-"$bin" plan --model "$model" --prompt-len 128 --gen-len 32 --cpu-mem 1M 2> "$work/p1.err"
+"$bin" plan --model "$model" --threads 1 --prompt-len 128 --gen-len 32 --cpu-mem 1M 2> "$work/p1.err"
 rc=$?
 check "plan with too little memory: exit 2 (got $rc)" test "$rc" -eq 2
 check "plan with too little memory: says nothing fits" grep -q "nothing fits" "$work/p1.err"
