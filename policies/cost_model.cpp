@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <random>
 #include <utility>
 
 #include <fmt/format.h>
@@ -92,42 +91,21 @@ struct Ctx {
     }
     return 0;
   }
-  // A full table's decode write-back: each KV head's victim slot, merged as KvStore::store_slots
-  // does (runs of slots whose pages touch go in one write); the expectation comes from a
-  // fixed-seed sample of uniform victim slots. The heads of a layer mostly give up the same slot
+  // A full table's decode write-back: the victim slot's K and V rows, in RAM or as the page(s)
+  // holding them on disk, expected over the slots (the disk part's page layout repeats every
+  // `granule` slots). One victim per table: the heads of a layer mostly give up the same slot
   // (measured with h2o on SmolLM2: 1.6 pages written per K or V, against 1.3 for one shared
-  // victim and 2.8 for independent ones), so one victim per table is drawn.
+  // victim and 2.8 for independent ones).
   double replace_seconds = 0, replace_disk = 0;
-  void estimate_replace() {
-    constexpr int kTrials = 64;
-    std::mt19937 rng(1);
-    std::uniform_int_distribution<int64_t> slot(0, capacity - 1);
-    const int64_t row = m.kv_row_bytes;
-    auto page_of = [&](int64_t s) { return (s - ram_slots) * row / kPage; };
-    double total = 0;
-    disk = 0;
-    for (int t = 0; t < kTrials; ++t) {
-      constexpr int64_t kVictims = 1;
-      std::vector<int64_t> v(kVictims);
-      for (auto& x : v) x = slot(rng);
-      std::sort(v.begin(), v.end());
-      v.erase(std::unique(v.begin(), v.end()), v.end());
-      size_t i = 0;
-      while (i < v.size()) {
-        if (v[i] < ram_slots) {
-          total += copy(row);
-          ++i;
-          continue;
-        }
-        size_t j = i + 1;
-        while (j < v.size() && page_of(v[j]) <= page_of(v[j - 1] + 1)) ++j;
-        const int64_t from = page_down((v[i] - ram_slots) * row);
-        total += write(page_up((v[j - 1] + 1 - ram_slots) * row) - from);
-        i = j;
-      }
-    }
-    replace_seconds = 2 * total / kTrials;  // K and V
-    replace_disk = 2 * take_disk() / kTrials;
+  void estimate_replace(int64_t granule) {
+    const int64_t disk_slots = capacity - ram_slots, period = std::min(granule, disk_slots);
+    take_disk();
+    const double in_ram = ram_slots > 0 ? cache_store_range(0, 1) : 0;
+    double on_disk = 0;
+    for (int64_t s = ram_slots; s < ram_slots + period; ++s) on_disk += cache_store_range(s, s + 1);
+    const double share = static_cast<double>(disk_slots) / static_cast<double>(capacity);
+    replace_seconds = (1 - share) * in_ram + share * on_disk / static_cast<double>(period);
+    replace_disk = share * take_disk() / static_cast<double>(period);
   }
   // Activations of `rows` rows from / to their home between units.
   double hidden_move(int64_t rows, bool load) const {
@@ -247,6 +225,12 @@ TierBytes kv_need(const ModelFacts& m, const Policy& p, int64_t capacity) {
   return t;
 }
 
+TierBytes block_need(const ModelFacts& m, const Policy& p, int64_t capacity, int64_t sequences) {
+  TierBytes t = weight_need(m, p);
+  t += kv_need(m, p, capacity) * sequences;
+  return t;
+}
+
 void Workload::validate() const {
   OFFGEN_CHECK(prompt_len >= 1, kConfig, "--prompt-len {} must be >= 1", prompt_len);
   OFFGEN_CHECK(gen_len >= 2, kConfig, "--gen-len {} must be >= 2", gen_len);
@@ -269,22 +253,19 @@ Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const Har
   x.compact_to = p.kv.compact_slots(w.prompt_len, w.gen_len);
   const double c_ram = (p.cache_gpu_percent + p.cache_cpu_percent) / 100.0;
   x.kv_resident = c_ram >= 1;
-  if (!x.kv_resident) {
-    const int64_t granule = kPage / std::gcd(kPage, m.kv_row_bytes);
-    x.ram_slots = static_cast<int64_t>(static_cast<double>(x.capacity) * c_ram) / granule * granule;
-  } else {
-    x.ram_slots = x.capacity;
-  }
+  const int64_t granule = kPage / std::gcd(kPage, m.kv_row_bytes);  // as KvStore splits a table
+  x.ram_slots = x.kv_resident ? x.capacity
+                              : static_cast<int64_t>(static_cast<double>(x.capacity) * c_ram) /
+                                    granule * granule;
   x.w_ram = (p.weight_gpu_percent + p.weight_cpu_percent) / 100.0;
   OFFGEN_CHECK(!p.uses_disk() || (!hw.disk_read.empty() && !hw.disk_write.empty()), kConfig,
                "the hardware profile has no disk figures; run `offgen calibrate --offload-dir DIR`");
-  if (x.evicts && !x.kv_resident) x.estimate_replace();
+  if (x.evicts && !x.kv_resident) x.estimate_replace(granule);
 
   Prediction r;
   r.batch = batch > 0 ? batch : p.block_size();
   r.kv_slots = x.capacity;
-  r.need = weight_need(m, p);
-  r.need += kv_need(m, p, x.capacity) * r.batch;
+  r.need = block_need(m, p, x.capacity, r.batch);
   r.fits = p.fits(r.need);
   const int64_t N = r.batch, gbs = p.gpu_batch_size;
 

@@ -33,6 +33,8 @@ std::string model_key(const ModelConfig& c, const std::string& weight_dtype);
 TierBytes weight_need(const ModelFacts& m, const Policy& p);
 // ... and for one sequence's KV table of `capacity` slots (with its eviction metadata in RAM).
 TierBytes kv_need(const ModelFacts& m, const Policy& p, int64_t capacity);
+// ... and both for `sequences` tables of `capacity` slots: what a block of them commits.
+TierBytes block_need(const ModelFacts& m, const Policy& p, int64_t capacity, int64_t sequences);
 
 struct Workload {
   int64_t prompt_len = 512;

@@ -72,11 +72,7 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
     (o.cpu_backend ? p.cache_cpu_percent : p.cache_gpu_percent) = c_ram;
     (o.cpu_backend ? p.cache_gpu_percent : p.cache_cpu_percent) = 0;
   };
-  auto need_of = [&](const Policy& p) {
-    TierBytes t = weight_need(m, p);
-    t += kv_need(m, p, capacity) * p.block_size();
-    return t;
-  };
+  auto need_of = [&](const Policy& p) { return block_need(m, p, capacity, p.block_size()); };
   const int steps = static_cast<int>(std::lround(100 / o.percent_step));
 
   PlanResult out;
@@ -144,13 +140,12 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
   // Why not bigger: probe the next larger block and the next RAM share of weights and cache.
   const Policy& b = best.policy;
   std::vector<std::string> reasons;
-  auto probe = [&](Policy p, const std::string& what) {
-    const std::string tier = plan_overflow(o, need_of(p));
+  auto probe = [&](const Policy& p, const std::string& what) {
+    const TierBytes t = need_of(p);
+    const std::string tier = plan_overflow(o, t);
     if (!tier.empty())
-      reasons.push_back(fmt::format("{} ({}: {} needed)", tier, what, format_bytes([&] {
-                                      const TierBytes t = need_of(p);
-                                      return tier == "--disk-mem" ? t.disk : t.device + t.host;
-                                    }())));
+      reasons.push_back(fmt::format("{} ({}: {} needed)", tier, what,
+                                    format_bytes(tier == "--disk-mem" ? t.disk : t.device + t.host)));
   };
   if (b.block_size() >= cap_batch) {
     reasons.push_back(w.num_requests > 0 && cap_batch == w.num_requests

@@ -293,11 +293,10 @@ int32_t Engine::sample(Sequence& s, const float* row) {
 }
 
 void Engine::check_fits(int64_t sequences, int64_t capacity) const {
-  TierBytes need = weight_need_;
-  need += kv_need(capacity) * sequences;
   options_.policy.check_fits(
-      need, fmt::format("the model's weights and the KV cache of {} sequences of {} tokens",
-                        sequences, capacity));
+      block_need(facts_, options_.policy, capacity, sequences),
+      fmt::format("the model's weights and the KV cache of {} sequences of {} tokens", sequences,
+                  capacity));
 }
 
 TierBytes Engine::kv_need(int64_t capacity) const {
