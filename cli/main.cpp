@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "cli/eval_command.h"
@@ -73,8 +74,9 @@ Policy plan_for_job(const CommonFlags& f, const GenerateJobOptions& job, const P
   OFFGEN_CHECK(w.num_requests > 0, kInput, "{}: --policy auto: no valid request to plan for",
                job.input);
   if (max_context > 0) w.gen_len = std::max<int64_t>(2, std::min(w.gen_len, max_context - w.prompt_len));
-  PlanningContext ctx{f.model, f.weight_dtype, f.threads, "", base.offload_dir, calibration_progress};
-  return auto_plan(ctx, w, base).policy;
+  const PlanningContext ctx{f.model, f.weight_dtype, f.threads, "", base.offload_dir,
+                            calibration_progress};
+  return auto_plan(planning_inputs(ctx), w, base).policy;
 }
 
 int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlags& pf,
@@ -116,17 +118,17 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
   // One run per KV variant (--kv-policy full,h2o ...), in one process so ratios share conditions.
   nlohmann::json runs = nlohmann::json::array();
   const std::vector<Policy> variants = pf.resolve_variants();
-  const PlanningContext ctx{f.model, f.weight_dtype, f.threads, "", "", calibration_progress};
   Workload w;
   w.prompt_len = bo.prompt_len;
   w.gen_len = bo.gen_len;
   w.num_requests = bo.batch_size;
+  // The planner's inputs (model layout, hardware profile), loaded once for every variant.
+  std::optional<PlanningInputs> in;
+  if (pf.auto_policy() || predict_flag)
+    in = planning_inputs(PlanningContext{f.model, f.weight_dtype, f.threads, "",
+                                         variants.front().offload_dir, calibration_progress});
   for (Policy p : variants) {
-    if (pf.auto_policy()) {
-      PlanningContext c = ctx;
-      c.offload_dir = p.offload_dir;
-      p = auto_plan(c, w, p).policy;
-    }
+    if (pf.auto_policy()) p = auto_plan(*in, w, p).policy;
     EngineOptions eo;
     eo.model = f.model;
     eo.threads = f.threads;
@@ -138,12 +140,12 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
     const BenchReport r = run_bench(engine, bo);
     std::printf("%s\n", r.summary().c_str());
     nlohmann::json j = r.to_json();
-    if (pf.auto_policy() || predict_flag) {
-      // The cost model's figures for the policy and batch that ran, beside the measured ones.
-      PlanningContext c = ctx;
-      c.offload_dir = p.offload_dir;
-      const PlanningInputs in = planning_inputs(c);
-      const Prediction pr = predict(in.facts, in.compute, in.hw, p, w, r.batch_size);
+    if (in) {
+      // The cost model's figures for what ran: these prompts, admitted as the engine admits them.
+      Workload ran = w;
+      ran.num_requests = r.batch_size;
+      const Prediction pr = predict_workload(in->facts, in->compute, in->hw, p, ran,
+                                             std::min(r.batch_size, engine.max_active()));
       j.update(prediction_json(pr));
       j["policy_source"] = pf.auto_policy() ? "auto" : "given";
       j["policy_toml"] = policy_toml(p);

@@ -117,8 +117,7 @@ void PlanCommand::add_to(CLI::App* app) {
   policy.add_to(cmd_);
 }
 
-PlanResult auto_plan(const PlanningContext& ctx, const Workload& w, const Policy& base) {
-  const PlanningInputs in = planning_inputs(ctx);
+PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base) {
   PlanOptions o;
   o.workload = w;
   o.base = base;
@@ -148,10 +147,10 @@ int PlanCommand::run() const {
               workload.num_requests > 0 ? fmt::format("{} requests", workload.num_requests).c_str()
                                         : "requests unbounded");
   std::printf("# predicted: prefill %.1f tok/s, decode %.1f tok/s, total %.1f tok/s "
-              "(block of %lld: %.2f s + %.2f s; decode bound by the %s lane)\n",
+              "(blocks of %lld: %.2f s + %.2f s for %s; decode bound by the %s lane)\n",
               pr.prefill_throughput, pr.decode_throughput, pr.total_throughput,
               static_cast<long long>(pr.batch), pr.prefill_seconds, pr.decode_seconds,
-              pr.bottleneck().c_str());
+              workload.num_requests > 0 ? "the requests" : "one block", pr.bottleneck().c_str());
   std::printf("# memory: device %s, host %s, disk %s (KV %lld slots per sequence)\n",
               format_bytes(pr.need.device).c_str(), format_bytes(pr.need.host).c_str(),
               format_bytes(pr.need.disk).c_str(), static_cast<long long>(pr.kv_slots));

@@ -330,4 +330,30 @@ Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const Har
   return r;
 }
 
+Prediction predict_workload(const ModelFacts& m, const ComputeProfile& compute,
+                            const HardwareProfile& hw, const Policy& p, const Workload& w,
+                            int64_t block) {
+  if (block <= 0) block = p.block_size();
+  const int64_t n = w.num_requests > 0 ? w.num_requests : block;
+  Prediction r = predict(m, compute, hw, p, w, std::min(n, block));
+  if (n <= block) return r;
+  const auto full = static_cast<double>(n / block);
+  r.prefill_seconds *= full, r.decode_seconds *= full;
+  LaneSeconds pre, dec;
+  add(pre, r.prefill_lanes, full);
+  add(dec, r.decode_lanes, full);
+  if (n % block > 0) {
+    const Prediction rest = predict(m, compute, hw, p, w, n % block);
+    r.prefill_seconds += rest.prefill_seconds, r.decode_seconds += rest.decode_seconds;
+    add(pre, rest.prefill_lanes);
+    add(dec, rest.decode_lanes);
+  }
+  r.prefill_lanes = pre, r.decode_lanes = dec;
+  const auto seqs = static_cast<double>(n);
+  r.prefill_throughput = seqs * static_cast<double>(w.prompt_len) / r.prefill_seconds;
+  r.decode_throughput = seqs * static_cast<double>(w.gen_len - 1) / r.decode_seconds;
+  r.total_throughput = seqs * static_cast<double>(w.gen_len) / (r.prefill_seconds + r.decode_seconds);
+  return r;
+}
+
 }  // namespace offgen

@@ -64,5 +64,11 @@ struct Prediction {
 // (e.g. disk figures for a policy that uses disk).
 Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const HardwareProfile& hw,
                    const Policy& p, const Workload& w, int64_t batch = 0);
+// The whole workload: w.num_requests sequences (0 = one block) admitted `block` at a time (0 =
+// the policy's block), full blocks then a partial one. Seconds, lanes and throughputs cover all
+// requests; batch, kv_slots and need are one block's.
+Prediction predict_workload(const ModelFacts& m, const ComputeProfile& compute,
+                            const HardwareProfile& hw, const Policy& p, const Workload& w,
+                            int64_t block = 0);
 
 }  // namespace offgen

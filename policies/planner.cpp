@@ -18,21 +18,8 @@ const int64_t kNumBatches[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
 
 struct Candidate {
   Policy policy;
-  Prediction prediction;
-  double score = 0;  // predicted total throughput over the workload's requests
+  Prediction prediction;  // the whole workload
 };
-
-// The workload's throughput under a block prediction: full blocks, then a partial one.
-double workload_throughput(const ModelFacts& m, const ComputeProfile& c, const HardwareProfile& hw,
-                           const Policy& p, const PlanOptions& o, const Prediction& block) {
-  const Workload& w = o.workload;
-  const int64_t n = w.num_requests, b = block.batch;
-  if (n == 0 || n % b == 0) return block.total_throughput;
-  const double block_s = block.prefill_seconds + block.decode_seconds;
-  const Prediction r = predict(m, c, hw, p, w, n % b);
-  const double seconds = static_cast<double>(n / b) * block_s + r.prefill_seconds + r.decode_seconds;
-  return static_cast<double>(n * w.gen_len) / seconds;
-}
 
 }  // namespace
 
@@ -117,10 +104,10 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
         for (const auto& [g, k] : shapes) {
           p.gpu_batch_size = g;
           p.num_gpu_batches = k;
-          Candidate cand{p, predict(m, c, hw, p, w)};
-          cand.score = workload_throughput(m, c, hw, p, o, cand.prediction);
+          Candidate cand{p, predict_workload(m, c, hw, p, w)};
           ++out.evaluated;
-          if (!found || cand.score > best.score) best = std::move(cand), found = true;
+          if (!found || cand.prediction.total_throughput > best.prediction.total_throughput)
+            best = std::move(cand), found = true;
         }
       }
   if (!found) {

@@ -23,7 +23,7 @@ struct PlanOptions {
 
 struct PlanResult {
   Policy policy;
-  Prediction prediction;
+  Prediction prediction;          // over the whole workload (predict_workload)
   std::string binding;            // why not bigger: a tier capacity, the request count, ...
   int64_t evaluated = 0;          // candidate policies predicted
 };

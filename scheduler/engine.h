@@ -92,6 +92,9 @@ class Engine {
   // Largest number of sequences of `capacity` slots that fit the tier capacities next to the
   // weights (capped at 2^20; 0 when not even one fits).
   int64_t fit_sequences(int64_t capacity) const;
+  // Sequences that may run at once: the policy's block, or (no batch sizes given, a tier
+  // capacity set) as many as the capacities admit.
+  int64_t max_active() const;
 
   // Renders and tokenises a request's prompt (chat template when asked). Throws kInput.
   std::vector<int32_t> encode_prompt(const Request& r) const;
@@ -108,7 +111,7 @@ class Engine {
   void run_prefill(std::vector<Sequence*>& seqs);
   void run_decode(std::vector<Sequence*>& seqs);
   int32_t sample(Sequence& s, const float* logits_row);
-  int64_t max_active() const;  // sequences that may run at once
+
   void accept(Sequence& s, int32_t token);  // appends a sampled token; marks finished
   void forward(std::vector<Sequence*>& seqs, const std::vector<std::vector<int32_t>>& chunks);
 
