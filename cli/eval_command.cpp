@@ -18,11 +18,15 @@ void EvalPplCommand::add_to(CLI::App* eval) {
   cmd_ = eval->add_subcommand(
       "ppl", "Teacher-forced perplexity of texts under KV policies and budgets (eviction as in "
              "generation), and top-1 agreement with the full cache");
-  cmd_->add_option("--model", model, "Model: path to a .gguf file, or dummy:PRESET")->required();
+  cmd_->add_option("--model", model, "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET")->required();
   cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
   cmd_->add_option("--weight-dtype", weight_dtype, "Matmul weight storage: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd_->add_flag("--compress-weight", compress_weight,
+                 "4-bit group-compressed matmul weights (q4g64), to measure their perplexity cost");
+  cmd_->add_flag("--compress-cache", compress_cache,
+                 "4-bit group-compressed KV cache (q4g64 per head), to measure its perplexity cost");
   cmd_->add_option("--text", texts, "Text file (repeatable, or comma-separated)")->required();
   cmd_->add_option("--kv-policy", policies,
                    "Policies, comma-separated (full always runs as the reference)");
@@ -46,6 +50,8 @@ int EvalPplCommand::run() const {
   eo.model = model;
   eo.threads = threads;
   eo.weight_dtype = weight_dtype;
+  eo.policy.compress_weight = compress_weight;
+  eo.policy.compress_cache = compress_cache;
   EvalPplOptions o;
   for (const std::string& t : texts)
     for (const std::string& one : split_list(t)) o.texts.push_back(one);

@@ -22,6 +22,7 @@ class EvalPplCommand {
   std::vector<std::string> texts;
   std::string policies = "h2o,window,sinks,tova,snapkv", budgets = "1,0.5,0.3,0.2,0.1";
   int64_t tokens = 2048, prefix = 512;
+  bool compress_weight = false, compress_cache = false;
 };
 
 }  // namespace offgen

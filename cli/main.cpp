@@ -7,11 +7,11 @@
 #include <string>
 
 #include "cli/eval_command.h"
+#include "cli/inspect_command.h"
 #include "cli/plan_command.h"
 #include "cli/policy_flags.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
-#include "runtime/loaders/gguf.h"
 #include "runtime/loaders/gguf_source.h"
 #include "runtime/loaders/model_loader.h"
 #include "scheduler/bench_runner.h"
@@ -31,7 +31,7 @@ struct CommonFlags {
 };
 
 void add_common(CLI::App* app, CommonFlags& f) {
-  app->add_option("--model", f.model, "Model: path to a .gguf file, or dummy:PRESET")->required();
+  app->add_option("--model", f.model, "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET")->required();
   app->add_option("--threads", f.threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
   app->add_option("--backend", f.backend, "Compute backend")->check(CLI::IsMember({"cpu", "cuda"}));
   app->add_option("--weight-dtype", f.weight_dtype,
@@ -74,7 +74,7 @@ Policy plan_for_job(const CommonFlags& f, const GenerateJobOptions& job, const P
   OFFGEN_CHECK(w.num_requests > 0, kInput, "{}: --policy auto: no valid request to plan for",
                job.input);
   if (max_context > 0) w.gen_len = std::max<int64_t>(2, std::min(w.gen_len, max_context - w.prompt_len));
-  const PlanningContext ctx{f.model, f.weight_dtype, f.threads, "", base.offload_dir,
+  const PlanningContext ctx{f.model, base.weight_storage(f.weight_dtype), f.threads, "", base.offload_dir,
                             calibration_progress};
   return auto_plan(planning_inputs(ctx), w, base).policy;
 }
@@ -125,7 +125,7 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
   // The planner's inputs (model layout, hardware profile), loaded once for every variant.
   std::optional<PlanningInputs> in;
   if (pf.auto_policy() || predict_flag)
-    in = planning_inputs(PlanningContext{f.model, f.weight_dtype, f.threads, "",
+    in = planning_inputs(PlanningContext{f.model, variants.front().weight_storage(f.weight_dtype), f.threads, "",
                                          variants.front().offload_dir, calibration_progress});
   for (Policy p : variants) {
     if (pf.auto_policy()) p = auto_plan(*in, w, p).policy;
@@ -171,40 +171,7 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
   return 0;
 }
 
-int cmd_inspect(const CommonFlags& f) {
-  EngineOptions eo;
-  eo.model = f.model;
-  eo.threads = f.threads;
-  GgufFile file = GgufFile::open(f.model);
-  ModelConfig c = config_from_gguf(file);
-  std::printf("model: %s\n  file: %s (GGUF v%u, %.1f MiB)\n", c.name.c_str(), f.model.c_str(),
-              file.version(), file.file_bytes() / 1048576.0);
-  std::printf("config:\n  arch %s, layers %lld, d_model %lld, heads %lld (kv %lld, head_dim %lld), "
-              "ffn %lld, vocab %lld, context %lld\n  rope theta %g, norm eps %g, tied embeddings %s\n",
-              c.arch.c_str(), (long long)c.n_layers, (long long)c.d_model, (long long)c.n_heads,
-              (long long)c.n_kv_heads, (long long)c.head_dim, (long long)c.ffn_dim,
-              (long long)c.vocab_size, (long long)c.context_length, c.rope_theta, c.norm_eps,
-              c.tied_embeddings ? "yes" : "no");
-  std::printf("tensors (%zu):\n", file.tensors().size());
-  int64_t params = 0, stored = 0;
-  for (const auto& t : file.tensors()) {
-    std::string dims;
-    for (size_t i = 0; i < t.dims.size(); ++i) dims += (i ? " x " : "") + std::to_string(t.dims[i]);
-    std::printf("  %-28s %-6s [%s] %.2f MiB\n", t.name.c_str(), std::string(dtype_name(t.dtype)).c_str(),
-                dims.c_str(), t.bytes / 1048576.0);
-    params += t.n_elems;
-    stored += t.bytes;
-  }
-  Engine engine(eo);
-  std::printf("memory:\n  parameters %.1f M, stored %.1f MiB in the file\n", params / 1e6,
-              stored / 1048576.0);
-  std::printf("  weights as the %s backend holds them: %.1f MiB\n", engine.options().backend.c_str(),
-              engine.weight_bytes() / 1048576.0);
-  std::printf("  KV cache: %.1f KiB per token (fp32), %.1f MiB per sequence at the full context of %lld\n",
-              c.kv_bytes_per_token() / 1024.0, c.kv_bytes_per_token() * c.context_length / 1048576.0,
-              (long long)c.context_length);
-  return 0;
-}
+int cmd_inspect(const CommonFlags& f) { return run_inspect(f.model, f.threads); }
 
 }  // namespace
 

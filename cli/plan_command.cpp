@@ -101,7 +101,7 @@ int CalibrateCommand::run() const {
 void PlanCommand::add_to(CLI::App* app) {
   cmd_ = app->add_subcommand(
       "plan", "Choose batch sizes, tier shares and overlap for a workload within memory limits");
-  cmd_->add_option("--model", model, "Model: path to a .gguf file, or dummy:PRESET")->required();
+  cmd_->add_option("--model", model, "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET")->required();
   cmd_->add_option("--weight-dtype", weight_dtype, "Matmul weight storage: f32 or bf16")
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
@@ -134,7 +134,8 @@ PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& 
 
 int PlanCommand::run() const {
   const Policy base = policy.resolve();
-  PlanningContext ctx{model, weight_dtype, threads, profile, base.offload_dir, progress};
+  PlanningContext ctx{model, base.weight_storage(weight_dtype), threads, profile, base.offload_dir,
+                      progress};
   const PlanningInputs in = planning_inputs(ctx);
   PlanOptions o;
   o.workload = workload;

@@ -22,6 +22,12 @@ void PolicyFlags::add_to(CLI::App* app) {
   app->add_option("--offload-dir", offload_dir_, "Directory for disk-tier files (default $TMPDIR)");
   overlap_opt_ = app->add_flag("--overlap", overlap_, "Overlap I/O with compute (default)");
   no_overlap_opt_ = app->add_flag("--no-overlap", no_overlap_, "Run the same schedule sequentially");
+  app->add_flag("--compress-weight", compress_weight_,
+                "Keep matmul weights as 4-bit groups (FlexGen's q4g64) on every tier and in transit, "
+                "dequantised to fp32 just before each matmul (replaces --weight-dtype storage)");
+  app->add_flag("--compress-cache", compress_cache_,
+                "Keep the KV cache as 4-bit groups (q4g64 per head) in RAM and on disk, dequantised "
+                "to fp32 just before attention");
   app->add_option("--io-queue-depth", io_queue_depth_, "io_uring queue depth (default 64)")
       ->check(CLI::Range(1, 4096));
   app->add_option("--gpu-mem", gpu_mem_, "Device tier capacity (e.g. 16G)");
@@ -105,6 +111,8 @@ Policy PolicyFlags::resolve() const {
                "--overlap and --no-overlap are mutually exclusive");
   if (overlap_opt_->count()) p.overlap = true;
   if (no_overlap_opt_->count()) p.overlap = false;
+  if (compress_weight_) p.compress_weight = true;
+  if (compress_cache_) p.compress_cache = true;
   if (io_queue_depth_ > 0) p.io_queue_depth = io_queue_depth_;
   if (!gpu_mem_.empty()) p.gpu_mem = parse_size(gpu_mem_, "--gpu-mem");
   if (!cpu_mem_.empty()) p.cpu_mem = parse_size(cpu_mem_, "--cpu-mem");

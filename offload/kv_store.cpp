@@ -9,7 +9,8 @@
 
 namespace offgen {
 
-KvStore::KvStore(const ModelConfig& config, double ram_percent, NvmeStore* disk, bool with_meta)
+KvStore::KvStore(const ModelConfig& config, double ram_percent, NvmeStore* disk, bool with_meta,
+                 bool compress)
     : n_layers_(config.n_layers),
       kv_dim_(config.kv_dim()),
       n_kv_heads_(config.n_kv_heads),
@@ -20,11 +21,18 @@ KvStore::KvStore(const ModelConfig& config, double ram_percent, NvmeStore* disk,
                ram_percent);
   OFFGEN_CHECK(ram_percent >= 100 || disk != nullptr, kInternal,
                "KV cache placed on disk without an NVMe store");
-  granule_ = static_cast<int64_t>(kDiskAlign) / std::gcd(static_cast<int64_t>(kDiskAlign), row_bytes());
+  if (compress) codec_.emplace(config.n_kv_heads, config.head_dim);
+  // Slot ram_slots must start a page of the staging rows that disk reads land in; a compressed
+  // store reads into the page-aligned disk image instead, so any split works.
+  granule_ = codec_ ? 1
+                    : static_cast<int64_t>(kDiskAlign) /
+                          std::gcd(static_cast<int64_t>(kDiskAlign), row_bytes());
 }
 
 int64_t KvStore::staging_bytes(int64_t capacity) const {
-  return static_cast<int64_t>(align_up(static_cast<uint64_t>(capacity * row_bytes())));
+  const auto rows = static_cast<int64_t>(align_up(static_cast<uint64_t>(capacity * stage_row_bytes())));
+  if (!codec_) return rows;
+  return rows + static_cast<int64_t>(align_up(static_cast<uint64_t>(capacity * row_bytes())));
 }
 
 int64_t KvStore::ram_slots(int64_t capacity) const {
@@ -89,8 +97,33 @@ Extent KvStore::take_extent(uint64_t bytes) {
   return disk_->allocate(bytes);
 }
 
+std::byte* KvStore::ram_row0(const Seq& s, int64_t layer, int which) const {
+  return reinterpret_cast<std::byte*>(s.ram.data()) + (layer * 2 + which) * s.ram_slots * row_bytes();
+}
+
 float* KvStore::ram_slot0(const Seq& s, int64_t layer, int which) const {
-  return reinterpret_cast<float*>(s.ram.data()) + (layer * 2 + which) * s.ram_slots * kv_dim_;
+  return reinterpret_cast<float*>(ram_row0(s, layer, which));
+}
+
+std::byte* KvStore::disk_image(const Seq& s, float* stage) const {
+  auto* b = reinterpret_cast<std::byte*>(stage);
+  if (!codec_) return b + s.ram_slots * row_bytes();
+  return b + align_up(static_cast<uint64_t>(s.capacity * stage_row_bytes()));
+}
+
+void KvStore::encode_rows(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
+                          float* stage) {
+  const int64_t ram_end = std::min(end, s.ram_slots);
+  if (begin < ram_end)
+    codec_->encode(stage + begin * kv_dim_,
+                   reinterpret_cast<uint8_t*>(ram_row0(s, layer, which) + begin * row_bytes()),
+                   ram_end - begin);
+  const int64_t first = std::max(begin, s.ram_slots);
+  if (first < end)
+    codec_->encode(stage + first * kv_dim_,
+                   reinterpret_cast<uint8_t*>(disk_image(s, stage) +
+                                              (first - s.ram_slots) * row_bytes()),
+                   end - first);
 }
 
 KvSeqView KvStore::home_view(int64_t handle, int64_t layer) const {
@@ -117,35 +150,48 @@ void KvStore::load(int64_t handle, int64_t layer, int64_t n_valid, float* k, flo
   const int64_t n_ram = std::min(n_valid, s.ram_slots);
   float* stage[2] = {k, v};
   for (int which = 0; which < 2; ++which) {
-    if (n_ram > 0)
-      std::memcpy(stage[which], ram_slot0(s, layer, which), n_ram * row_bytes());
+    if (n_ram > 0) {
+      if (codec_)
+        codec_->decode(reinterpret_cast<const uint8_t*>(ram_row0(s, layer, which)), stage[which],
+                       n_ram);
+      else
+        std::memcpy(stage[which], ram_slot0(s, layer, which), n_ram * row_bytes());
+    }
     if (n_valid > s.ram_slots) {
       const uint64_t bytes = align_up(static_cast<uint64_t>((n_valid - s.ram_slots) * row_bytes()));
       const Extent seg{s.disk.offset + static_cast<uint64_t>((layer * 2 + which) * s.disk_segment),
                        bytes};
-      disk_->read(seg, reinterpret_cast<std::byte*>(stage[which]) + s.ram_slots * row_bytes(), bytes);
+      std::byte* image = disk_image(s, stage[which]);
+      disk_->read(seg, image, bytes);
+      if (codec_)
+        codec_->decode(reinterpret_cast<const uint8_t*>(image), stage[which] + s.ram_slots * kv_dim_,
+                       n_valid - s.ram_slots);
     }
   }
 }
 
 void KvStore::write_disk(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
-                         const float* stage) {
+                         float* stage) {
   // Whole pages from the one holding disk slot `begin` to the one holding slot end - 1.
   const int64_t first = std::max(begin, s.ram_slots) - s.ram_slots;
   const uint64_t from = align_down(static_cast<uint64_t>(first * row_bytes()));
   const uint64_t to = align_up(static_cast<uint64_t>((end - s.ram_slots) * row_bytes()));
   const Extent seg{s.disk.offset + static_cast<uint64_t>((layer * 2 + which) * s.disk_segment) + from,
                    to - from};
-  disk_->write(seg, reinterpret_cast<const std::byte*>(stage) + s.ram_slots * row_bytes() + from,
-               to - from);
+  disk_->write(seg, disk_image(s, stage) + from, to - from);
 }
 
-void KvStore::store(int64_t handle, int64_t layer, int64_t begin, int64_t end, const float* k,
-                    const float* v) {
+void KvStore::store(int64_t handle, int64_t layer, int64_t begin, int64_t end, float* k,
+                    float* v) {
   const Seq& s = *seqs_[handle];
   OFFGEN_DCHECK(end <= s.capacity && begin <= end);
-  const float* stage[2] = {k, v};
+  float* stage[2] = {k, v};
   for (int which = 0; which < 2; ++which) {
+    if (codec_) {
+      encode_rows(s, layer, which, begin, end, stage[which]);
+      if (end > s.ram_slots) write_disk(s, layer, which, begin, end, stage[which]);
+      continue;
+    }
     const int64_t ram_end = std::min(end, s.ram_slots);
     if (begin < ram_end)
       std::memcpy(ram_slot0(s, layer, which) + begin * kv_dim_, stage[which] + begin * kv_dim_,
@@ -155,9 +201,9 @@ void KvStore::store(int64_t handle, int64_t layer, int64_t begin, int64_t end, c
 }
 
 void KvStore::store_slots(int64_t handle, int64_t layer, std::span<const int32_t> slots,
-                          const float* k, const float* v) {
+                          float* k, float* v) {
   const Seq& s = *seqs_[handle];
-  const float* stage[2] = {k, v};
+  float* stage[2] = {k, v};
   const auto page_of = [&](int64_t slot) {
     return (slot - s.ram_slots) * row_bytes() / static_cast<int64_t>(kDiskAlign);
   };
@@ -168,13 +214,18 @@ void KvStore::store_slots(int64_t handle, int64_t layer, std::span<const int32_t
       const int64_t a = slots[i];
       OFFGEN_DCHECK(a < s.capacity && (i == 0 || slots[i - 1] < a));
       if (a < s.ram_slots) {
-        std::memcpy(ram_slot0(s, layer, which) + a * kv_dim_, stage[which] + a * kv_dim_,
-                    row_bytes());
+        if (codec_)
+          encode_rows(s, layer, which, a, a + 1, stage[which]);
+        else
+          std::memcpy(ram_slot0(s, layer, which) + a * kv_dim_, stage[which] + a * kv_dim_,
+                      row_bytes());
         ++i;
         continue;
       }
       size_t j = i + 1;
       while (j < slots.size() && page_of(slots[j]) <= page_of(slots[j - 1] + 1)) ++j;
+      if (codec_)  // only the given slots: the others in these pages keep their loaded bytes
+        for (size_t q = i; q < j; ++q) encode_rows(s, layer, which, slots[q], slots[q] + 1, stage[which]);
       write_disk(s, layer, which, a, slots[j - 1] + 1, stage[which]);
       i = j;
     }

@@ -3,11 +3,13 @@
 // (rounded so slot r starts a 4 KiB page). Wholly resident sequences are used in place; others
 // are assembled into caller-provided staging buffers for compute and their new slots written back.
 // Stores for eviction policies also keep each table's slot metadata (positions and attention
-// statistics per KV head) in RAM.
+// statistics per KV head) in RAM. Compressed stores (--compress-cache) home 4-bit rows (see
+// KvRowCodec) and always compute on fp32 staging, re-encoding only the slots a step wrote.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "offload/nvme_store.h"
 #include "runtime/backend/backend.h"
 #include "runtime/model/config.h"
+#include "runtime/model/kv_codec.h"
 
 namespace offgen {
 
@@ -29,10 +32,20 @@ class KvStore {
  public:
   // ram_percent: share of each sequence's slots homed in RAM (the rest on `disk`, which must be
   // non-null when ram_percent < 100). with_meta: keep slot metadata for an eviction policy.
-  KvStore(const ModelConfig& config, double ram_percent, NvmeStore* disk, bool with_meta = false);
+  // compress: homes (RAM and disk) hold KvRowCodec rows; no sequence is then used in place
+  // (resident() is false), load() decodes into the fp32 staging rows and store()/store_slots()
+  // encode exactly the slots given, so untouched slots keep their bytes across steps.
+  KvStore(const ModelConfig& config, double ram_percent, NvmeStore* disk, bool with_meta = false,
+          bool compress = false);
 
-  // Bytes of one staging buffer (K or V) for a sequence of this capacity (4 KiB multiple).
+  // Bytes of one staging buffer (K or V) for a sequence of this capacity (4 KiB multiple):
+  // capacity fp32 rows; compressed, followed (at a 4 KiB boundary) by the disk image of the
+  // sequence's encoded rows, which load() fills and store() patches and writes (so a buffer
+  // passed to store must be the one load filled for that sequence and layer, as the executor does).
   int64_t staging_bytes(int64_t capacity) const;
+  // Home bytes of one slot row (K or V of one layer): encoded when compressed, else fp32.
+  int64_t row_bytes() const { return codec_ ? codec_->row_bytes() : kv_dim_ * 4; }
+  bool compressed() const { return codec_.has_value(); }
   // Slots of a sequence of this capacity homed in RAM.
   int64_t ram_slots(int64_t capacity) const;
   // RAM bytes of a sequence's slot metadata (0 without metadata).
@@ -44,7 +57,9 @@ class KvStore {
   int64_t add(int64_t capacity, int64_t compact_to = 0);
   void remove(int64_t handle);
 
-  bool resident(int64_t handle) const { return seqs_[handle]->ram_slots == seqs_[handle]->capacity; }
+  bool resident(int64_t handle) const {
+    return !codec_ && seqs_[handle]->ram_slots == seqs_[handle]->capacity;
+  }
   int64_t capacity(int64_t handle) const { return seqs_[handle]->capacity; }
   int64_t compact_to(int64_t handle) const { return seqs_[handle]->compact_to; }
   // The in-place view of a wholly resident sequence's layer (with its metadata).
@@ -56,29 +71,36 @@ class KvStore {
   // distinct (handle, layer) pairs.
   void load(int64_t handle, int64_t layer, int64_t n_valid, float* k, float* v) const;
   // Writes slots [begin, end) of a layer from staging back to their homes.
-  void store(int64_t handle, int64_t layer, int64_t begin, int64_t end, const float* k,
-             const float* v);
+  // Compressed: the staging buffers' disk image is updated too (hence non-const).
+  void store(int64_t handle, int64_t layer, int64_t begin, int64_t end, float* k, float* v);
   // Writes the given slots (ascending, distinct) of a layer from staging back to their homes.
-  void store_slots(int64_t handle, int64_t layer, std::span<const int32_t> slots, const float* k,
-                   const float* v);
+  void store_slots(int64_t handle, int64_t layer, std::span<const int32_t> slots, float* k,
+                   float* v);
   const KvStoreStats& stats() const { return stats_; }
 
  private:
   struct Seq {
     int64_t capacity = 0, ram_slots = 0, compact_to = 0;
     int64_t disk_segment = 0;  // bytes of one layer's K (or V) disk part, 4 KiB multiple
-    AlignedHostBuffer ram;     // [layer][K|V][ram_slots][kv_dim]
+    AlignedHostBuffer ram;     // [layer][K|V][ram_slots][row_bytes()]
     std::vector<int32_t> meta;  // [layer][pos|sum|max][n_kv_heads][capacity] (floats as bits)
     Extent disk;               // [layer][K|V][disk_segment]
   };
-  int64_t row_bytes() const { return kv_dim_ * 4; }
+  int64_t stage_row_bytes() const { return kv_dim_ * 4; }
+  std::byte* ram_row0(const Seq& s, int64_t layer, int which) const;
   float* ram_slot0(const Seq& s, int64_t layer, int which) const;
+  // Where the disk slots' home bytes are staged: the fp32 rows past ram_slots, or the disk image.
+  std::byte* disk_image(const Seq& s, float* stage) const;
+  // Compressed: encodes slots [begin, end) of staging into their RAM home / the disk image.
+  void encode_rows(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
+                   float* stage);
   Extent take_extent(uint64_t bytes);
 
   void write_disk(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
-                  const float* stage);
+                  float* stage);
   int64_t n_layers_, kv_dim_, n_kv_heads_;
   bool with_meta_;
+  std::optional<KvRowCodec> codec_;
   int64_t granule_;  // slots per 4 KiB-aligned step of the RAM/disk split
   double ram_percent_;
   NvmeStore* disk_;

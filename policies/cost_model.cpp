@@ -33,6 +33,7 @@ struct Ctx {
   const HardwareProfile& hw;
   const Policy& p;
   int64_t capacity = 0, compact_to = 0, ram_slots = 0;
+  int64_t kv_row = 0;  // home bytes of a KV row (compressed with compress_cache)
   bool evicts = false, kv_resident = true;
   double w_ram = 1;  // weight RAM share
 
@@ -59,7 +60,7 @@ struct Ctx {
   }
   // K and V of slots [0, n) from their homes into staging.
   double cache_load(int64_t n) const {
-    const int64_t row = m.kv_row_bytes;
+    const int64_t row = kv_row;
     const int64_t ram = std::min(n, ram_slots);
     double t = 0;
     for (int which = 0; which < 2; ++which)  // K, then V
@@ -68,7 +69,7 @@ struct Ctx {
   }
   // K and V of slots [begin, end) back to their homes (whole pages on disk).
   double cache_store_range(int64_t begin, int64_t end) const {
-    const int64_t row = m.kv_row_bytes;
+    const int64_t row = kv_row;
     double t = 0;
     for (int which = 0; which < 2; ++which) {  // K, then V
       if (begin < std::min(end, ram_slots)) t += copy((std::min(end, ram_slots) - begin) * row);
@@ -104,8 +105,9 @@ struct Ctx {
     double on_disk = 0;
     for (int64_t s = ram_slots; s < ram_slots + period; ++s) on_disk += cache_store_range(s, s + 1);
     const double share = static_cast<double>(disk_slots) / static_cast<double>(capacity);
-    replace_seconds = (1 - share) * in_ram + share * on_disk / static_cast<double>(period);
-    replace_disk = share * take_disk() / static_cast<double>(period);
+    const double per = static_cast<double>(std::max<int64_t>(period, 1));  // none on disk: 0/1
+    replace_seconds = (1 - share) * in_ram + share * on_disk / per;
+    replace_disk = share * take_disk() / per;
   }
   // Activations of `rows` rows from / to their home between units.
   double hidden_move(int64_t rows, bool load) const {
@@ -218,7 +220,7 @@ TierBytes weight_need(const ModelFacts& m, const Policy& p) {
 }
 
 TierBytes kv_need(const ModelFacts& m, const Policy& p, int64_t capacity) {
-  TierBytes t = p.split_cache(m.kv_bytes_per_token() * capacity);
+  TierBytes t = p.split_cache(2 * m.n_layers * m.kv_home_row_bytes(p) * capacity);
   // Slot metadata lives in RAM: on the device tier when the cache's RAM share is there.
   const int64_t meta = p.kv.evicts() ? m.n_layers * 3 * m.n_kv_heads * capacity * 4 : 0;
   (p.cache_gpu_percent >= p.cache_cpu_percent ? t.device : t.host) += meta;
@@ -252,15 +254,20 @@ Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const Har
   x.capacity = p.kv.table_slots(w.prompt_len, w.gen_len);
   x.compact_to = p.kv.compact_slots(w.prompt_len, w.gen_len);
   const double c_ram = (p.cache_gpu_percent + p.cache_cpu_percent) / 100.0;
-  x.kv_resident = c_ram >= 1;
-  const int64_t granule = kPage / std::gcd(kPage, m.kv_row_bytes);  // as KvStore splits a table
-  x.ram_slots = x.kv_resident ? x.capacity
+  // A compressed cache always goes through (fp32) staging, even when wholly in RAM.
+  x.kv_resident = c_ram >= 1 && !p.compress_cache;
+  x.kv_row = m.kv_home_row_bytes(p);
+  // Slots after which the disk part's page layout repeats; KvStore splits a table at such a
+  // boundary (a compressed one stages its disk rows apart: at any slot).
+  const int64_t period = kPage / std::gcd(kPage, x.kv_row);
+  const int64_t granule = p.compress_cache ? 1 : period;
+  x.ram_slots = c_ram >= 1 ? x.capacity
                               : static_cast<int64_t>(static_cast<double>(x.capacity) * c_ram) /
                                     granule * granule;
   x.w_ram = (p.weight_gpu_percent + p.weight_cpu_percent) / 100.0;
   OFFGEN_CHECK(!p.uses_disk() || (!hw.disk_read.empty() && !hw.disk_write.empty()), kConfig,
                "the hardware profile has no disk figures; run `offgen calibrate --offload-dir DIR`");
-  if (x.evicts && !x.kv_resident) x.estimate_replace(granule);
+  if (x.evicts && !x.kv_resident) x.estimate_replace(period);
 
   Prediction r;
   r.batch = batch > 0 ? batch : p.block_size();

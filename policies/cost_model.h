@@ -21,8 +21,13 @@ struct ModelFacts {
   std::vector<int64_t> unit_bytes;   // blob bytes per unit: attention 2l, MLP 2l+1
   int64_t resident_bytes = 0;        // embedding, output head, norms (always in RAM)
   int64_t kv_row_bytes = 0;          // one layer's K (or V) for one token
+  int64_t kv_row_bytes_compressed = 0;  // the same as 4-bit groups (--compress-cache); 0: unknown
   int64_t unit_total() const;
   int64_t unit_max() const;
+  // Home bytes of one row under a policy (compressed when p.compress_cache and known).
+  int64_t kv_home_row_bytes(const Policy& p) const {
+    return p.compress_cache && kv_row_bytes_compressed > 0 ? kv_row_bytes_compressed : kv_row_bytes;
+  }
   int64_t kv_bytes_per_token() const { return 2 * n_layers * kv_row_bytes; }
 };
 

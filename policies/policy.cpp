@@ -45,9 +45,14 @@ void Policy::validate() const {
   OFFGEN_CHECK(disk_mem >= 0, kConfig, "policy: disk_mem {} must be >= 0 (0 = unlimited)",
                disk_mem);
   kv.validate();
-  OFFGEN_CHECK(!compress_weight && !compress_cache, kConfig,
-               "policy: compress_weight/compress_cache (4-bit group compression) are not available "
-               "in this build");
+}
+
+std::string Policy::weight_storage(const std::string& weight_dtype) const {
+  if (!compress_weight) return weight_dtype;
+  OFFGEN_CHECK(weight_dtype == "f32", kConfig,
+               "--compress-weight stores 4-bit groups and computes in fp32: it does not combine "
+               "with --weight-dtype {}", weight_dtype);
+  return "q4g64";
 }
 
 namespace {
@@ -251,6 +256,8 @@ std::string policy_toml(const Policy& p) {
                      p.weight_gpu_percent, p.weight_cpu_percent, p.cache_gpu_percent,
                      p.cache_cpu_percent, p.act_gpu_percent, p.act_cpu_percent);
   out += fmt::format("overlap = {}\n", p.overlap);
+  if (p.compress_weight) out += "compress_weight = true\n";
+  if (p.compress_cache) out += "compress_cache = true\n";
   if (!p.offload_dir.empty()) {
     std::string dir;  // a TOML basic string
     for (char ch : p.offload_dir) {

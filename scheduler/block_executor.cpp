@@ -102,7 +102,7 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
       const int64_t rows = static_cast<int64_t>(b.ids.size());
       if (!offload_act_ && t.unit == 0) hidden_[t.batch].resize(rows * c.d_model);
       float* h = hidden(t.unit, t.batch);
-      if (t.unit == 0) model_.embed(b.ids, h);
+      if (t.unit == 0) model_.embed(b.ids, b.positions.data(), h);
       std::vector<KvSeqView> views;
       if (LlamaModel::unit_has_cache(t.unit))
         views = kv_views(b, LlamaModel::unit_layer(t.unit), t.slot);
@@ -125,8 +125,8 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
         // The slots compute wrote (KvStep): appended ones, each head's replaced one, or all.
         const SeqSpan& sp = b.spans[i];
         const int64_t cap = kv_.capacity(b.kv[i]), target = kv_.compact_to(b.kv[i]);
-        const float* k = stage(t.slot, i, 0);
-        const float* v = stage(t.slot, i, 1);
+        float* k = stage(t.slot, i, 0);  // non-const: a compressed store patches its disk image
+        float* v = stage(t.slot, i, 1);
         switch (kv_write_kind(sp.n_past, sp.n_new, cap, target, policy_ != nullptr)) {
           case KvWrite::kAppend:
             kv_.store(b.kv[i], layer, sp.n_past, sp.n_past + sp.n_new, k, v);

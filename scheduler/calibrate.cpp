@@ -13,6 +13,7 @@
 #include "offload/aligned_buffer.h"
 #include "offload/nvme_store.h"
 #include "policies/kv/kv_policy.h"
+#include "runtime/model/kv_codec.h"
 #include "runtime/core/buffer.h"
 #include "runtime/core/error.h"
 #include "runtime/text/sampler.h"
@@ -267,6 +268,7 @@ ModelFacts model_facts(const LlamaModel& model, const std::string& weight_dtype)
   for (int64_t u = 0; u < model.num_units(); ++u) m.unit_bytes.push_back(model.unit_bytes(u));
   m.resident_bytes = model.resident_bytes();
   m.kv_row_bytes = c.kv_dim() * 4;
+  m.kv_row_bytes_compressed = KvRowCodec(c.n_kv_heads, c.head_dim).row_bytes();
   return m;
 }
 

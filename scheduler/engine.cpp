@@ -27,6 +27,7 @@ void EngineOptions::validate() const {
   OFFGEN_CHECK(weight_dtype == "f32" || weight_dtype == "bf16", kConfig,
                "--weight-dtype {}: expected f32 or bf16", weight_dtype);
   policy.validate();
+  policy.weight_storage(weight_dtype);  // throws for an impossible combination
 
   OFFGEN_CHECK(prefill_chunk >= 1, kConfig, "prefill chunk {} must be >= 1", prefill_chunk);
   OFFGEN_CHECK(max_context >= 0, kConfig, "max context {} must be >= 0", max_context);
@@ -53,8 +54,8 @@ struct Engine::Sequence {
 
 Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   options_.validate();
-  backend_ = make_cpu_backend(options_.threads,
-                              options_.weight_dtype == "bf16" ? DType::kBF16 : DType::kF32);
+  const std::string storage = options_.policy.weight_storage(options_.weight_dtype);
+  backend_ = make_cpu_backend(options_.threads, dtype_from_name(storage));
   OpenedModel opened = open_model(options_.model);
   tokenizer_ = std::make_unique<Tokenizer>(std::move(opened.vocab));
   const auto t0 = Clock::now();
@@ -62,7 +63,7 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   model_ = std::make_unique<LlamaModel>(*source_, *backend_);
   const Policy& p = options_.policy;
   // Capacity check of the weights before anything is staged (the accounting the planner uses).
-  facts_ = model_facts(*model_, options_.weight_dtype);
+  facts_ = model_facts(*model_, storage);
   weight_need_ = weight_need(facts_, p);
   p.check_fits(weight_need_, "the model's weights");
   if (p.uses_disk()) {
@@ -82,7 +83,7 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
       p.weight_gpu_percent + p.weight_cpu_percent, nvme_.get());
   if (p.kv.evicts()) kv_policy_ = make_kv_policy(p.kv);
   kv_ = std::make_unique<KvStore>(model_->config(), p.cache_gpu_percent + p.cache_cpu_percent,
-                                  nvme_.get(), kv_policy_ != nullptr);
+                                  nvme_.get(), kv_policy_ != nullptr, p.compress_cache);
   executor_ = std::make_unique<BlockExecutor>(*model_, *weights_, *kv_, p.overlap,
                                               p.act_gpu_percent + p.act_cpu_percent, nvme_.get(),
                                               kv_policy_.get());

@@ -1,5 +1,5 @@
-// Backend interface: the ops the models need (matmul over prepared weights, norms, RoPE, SwiGLU,
-// embedding gather, attention over a KV slot view). Pointers are in the backend's device memory;
+// Backend interface: the ops the models need (matmul over prepared weights, RMS/layer norms, RoPE,
+// SwiGLU/ReLU/GELU, biases, embedding gather, attention over a KV slot view). Pointers are in the backend's device memory;
 // the CPU backend's device memory is host RAM. Ops are synchronous on the calling thread's
 // context; an op is thread-safe only with respect to other calls on distinct outputs.
 #pragma once
@@ -113,15 +113,23 @@ class Backend {
   // layout: gate and up are [m, n] with row strides gate_stride/up_stride.
   virtual void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
                       float* out) = 0;
+  // y[m, d] = (x - mean(x)) / sqrt(var(x) + eps) * gamma + beta per row (y may alias x).
+  virtual void layer_norm(const float* x, const float* gamma, const float* beta, int64_t m,
+                          int64_t d, float eps, float* y) = 0;
+  // In place over x[m, n]: relu (max(x, 0)) or gelu (exact, erf form), as HF's "relu"/"gelu".
+  virtual void relu(float* x, int64_t n) = 0;
+  virtual void gelu(float* x, int64_t n) = 0;
   // y[i] += x[i]
   virtual void add(float* y, const float* x, int64_t n) = 0;
+  // y[r, j] += bias[j] for rows r < m of width n whose row stride is `stride` (0 = n).
+  virtual void add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride = 0) = 0;
   // out[i, :] = table[ids[i], :] (dequantised).
   virtual void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
   // Causal attention of q[rows][n_heads][head_dim] over each sequence's KV slots; out has q's shape.
   virtual void attention(const float* q, const AttentionArgs& args, float* out) = 0;
 };
 
-// weight_dtype: the matmul storage, kF32 or kBF16 (see cpu/cpu_backend.h).
+// weight_dtype: the matmul storage, kF32, kBF16 or kQ4G64 (see cpu/cpu_backend.h).
 std::unique_ptr<Backend> make_cpu_backend(int threads, DType weight_dtype = DType::kF32);
 
 }  // namespace offgen

@@ -11,7 +11,8 @@
 
 namespace offgen {
 
-enum class DType { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1 };
+// kQ4G64 is offgen's own FlexGen-style group-wise 4-bit format (not a GGUF type): see below.
+enum class DType { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ4G64 };
 
 // Elements per quantisation block (1 for plain types) and bytes per block.
 int64_t dtype_block_elems(DType t);
@@ -21,6 +22,8 @@ inline int64_t dtype_bytes(DType t, int64_t n) {
   return n / dtype_block_elems(t) * dtype_block_bytes(t);
 }
 std::string_view dtype_name(DType t);
+// dtype_name's inverse; throws Error(kConfig) for an unknown name.
+DType dtype_from_name(std::string_view name);
 
 // IEEE binary16 <-> binary32, portable bit arithmetic (no _Float16: clang 14 on x86 lacks it).
 // f32 -> fp16 rounds to nearest even, overflows to inf, keeps NaN a (quiet) NaN and produces
@@ -97,5 +100,29 @@ inline uint16_t f32_to_bf16(float f) {
 
 // Dequantise n elements of type t (n a multiple of the block size) into out (fp32).
 void dequantize_row(DType t, const void* src, float* out, int64_t n);
+
+// Quantise n fp32 elements into type t (kF32, kF16, kBF16 or kQ4G64; n a multiple of the block
+// size). Deterministic: the same input gives the same bytes on every path and thread count.
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
+
+// kQ4G64 block (36 bytes, 64 elements): fp16 min m, fp16 scale s, 32 code bytes; byte j holds
+// element j in its low nibble and element j + 32 in its high nibble. Value = fma(s, code, m),
+// one fp32 rounding (AVX-512 and portable paths are bitwise identical).
+// Quantisation (asymmetric min-max, FlexGen's math with an exact bound): m = the largest fp16
+// <= the group min, s = the smallest fp16 with m + 15 s >= the group max (checked exactly),
+// code = round((x - m) / s) clamped to [0, 15], computed against the stored m and s. Hence per
+// element |x - y| <= s/2 + 2^-18 s + 2^-24 |x|, and s <= (max - m)/15 * (1 + 2^-10) + 2^-24.
+// A constant group whose value is an fp16 stores s = 0 and round-trips exactly.
+// Non-finite input: a NaN anywhere makes the whole group NaN (m = NaN, s = 0); +-inf and finite
+// values beyond fp16's range are clamped to +-65504 before quantising (the bound holds for
+// |x| <= 65504 only).
+constexpr int64_t kQ4G64Block = 64;
+constexpr int64_t kQ4G64Bytes = 36;
+enum class SimdPath { kAuto, kPortable };
+bool q4g64_simd_available();  // AVX-512F compiled in (kAuto then uses it)
+// Writes block b's elements 16j..16j+15 to out + b * out_step + j * run_stride (j = 0..3);
+// out_step 64 and run_stride 16 is plain dequantisation (the CPU GEMM packs with other strides).
+void dequantize_q4g64(const void* src, int64_t blocks, float* out, int64_t out_step,
+                      int64_t run_stride, SimdPath path = SimdPath::kAuto);
 
 }  // namespace offgen

@@ -16,9 +16,13 @@ namespace {
 struct Preset {
   const char* name;
   int64_t layers, d_model, heads, kv_heads, ffn, vocab, context;
+  bool opt = false;         // OPT architecture (LayerNorm, ReLU, biases, learned positions)
+  int64_t embed_dim = 0;    // OPT-350m's word_embed_proj_dim
+  bool post_norm = false;   // OPT-350m
 };
 
-// Llama-shaped sizes (public configurations of SmolLM2, TinyLlama, Llama 2 and Llama 3).
+// Llama-shaped sizes (public configurations of SmolLM2, TinyLlama, Llama 2 and Llama 3) and the
+// OPT sizes FlexGen benchmarks (facebook/opt-* configs).
 constexpr Preset kPresets[] = {
     {"smollm2-135m", 30, 576, 9, 3, 1536, 49152, 8192},
     {"llama-1b", 22, 2048, 32, 4, 5632, 32000, 2048},
@@ -27,6 +31,15 @@ constexpr Preset kPresets[] = {
     {"llama-7b", 32, 4096, 32, 32, 11008, 32000, 4096},
     {"llama-13b", 40, 5120, 40, 40, 13824, 32000, 4096},
     {"llama-70b", 80, 8192, 64, 8, 28672, 32000, 4096},
+    {"opt-125m", 12, 768, 12, 12, 3072, 50272, 2048, true},
+    {"opt-350m", 24, 1024, 16, 16, 4096, 50272, 2048, true, 512, true},
+    {"opt-1.3b", 24, 2048, 32, 32, 8192, 50272, 2048, true},
+    {"opt-2.7b", 32, 2560, 32, 32, 10240, 50272, 2048, true},
+    {"opt-6.7b", 32, 4096, 32, 32, 16384, 50272, 2048, true},
+    {"opt-13b", 40, 5120, 40, 40, 20480, 50272, 2048, true},
+    {"opt-30b", 48, 7168, 56, 56, 28672, 50272, 2048, true},
+    {"opt-66b", 64, 9216, 72, 72, 36864, 50272, 2048, true},
+    {"opt-175b", 96, 12288, 96, 96, 49152, 50272, 2048, true},
 };
 
 }  // namespace
@@ -41,7 +54,7 @@ ModelConfig dummy_config(const std::string& preset) {
   for (const auto& p : kPresets) {
     if (preset != p.name) continue;
     ModelConfig c;
-    c.arch = "llama";
+    c.arch = p.opt ? "opt" : "llama";
     c.name = std::string("dummy:") + p.name;
     c.n_layers = p.layers;
     c.d_model = p.d_model;
@@ -54,7 +67,17 @@ ModelConfig dummy_config(const std::string& preset) {
     c.rope_theta = 10000.0f;
     c.norm_eps = 1e-5f;
     c.rope_style = RopeStyle::kHalf;
-    c.tied_embeddings = false;
+    c.tied_embeddings = p.opt;
+    if (p.opt) {
+      c.norm = NormKind::kLayer;
+      c.ffn = FfnKind::kRelu;
+      c.pre_norm = !p.post_norm;
+      c.final_norm = !p.post_norm;
+      c.qkv_bias = c.out_bias = c.ffn_bias = true;
+      c.learned_pos = true;
+      c.pos_offset = 2;
+      c.embed_dim = p.embed_dim;
+    }
     c.validate();
     return c;
   }
@@ -67,8 +90,16 @@ DummyWeightSource::DummyWeightSource(const std::string& preset)
 
 std::vector<int64_t> DummyWeightSource::dims_of(const std::string& name) const {
   const ModelConfig& c = config_;
-  if (name == "token_embd.weight" || name == "output.weight") return {c.d_model, c.vocab_size};
-  if (name == "output_norm.weight") return {c.d_model};
+  const int64_t e = c.embed_width();
+  const bool layer_norm = c.norm == NormKind::kLayer;
+  if (name == "token_embd.weight") return {e, c.vocab_size};
+  if (name == "output.weight") return c.tied_embeddings ? std::vector<int64_t>{} : std::vector<int64_t>{e, c.vocab_size};
+  if (c.final_norm && (name == "output_norm.weight" || (layer_norm && name == "output_norm.bias")))
+    return {c.d_model};
+  if (c.learned_pos && name == "position_embd.weight")
+    return {c.d_model, c.pos_offset + c.context_length};
+  if (e != c.d_model && name == "proj_in.weight") return {e, c.d_model};
+  if (e != c.d_model && name == "proj_out.weight") return {c.d_model, e};
   int layer = -1;
   char what[64] = {};
   if (std::sscanf(name.c_str(), "blk.%d.%63s", &layer, what) != 2 || layer < 0 ||
@@ -76,11 +107,18 @@ std::vector<int64_t> DummyWeightSource::dims_of(const std::string& name) const {
     return {};
   const std::string w = what;
   if (w == "attn_norm.weight" || w == "ffn_norm.weight") return {c.d_model};
+  if (layer_norm && (w == "attn_norm.bias" || w == "ffn_norm.bias")) return {c.d_model};
   if (w == "attn_q.weight") return {c.d_model, c.q_dim()};
   if (w == "attn_k.weight" || w == "attn_v.weight") return {c.d_model, c.kv_dim()};
   if (w == "attn_output.weight") return {c.q_dim(), c.d_model};
-  if (w == "ffn_gate.weight" || w == "ffn_up.weight") return {c.d_model, c.ffn_dim};
+  if (c.qkv_bias && w == "attn_q.bias") return {c.q_dim()};
+  if (c.qkv_bias && (w == "attn_k.bias" || w == "attn_v.bias")) return {c.kv_dim()};
+  if (c.out_bias && w == "attn_output.bias") return {c.d_model};
+  if (c.gated_ffn() && w == "ffn_gate.weight") return {c.d_model, c.ffn_dim};
+  if (w == "ffn_up.weight") return {c.d_model, c.ffn_dim};
   if (w == "ffn_down.weight") return {c.ffn_dim, c.d_model};
+  if (c.ffn_bias && w == "ffn_up.bias") return {c.ffn_dim};
+  if (c.ffn_bias && w == "ffn_down.bias") return {c.d_model};
   return {};
 }
 
@@ -98,8 +136,9 @@ TensorRef DummyWeightSource::tensor(const std::string& name) const {
                describe(), name, n);
   t.keepalive = std::shared_ptr<const void>(data, std::free);
   t.data = data;
-  if (t.dims.size() == 1) {  // norms: ones
-    for (int64_t i = 0; i < n; ++i) data[i] = 1.0f;
+  if (t.dims.size() == 1) {  // norm gains: ones; biases: zeros
+    const float v = name.ends_with(".bias") ? 0.0f : 1.0f;
+    for (int64_t i = 0; i < n; ++i) data[i] = v;
     return t;
   }
   // Uniform in ±sqrt(3)·σ with σ = 1/sqrt(fan_in): activations stay O(1) through the layers.

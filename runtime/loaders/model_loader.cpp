@@ -1,4 +1,4 @@
-// Model spec dispatch.
+// Model spec dispatch: dummy presets, Hugging Face checkpoint directories, GGUF files.
 #include "runtime/loaders/model_loader.h"
 
 #include <filesystem>
@@ -7,12 +7,14 @@
 #include "runtime/loaders/dummy_source.h"
 #include "runtime/loaders/gguf_source.h"
 #include "runtime/loaders/gguf_vocab.h"
+#include "runtime/loaders/hf_source.h"
+#include "runtime/loaders/hf_tokenizer.h"
 
 namespace offgen {
 
 OpenedModel open_model(const std::string& spec) {
   namespace fs = std::filesystem;
-  OFFGEN_CHECK(!spec.empty(), kConfig, "no model given (--model PATH.gguf or dummy:PRESET)");
+  OFFGEN_CHECK(!spec.empty(), kConfig, "no model given (--model PATH.gguf, a Hugging Face checkpoint directory or dummy:PRESET)");
   if (spec.rfind("dummy:", 0) == 0) {
     auto src = std::make_unique<DummyWeightSource>(spec.substr(6));
     OpenedModel m;
@@ -22,12 +24,40 @@ OpenedModel open_model(const std::string& spec) {
   }
   std::error_code ec;
   OFFGEN_CHECK(fs::exists(spec, ec), kIo, "{}: model file not found", spec);
-  OFFGEN_CHECK(!fs::is_directory(spec, ec), kConfig,
-               "{}: is a directory; this build loads GGUF model files (PATH.gguf)", spec);
-  auto src = std::make_unique<GgufWeightSource>(GgufFile::open(spec));
   OpenedModel m;
-  m.vocab = vocab_from_gguf(src->file());
-  m.source = std::move(src);
+  if (fs::is_directory(spec, ec)) {
+    const fs::path dir(spec);
+    OFFGEN_CHECK(fs::exists(dir / "config.json", ec), kConfig,
+                 "{}: a model directory must be a Hugging Face checkpoint (config.json, "
+                 "*.safetensors, tokenizer.json); config.json is missing",
+                 spec);
+    OFFGEN_CHECK(fs::exists(dir / "tokenizer.json", ec), kConfig,
+                 "{}: tokenizer.json is missing (offgen reads Hugging Face fast-tokenizer files)",
+                 spec);
+    auto src = std::make_unique<HfWeightSource>(spec);
+    const fs::path tc = dir / "tokenizer_config.json";
+    m.vocab = vocab_from_hf_tokenizer((dir / "tokenizer.json").string(),
+                                      fs::exists(tc, ec) ? tc.string() : std::string());
+    m.source = std::move(src);
+  } else {
+    auto src = std::make_unique<GgufWeightSource>(GgufFile::open(spec));
+    m.vocab = vocab_from_gguf(src->file());
+    m.source = std::move(src);
+  }
+  // Checkpoints often pad the embedding past the tokenizer (OPT: 50272 rows, 50265 tokens): the
+  // extra ids become unused placeholder tokens.
+  const int64_t n_model = m.source->config().vocab_size;
+  const int64_t n_tok = static_cast<int64_t>(m.vocab.tokens.size());
+  OFFGEN_CHECK(n_tok <= n_model, kInput,
+               "{}: the tokenizer has {} tokens but the model's vocabulary only {}", spec, n_tok,
+               n_model);
+  if (n_tok < n_model) {
+    if (m.vocab.token_types.empty()) m.vocab.token_types.assign(n_tok, 1);
+    for (int64_t i = n_tok; i < n_model; ++i) {
+      m.vocab.tokens.push_back(fmt::format("<unused_{}>", i));
+      m.vocab.token_types.push_back(static_cast<int32_t>(TokenType::kUnused));
+    }
+  }
   return m;
 }
 

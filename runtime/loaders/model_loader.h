@@ -1,5 +1,5 @@
-// Opens a model spec (`path/to/model.gguf` or `dummy:PRESET`) as a WeightSource plus its
-// tokenizer vocabulary.
+// Opens a model spec (`path/to/model.gguf`, a Hugging Face checkpoint directory or `dummy:PRESET`)
+// as a WeightSource plus its tokenizer vocabulary.
 #pragma once
 
 #include <memory>

@@ -84,35 +84,61 @@ void LlamaScratch::reserve(const ModelConfig& c, int64_t rows) {
   grow(proj, c.d_model);
   grow(gate_up, 2 * c.ffn_dim);
   grow(act, c.ffn_dim);
+  grow(emb, c.embed_width());
 }
 
 LlamaModel::LlamaModel(const WeightSource& src, Backend& backend)
     : src_(src), config_(src.config()), backend_(backend) {
   const ModelConfig& c = config_;
   c.validate();
-  const int64_t d = c.d_model;
+  const int64_t d = c.d_model, e = c.embed_width();
   TensorRef emb = src.tensor("token_embd.weight");
-  expect_matrix(emb, c.vocab_size, d, src.describe());
-  tok_embd_ = backend_.prepare_table(emb.dtype, emb.data, c.vocab_size, d);
-  out_norm_ = load_vector(src, "output_norm.weight", d);
+  expect_matrix(emb, c.vocab_size, e, src.describe());
+  tok_embd_ = backend_.prepare_table(emb.dtype, emb.data, c.vocab_size, e);
+  if (c.learned_pos) {
+    TensorRef pos = src.tensor("position_embd.weight");
+    expect_matrix(pos, c.pos_offset + c.context_length, d, src.describe());
+    pos_embd_ = backend_.prepare_table(pos.dtype, pos.data, c.pos_offset + c.context_length, d);
+  }
+  if (e != d) {
+    proj_in_ = load_stacked(backend_, src, {"proj_in.weight"}, {d}, e);
+    proj_out_ = load_stacked(backend_, src, {"proj_out.weight"}, {e}, d);
+  }
+  if (c.final_norm) {
+    out_norm_ = load_vector(src, "output_norm.weight", d);
+    if (c.norm == NormKind::kLayer) out_norm_b_ = load_vector(src, "output_norm.bias", d);
+  }
   const bool tied = !src.has_tensor("output.weight");
   config_.tied_embeddings = tied;
   lm_head_ = load_stacked(backend_, src, {tied ? "token_embd.weight" : "output.weight"},
-                          {c.vocab_size}, d);
+                          {c.vocab_size}, e);
 }
 
 LlamaModel::Layout LlamaModel::layout(int64_t unit) const {
   const ModelConfig& c = config_;
   Layout L;
+  bool bias0 = false, bias1 = false;
   if (unit_has_cache(unit)) {
     L.w0_rows = c.q_dim() + 2 * c.kv_dim(), L.w0_cols = c.d_model;
     L.w1_rows = c.d_model, L.w1_cols = c.q_dim();
+    bias0 = c.qkv_bias, bias1 = c.out_bias;
   } else {
-    L.w0_rows = 2 * c.ffn_dim, L.w0_cols = c.d_model;
+    L.w0_rows = (c.gated_ffn() ? 2 : 1) * c.ffn_dim, L.w0_cols = c.d_model;
     L.w1_rows = c.d_model, L.w1_cols = c.ffn_dim;
+    bias0 = bias1 = c.ffn_bias;
   }
-  L.norm = 0;
-  L.w0 = align_up(c.d_model * 4, 64);
+  // Small fp32 vectors first (norm gain, norm bias, biases), then the two matrices.
+  int64_t at = 0;
+  auto take = [&at](int64_t floats) {
+    const int64_t off = at;
+    at = align_up(at + floats * 4, 64);
+    return off;
+  };
+  L.norm = take(c.d_model);
+  if (c.norm == NormKind::kLayer) L.norm_b = take(c.d_model);
+  if (bias0) L.b0 = take(L.w0_rows);
+  if (bias1) L.b1 = take(L.w1_rows);
+  L.w0 = at;
   L.w1 = align_up(L.w0 + backend_.weight_bytes(L.w0_rows, L.w0_cols), 64);
   L.bytes = align_up(L.w1 + backend_.weight_bytes(L.w1_rows, L.w1_cols), kBlobAlign);
   return L;
@@ -121,7 +147,8 @@ LlamaModel::Layout LlamaModel::layout(int64_t unit) const {
 int64_t LlamaModel::unit_bytes(int64_t unit) const { return layout(unit).bytes; }
 
 int64_t LlamaModel::resident_bytes() const {
-  return tok_embd_.bytes() + lm_head_.bytes() + static_cast<int64_t>(out_norm_.size()) * 4;
+  return tok_embd_.bytes() + pos_embd_.bytes() + proj_in_.bytes() + proj_out_.bytes() +
+         lm_head_.bytes() + static_cast<int64_t>(out_norm_.size() + out_norm_b_.size()) * 4;
 }
 
 void LlamaModel::build_unit(int64_t unit, void* dst) const {
@@ -132,9 +159,13 @@ void LlamaModel::build_unit(int64_t unit, void* dst) const {
   auto* base = static_cast<uint8_t*>(dst);
   std::memset(base, 0, L.bytes);
   const bool attn = unit_has_cache(unit);
-  const auto norm = load_vector(src_, layer_name(l, attn ? "attn_norm.weight" : "ffn_norm.weight"),
-                                c.d_model);
-  std::memcpy(base + L.norm, norm.data(), c.d_model * 4);
+  auto put_vector = [&](int64_t off, const char* what, int64_t n) {
+    if (off < 0) return;
+    const auto v = load_vector(src_, layer_name(l, what), n);
+    std::memcpy(base + off, v.data(), n * 4);
+  };
+  put_vector(L.norm, attn ? "attn_norm.weight" : "ffn_norm.weight", c.d_model);
+  put_vector(L.norm_b, attn ? "attn_norm.bias" : "ffn_norm.bias", c.d_model);
   std::vector<uint8_t> stacked;
   DType dt;
   if (attn) {
@@ -142,9 +173,23 @@ void LlamaModel::build_unit(int64_t unit, void* dst) const {
                       {layer_name(l, "attn_q.weight"), layer_name(l, "attn_k.weight"),
                        layer_name(l, "attn_v.weight")},
                       {c.q_dim(), c.kv_dim(), c.kv_dim()}, c.d_model, stacked);
-  } else {
+    if (L.b0 >= 0) {
+      const auto bq = load_vector(src_, layer_name(l, "attn_q.bias"), c.q_dim());
+      const auto bk = load_vector(src_, layer_name(l, "attn_k.bias"), c.kv_dim());
+      const auto bv = load_vector(src_, layer_name(l, "attn_v.bias"), c.kv_dim());
+      auto* b = reinterpret_cast<float*>(base + L.b0);
+      std::memcpy(b, bq.data(), bq.size() * 4);
+      std::memcpy(b + c.q_dim(), bk.data(), bk.size() * 4);
+      std::memcpy(b + c.q_dim() + c.kv_dim(), bv.data(), bv.size() * 4);
+    }
+    put_vector(L.b1, "attn_output.bias", c.d_model);
+  } else if (c.gated_ffn()) {
     dt = stack_source(src_, {layer_name(l, "ffn_gate.weight"), layer_name(l, "ffn_up.weight")},
                       {c.ffn_dim, c.ffn_dim}, c.d_model, stacked);
+  } else {
+    dt = stack_source(src_, {layer_name(l, "ffn_up.weight")}, {c.ffn_dim}, c.d_model, stacked);
+    put_vector(L.b0, "ffn_up.bias", c.ffn_dim);
+    put_vector(L.b1, "ffn_down.bias", c.d_model);
   }
   backend_.prepare_weight_into(dt, stacked.data(), L.w0_rows, L.w0_cols, base + L.w0);
   dt = stack_source(src_, {layer_name(l, attn ? "attn_output.weight" : "ffn_down.weight")},
@@ -152,8 +197,37 @@ void LlamaModel::build_unit(int64_t unit, void* dst) const {
   backend_.prepare_weight_into(dt, stacked.data(), L.w1_rows, L.w1_cols, base + L.w1);
 }
 
-void LlamaModel::embed(std::span<const int32_t> ids, float* hidden) const {
-  backend_.embedding(tok_embd_, ids.data(), static_cast<int64_t>(ids.size()), hidden);
+void LlamaModel::embed(std::span<const int32_t> ids, const int32_t* positions,
+                       float* hidden) const {
+  const ModelConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (c.embed_width() == c.d_model) {
+    backend_.embedding(tok_embd_, ids.data(), n, hidden);
+  } else {
+    std::vector<float> e(n * c.embed_width());
+    backend_.embedding(tok_embd_, ids.data(), n, e.data());
+    backend_.matmul(e.data(), n, proj_in_, hidden);
+  }
+  if (!c.learned_pos) return;
+  std::vector<int32_t> rows(n);
+  for (int64_t i = 0; i < n; ++i) {
+    OFFGEN_CHECK(positions[i] >= 0 && positions[i] < c.context_length, kInput,
+                 "position {} is outside the model's learned position table ({} positions)",
+                 positions[i], c.context_length);
+    rows[i] = static_cast<int32_t>(positions[i] + c.pos_offset);
+  }
+  std::vector<float> p(n * c.d_model);
+  backend_.embedding(pos_embd_, rows.data(), n, p.data());
+  backend_.add(hidden, p.data(), n * c.d_model);
+}
+
+// hidden = norm(hidden) in place (post-norm), or x = norm(hidden) (pre-norm), per the config.
+static void apply_norm(Backend& be, const ModelConfig& c, const float* x, const float* gamma,
+                       const float* beta, int64_t rows, float* y) {
+  if (c.norm == NormKind::kLayer)
+    be.layer_norm(x, gamma, beta, rows, c.d_model, c.norm_eps, y);
+  else
+    be.rms_norm(x, gamma, rows, c.d_model, c.norm_eps, y);
 }
 
 void LlamaModel::run_unit(int64_t unit, const void* blob, float* hidden, const UnitBatch& b,
@@ -161,29 +235,55 @@ void LlamaModel::run_unit(int64_t unit, const void* blob, float* hidden, const U
   const ModelConfig& c = config_;
   const Layout L = layout(unit);
   const auto* base = static_cast<const uint8_t*>(blob);
-  const float* norm = reinterpret_cast<const float*>(base + L.norm);
-  // The view dtype is informational for the CPU backend's packed fp32 storage.
+  auto vec = [base](int64_t off) {
+    return off < 0 ? nullptr : reinterpret_cast<const float*>(base + off);
+  };
+  const float* norm = vec(L.norm);
+  const float* norm_b = vec(L.norm_b);
+  // The view dtype is informational for the CPU backend's packed storage.
   const WeightView w0{L.w0_rows, L.w0_cols, DType::kF32, base + L.w0};
   const WeightView w1{L.w1_rows, L.w1_cols, DType::kF32, base + L.w1};
   const int64_t rows = b.rows;
   s.reserve(c, rows);
-  backend_.rms_norm(hidden, norm, rows, c.d_model, c.norm_eps, s.x.data());
-  if (!unit_has_cache(unit)) {
-    backend_.matmul(s.x.data(), rows, w0, s.gate_up.data());
-    backend_.swiglu(s.gate_up.data(), s.gate_up.data() + c.ffn_dim, rows, c.ffn_dim,
-                    2 * c.ffn_dim, s.act.data());
-    backend_.matmul(s.act.data(), rows, w1, s.proj.data());
+  // Pre-norm: the sublayer reads norm(hidden); post-norm: it reads hidden, normalised after.
+  const float* in = hidden;
+  if (c.pre_norm) {
+    apply_norm(backend_, c, hidden, norm, norm_b, rows, s.x.data());
+    in = s.x.data();
+  }
+  auto finish = [&] {
+    if (L.b1 >= 0) backend_.add_bias(s.proj.data(), vec(L.b1), rows, c.d_model);
     backend_.add(hidden, s.proj.data(), rows * c.d_model);
+    if (!c.pre_norm) apply_norm(backend_, c, hidden, norm, norm_b, rows, hidden);
+  };
+  if (!unit_has_cache(unit)) {
+    if (c.gated_ffn()) {
+      backend_.matmul(in, rows, w0, s.gate_up.data());
+      backend_.swiglu(s.gate_up.data(), s.gate_up.data() + c.ffn_dim, rows, c.ffn_dim,
+                      2 * c.ffn_dim, s.act.data());
+    } else {
+      backend_.matmul(in, rows, w0, s.act.data());
+      if (L.b0 >= 0) backend_.add_bias(s.act.data(), vec(L.b0), rows, c.ffn_dim);
+      if (c.ffn == FfnKind::kRelu)
+        backend_.relu(s.act.data(), rows * c.ffn_dim);
+      else
+        backend_.gelu(s.act.data(), rows * c.ffn_dim);
+    }
+    backend_.matmul(s.act.data(), rows, w1, s.proj.data());
+    finish();
     return;
   }
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), hd = c.head_dim, wqkv = qd + 2 * kvd;
-  backend_.matmul(s.x.data(), rows, w0, s.qkv.data());
+  backend_.matmul(in, rows, w0, s.qkv.data());
+  if (L.b0 >= 0) backend_.add_bias(s.qkv.data(), vec(L.b0), rows, wqkv);
   // Split Q out (contiguous rows for attention) and rotate Q and K in place.
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(s.q.data() + r * qd, s.qkv.data() + r * wqkv, qd * 4);
-  backend_.rope(s.q.data(), rows, c.n_heads, hd, b.positions, c.rope_theta, c.rope_style);
-  backend_.rope(s.qkv.data() + qd, rows, c.n_kv_heads, hd, b.positions, c.rope_theta,
-                c.rope_style, wqkv);
+  if (!c.learned_pos) {
+    backend_.rope(s.q.data(), rows, c.n_heads, hd, b.positions, c.rope_theta, c.rope_style);
+    backend_.rope(s.qkv.data() + qd, rows, c.n_kv_heads, hd, b.positions, c.rope_theta,
+                  c.rope_style, wqkv);
+  }
   // New K/V into each sequence's slot table (evicting where a policy says so), then attention.
   KvStep step(c.n_kv_heads, hd, b.seqs, b.kv, b.policy, s.qkv.data(), wqkv, qd, qd + kvd,
               b.positions, s.overflow);
@@ -198,7 +298,7 @@ void LlamaModel::run_unit(int64_t unit, const void* blob, float* hidden, const U
   backend_.attention(s.q.data(), args, s.attn.data());
   step.finish();
   backend_.matmul(s.attn.data(), rows, w1, s.proj.data());
-  backend_.add(hidden, s.proj.data(), rows * c.d_model);
+  finish();
 }
 
 void LlamaModel::output_step(const float* hidden, std::span<const int64_t> rows, float* logits,
@@ -208,8 +308,17 @@ void LlamaModel::output_step(const float* hidden, std::span<const int64_t> rows,
   s.reserve(c, n);
   for (int64_t i = 0; i < n; ++i)
     std::memcpy(s.proj.data() + i * c.d_model, hidden + rows[i] * c.d_model, c.d_model * 4);
-  backend_.rms_norm(s.proj.data(), out_norm_.data(), n, c.d_model, c.norm_eps, s.x.data());
-  backend_.matmul(s.x.data(), n, lm_head_, logits);
+  const float* h = s.proj.data();
+  if (c.final_norm) {
+    apply_norm(backend_, c, s.proj.data(), out_norm_.data(),
+               out_norm_b_.empty() ? nullptr : out_norm_b_.data(), n, s.x.data());
+    h = s.x.data();
+  }
+  if (proj_out_.rows > 0) {
+    backend_.matmul(h, n, proj_out_, s.emb.data());
+    h = s.emb.data();
+  }
+  backend_.matmul(h, n, lm_head_, logits);
 }
 
 void LlamaModel::forward(std::span<const int32_t> ids, const int32_t* positions,
@@ -217,7 +326,7 @@ void LlamaModel::forward(std::span<const int32_t> ids, const int32_t* positions,
                          float* logits, LlamaScratch& s) const {
   const int64_t rows = static_cast<int64_t>(ids.size());
   std::vector<float> hidden(rows * config_.d_model);
-  embed(ids, hidden.data());
+  embed(ids, positions, hidden.data());
   for (int64_t u = 0; u < num_units(); ++u) {
     UnitBatch b{rows, seqs, positions,
                 unit_has_cache(u) ? kv(unit_layer(u)) : std::span<const KvSeqView>()};

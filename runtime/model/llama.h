@@ -1,4 +1,5 @@
-// Llama-family decoder (RMSNorm, RoPE, GQA, SwiGLU, optional tied embeddings) as schedulable
+// Decoder-only transformer (Llama/Mistral/Qwen2: RMSNorm, RoPE, GQA, SwiGLU; OPT: LayerNorm,
+// learned positions, ReLU, biases, post-norm, projected embeddings — see ModelConfig) as schedulable
 // units — per layer an attention unit (2l) and an MLP unit (2l+1) — plus the resident embedding
 // and output head. A unit's weights live in one "blob" (backend storage, 4 KiB-multiple size)
 // that the caller places anywhere (RAM, staged from disk) and passes to run_unit.
@@ -17,7 +18,7 @@ namespace offgen {
 
 // Scratch activations for one ragged batch; grown on demand. One per concurrently running batch.
 struct LlamaScratch {
-  std::vector<float> x, qkv, q, attn, proj, gate_up, act;
+  std::vector<float> x, qkv, q, attn, proj, gate_up, act, emb;
   std::vector<KvOverflow> overflow;  // per sequence, for chunks that overflow their table
   void reserve(const ModelConfig& c, int64_t rows);
 };
@@ -53,8 +54,8 @@ class LlamaModel {
   void build_unit(int64_t unit, void* dst) const;
   int64_t resident_bytes() const;  // embedding + output head + norms
 
-  // hidden[rows, d_model] = embedding of ids.
-  void embed(std::span<const int32_t> ids, float* hidden) const;
+  // hidden[rows, d_model] = embedding of ids at their positions (learned position tables).
+  void embed(std::span<const int32_t> ids, const int32_t* positions, float* hidden) const;
   // Attention unit: hidden += attention(norm(hidden)), writing the new tokens' K/V into the
   // batch's KV views after their n_past used slots — or, in tables that evict, where the policy
   // makes room (see KvStep). MLP unit: hidden += mlp(norm(hidden)).
@@ -70,8 +71,8 @@ class LlamaModel {
                float* logits, LlamaScratch& s) const;
 
  private:
-  struct Layout {  // byte offsets inside a unit blob
-    int64_t norm = 0, w0 = 0, w1 = 0, bytes = 0;
+  struct Layout {  // byte offsets inside a unit blob (-1: absent)
+    int64_t norm = 0, norm_b = -1, b0 = -1, b1 = -1, w0 = 0, w1 = 0, bytes = 0;
     int64_t w0_rows = 0, w0_cols = 0, w1_rows = 0, w1_cols = 0;
   };
   Layout layout(int64_t unit) const;
@@ -79,9 +80,11 @@ class LlamaModel {
   const WeightSource& src_;
   ModelConfig config_;
   Backend& backend_;
-  Weight tok_embd_;  // gather table [vocab, d_model]
-  std::vector<float> out_norm_;
-  Weight lm_head_;   // [vocab, d_model]
+  Weight tok_embd_;  // gather table [vocab, embed_width]
+  Weight pos_embd_;  // learned positions [pos_offset + context, d_model] (empty with RoPE)
+  Weight proj_in_, proj_out_;  // embed_width <-> d_model projections (empty when equal)
+  std::vector<float> out_norm_, out_norm_b_;  // empty without a final norm
+  Weight lm_head_;   // [vocab, embed_width]
 };
 
 // Every unit blob built once in RAM: the all-resident placement.

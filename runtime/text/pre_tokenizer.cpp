@@ -185,6 +185,26 @@ std::vector<std::string> PreTokenizer::supported() {
   return out;
 }
 
+std::string PreTokenizer::hf_split_regex(std::string_view pre) {
+  for (const auto& s : kPreSpecs) {
+    if (pre != s.name || !s.regexes[0] || s.regexes[1]) continue;
+    // The patterns are written so that each bracketed class placeholder is one HF escape.
+    std::string out = s.regexes[0];
+    for (auto [from, to] : {std::pair<std::string_view, std::string_view>{"[^@S@]", "\\S"},
+                            {"[@S@]", "\\s"},
+                            {"[@L@]", "\\p{L}"},
+                            {"[@N@]", "\\p{N}"},
+                            {"@S@", "\\s"},
+                            {"@L@", "\\p{L}"},
+                            {"@N@", "\\p{N}"}}) {
+      for (size_t at = out.find(from); at != std::string::npos; at = out.find(from, at + to.size()))
+        out.replace(at, from.size(), to);
+    }
+    return out;
+  }
+  return {};
+}
+
 void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& out) const {
   if (text.empty()) return;
   split_stage(0, text, out);

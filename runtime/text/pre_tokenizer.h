@@ -31,6 +31,11 @@ class PreTokenizer {
   // The `pre` names this build understands.
   static std::vector<std::string> supported();
 
+  // `pre`'s regex as Hugging Face tokenizer.json spells it in a Split pre-tokenizer (\p{L}, \s,
+  // \S rather than the spelled-out classes PCRE2 runs); "" when `pre` is unknown or does not
+  // consist of exactly one regex stage. Used to recognise tokenizer.json pre-tokenizers.
+  static std::string hf_split_regex(std::string_view pre);
+
  private:
   struct Stage;
   void split_stage(size_t stage, std::string_view text, std::vector<std::string_view>& out) const;

@@ -9,6 +9,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
+#include "runtime/text/nfc.h"
 #include "runtime/text/pre_tokenizer.h"
 #include "runtime/text/utf8.h"
 
@@ -321,6 +322,8 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& out) con
 }
 
 void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& out) const {
+  std::string normalized;
+  if (vocab.normalize_nfc && nfc_normalize(text, normalized)) text = normalized;
   std::vector<std::string_view> pieces;
   pre.split(text, pieces);
   for (std::string_view p : pieces) bpe(p, out);

@@ -33,6 +33,7 @@ struct VocabData {
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
   bool add_bos = false;
   std::string chat_template;  // Jinja source from tokenizer.chat_template (may be empty)
+  bool normalize_nfc = false;  // NFC-normalise text outside special tokens (tokenizer.json's NFC)
 };
 
 // Immutable after construction; every const method is thread-safe (encode's word cache is

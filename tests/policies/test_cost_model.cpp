@@ -288,3 +288,26 @@ TEST_CASE("cost model: a full table's write-back is one victim's page(s) per K a
   p.cache_cpu_percent = 100;  // in RAM: no disk write at all
   CHECK(predict(m, hw.compute[0], hw, p, w).decode_lanes.store == 0);
 }
+
+TEST_CASE("cost model: a compressed cache is accounted and moved at its compressed size",
+          "[cost][quant4]") {
+  ModelFacts m = tiny_model();
+  m.kv_row_bytes_compressed = 128;  // 1 KiB fp32 rows -> 128-byte 4-bit rows
+  const HardwareProfile hw = tiny_hw();
+  Policy p = all_ram(1, 1);
+  CHECK(kv_need(m, p, 100).device == 100 * 2 * 1024);
+  p.compress_cache = true;
+  CHECK(kv_need(m, p, 100).device == 100 * 2 * 128);
+  Workload w;
+  w.prompt_len = 8;
+  w.gen_len = 2;
+  p.cache_gpu_percent = 0;
+  p.overlap = false;
+  const Prediction r = predict(m, hw.compute[0], hw, p, w);
+  // Decode at 8 used slots: 8 x 128 bytes of K (and V) = one page each to read (2 ms, against
+  // 4 ms uncompressed) and the page holding slot 8 to write back (2 ms).
+  CHECK(r.decode_lanes.load == Approx(0.002));
+  CHECK(r.decode_lanes.store == Approx(0.002));
+  CHECK(r.kv_slots == 9);  // prompt + generated - 1 (the last token is never fed)
+  CHECK(r.need.disk == r.kv_slots * 2 * 128);
+}

@@ -99,8 +99,6 @@ TEST_CASE("validate names each invalid field", "[policy]") {
   CHECK_THAT(invalid([](Policy& p) { p.gpu_mem = -1; }), Contains("gpu_mem"));
   CHECK_THAT(invalid([](Policy& p) { p.cpu_mem = -1; }), Contains("cpu_mem"));
   CHECK_THAT(invalid([](Policy& p) { p.disk_mem = -1; }), Contains("disk_mem"));
-  CHECK_THAT(invalid([](Policy& p) { p.compress_weight = true; }), Contains("compress_weight"));
-  CHECK_THAT(invalid([](Policy& p) { p.compress_cache = true; }), Contains("compress_cache"));
 }
 
 TEST_CASE("validate rejects bad percentages for each kind", "[policy]") {
@@ -184,8 +182,8 @@ overlap = false
 sep_layer = false
 cpu_cache_compute = true
 pin_weight = false
-compress_weight = false
-compress_cache = false
+compress_weight = true
+compress_cache = true
 offload_dir = "/mnt/nvme/offgen"
 io_queue_depth = 128
 gpu_mem = "8G"
@@ -213,8 +211,8 @@ kernel = 7
   CHECK_FALSE(p.sep_layer);
   CHECK(p.cpu_cache_compute);
   CHECK_FALSE(p.pin_weight);
-  CHECK_FALSE(p.compress_weight);
-  CHECK_FALSE(p.compress_cache);
+  CHECK(p.compress_weight);
+  CHECK(p.compress_cache);
   CHECK(p.offload_dir == "/mnt/nvme/offgen");
   CHECK(p.io_queue_depth == 128);
   CHECK(p.batch_given);
@@ -312,8 +310,6 @@ TEST_CASE("values are validated after loading, naming the file", "[policy]") {
   CHECK_THAT(load_error("gpu_batch_size = 0\n"), Contains("gpu_batch_size"));
   CHECK_THAT(load_error("num_gpu_batches = -2\n"), Contains("num_gpu_batches"));
   CHECK_THAT(load_error("io_queue_depth = 0\n"), Contains("io_queue_depth"));
-  CHECK_THAT(load_error("compress_weight = true\n"), Contains("compress_weight"));
-  CHECK_THAT(load_error("compress_cache = true\n"), Contains("compress_cache"));
   CHECK_THAT(load_error("cpu_mem = -1\n"), Contains("cpu_mem"));
   CHECK_THAT(load_error("gpu_mem = \"12X\"\n"), Contains("gpu_mem") && Contains("12X"));
   CHECK_THAT(load_error("[kv]\npolicy = \"lru\"\n"), Contains("lru") && Contains("h2o"));
@@ -331,4 +327,19 @@ TEST_CASE("policy TOML: a huge float where an integer belongs is a clean error",
   // Found by fuzz_policy: the integer conversion must not be attempted on a float.
   CHECK_THROWS_WITH(offgen::parse_policy_toml("gpu_batch_size = 2.77e78\n", "<text>"),
                     Catch::Contains("<text>:1") && Catch::Contains("gpu_batch_size"));
+}
+
+TEST_CASE("compression flags round-trip through policy_toml", "[policy]") {
+  for (auto [w, c] : {std::pair{true, false}, {false, true}, {true, true}, {false, false}}) {
+    Policy p;
+    p.compress_weight = w;
+    p.compress_cache = c;
+    REQUIRE_NOTHROW(p.validate());
+    const std::string text = policy_toml(p);
+    CHECK((text.find("compress_weight = true") != std::string::npos) == w);
+    CHECK((text.find("compress_cache = true") != std::string::npos) == c);
+    const Policy q = parse_policy_toml(text, "<text>");
+    CHECK(q.compress_weight == w);
+    CHECK(q.compress_cache == c);
+  }
 }

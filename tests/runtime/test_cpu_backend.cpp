@@ -117,7 +117,8 @@ TEST_CASE("cpu backend: matmul matches a double reference for every weight sourc
   };
   for (Src src :
        {Src{DType::kF32, 37}, Src{DType::kF32, 96}, Src{DType::kF16, 67}, Src{DType::kQ8_0, 96},
-        Src{DType::kQ4_1, 64}, Src{DType::kQ4_0, 32}, Src{DType::kBF16, 35}}) {
+        Src{DType::kQ4_1, 64}, Src{DType::kQ4_0, 32}, Src{DType::kBF16, 35},
+        Src{DType::kQ4G64, 128}}) {
     const int64_t n = 37, k = src.cols;
     const auto wf = randn(rng, n * k, 0.5f);
     std::vector<uint8_t> raw;
@@ -141,6 +142,10 @@ TEST_CASE("cpu backend: matmul matches a double reference for every weight sourc
         break;
       case DType::kQ4_1:
         raw = quantize_q4_1(wf);
+        break;
+      case DType::kQ4G64:
+        raw.resize(dtype_bytes(DType::kQ4G64, n * k));
+        quantize_row(DType::kQ4G64, wf.data(), raw.data(), n * k);
         break;
       case DType::kQ4_0: {  // random nibbles and scales
         std::uniform_int_distribution<int> byte(0, 255);

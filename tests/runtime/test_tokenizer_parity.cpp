@@ -1,11 +1,14 @@
 // Tokenizer parity with Hugging Face on the default model (SmolLM2-135M-Instruct GGUF): every
 // string of tests/data/tokenizer_corpus.jsonl encodes to HF's ids and decodes back, and the chat
-// template renders as HF's apply_chat_template (golden data: tools/gen_tokenizer_golden.py).
+// template renders as HF's apply_chat_template (golden data: tools/gen_tokenizer_golden.py); the
+// exported HF checkpoint's tokenizer.json gives the same vocabulary and ids.
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "runtime/loaders/gguf_vocab.h"
+#include "runtime/loaders/hf_tokenizer.h"
 #include "runtime/text/chat_template.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/model_path.h"
@@ -88,4 +91,49 @@ TEST_CASE("chat template renders as Hugging Face's apply_chat_template", "[token
     if (!row.at("ids").is_null())
       CHECK(t.encode(text) == row.at("ids").get<std::vector<int32_t>>());
   }
+}
+
+// tools/export_hf_checkpoint.py writes the model as a Hugging Face checkpoint next to the GGUF.
+TEST_CASE("the exported checkpoint's tokenizer.json tokenises as the GGUF vocabulary",
+          "[tokenizer][hf_tokenizer]") {
+  const std::string gguf = test::default_model_path();
+  if (gguf.empty()) {
+    WARN("skipped: the default GGUF model is absent (tools/get-model)");
+    return;
+  }
+  const auto dir = std::filesystem::path(gguf).parent_path() / "SmolLM2-135M-Instruct-hf";
+  if (!std::filesystem::exists(dir / "tokenizer.json")) {
+    WARN("skipped: no " << (dir / "tokenizer.json").string() << " (tools/export_hf_checkpoint.py "
+                        << gguf << " " << dir.string() << ")");
+    return;
+  }
+  const auto config = dir / "tokenizer_config.json";
+  VocabData hf = vocab_from_hf_tokenizer((dir / "tokenizer.json").string(),
+                                         std::filesystem::exists(config) ? config.string() : "");
+  const Tokenizer& gg = model_tokenizer();
+  const VocabData& want = gg.vocab();
+  CHECK(hf.tokens == want.tokens);
+  CHECK(hf.token_types == want.token_types);
+  CHECK(hf.merges == want.merges);
+  CHECK(hf.bos_id == want.bos_id);
+  CHECK(hf.eos_id == want.eos_id);
+  CHECK(hf.add_bos == want.add_bos);
+  CHECK(hf.chat_template == want.chat_template);
+  // SmolLM2's own tokenizer.json splits digits first (Digits + ByteLevel = "smollm"); a file
+  // saved from transformers' GGUF tokenizer has plain ByteLevel ("gpt2") and splits differently.
+  INFO("tokenizer.json pre-tokenizer maps to '" << hf.pre << "', the GGUF's is '" << want.pre
+                                                << "'");
+  CHECK(hf.pre == want.pre);
+  const Tokenizer tok(std::move(hf));
+  const auto rows = read_jsonl("tokenizer_corpus.jsonl");
+  REQUIRE(rows.size() > 1);
+  size_t mismatched = 0;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const std::string text = rows[i].at("text").get<std::string>();
+    const auto ids = tok.encode(text);
+    INFO("corpus line " << i + 1 << ": " << nlohmann::json(text).dump());
+    CHECK(ids == gg.encode(text));
+    mismatched += ids != gg.encode(text);
+  }
+  CHECK(mismatched == 0);
 }

@@ -14,8 +14,10 @@
 namespace offgen {
 
 CpuBackend::CpuBackend(int threads, DType weight_dtype) : ctx_(threads), weight_dtype_(weight_dtype) {
-  OFFGEN_CHECK(weight_dtype == DType::kF32 || weight_dtype == DType::kBF16, kConfig,
-               "cpu backend: weight dtype {} is not supported (f32 or bf16)", dtype_name(weight_dtype));
+  OFFGEN_CHECK(weight_dtype == DType::kF32 || weight_dtype == DType::kBF16 ||
+                   weight_dtype == DType::kQ4G64,
+               kConfig, "cpu backend: weight dtype {} is not supported (f32, bf16 or q4g64)",
+               dtype_name(weight_dtype));
   OFFGEN_CHECK(weight_dtype != DType::kBF16 || cpu::bf16_supported(), kConfig,
                "cpu backend: bf16 weights need a CPU with AVX512-BF16 (use --weight-dtype f32)");
 }
@@ -25,6 +27,7 @@ std::unique_ptr<Backend> make_cpu_backend(int threads, DType weight_dtype) {
 }
 
 int64_t CpuBackend::weight_bytes(int64_t rows, int64_t cols) const {
+  if (weight_dtype_ == DType::kQ4G64) return cpu::packed_q4g64_bytes(rows, cols);
   return weight_dtype_ == DType::kBF16 ? cpu::packed_bf16_bytes(rows, cols)
                                        : cpu::packed_f32_bytes(rows, cols);
 }
@@ -34,6 +37,19 @@ WeightView CpuBackend::prepare_weight_into(DType src_type, const void* src, int6
   // Dequantise 16-row panels and pack them; panels are independent, so threads split them.
   const int64_t row_bytes = dtype_bytes(src_type, cols);
   const auto* s = static_cast<const uint8_t*>(src);
+  if (weight_dtype_ == DType::kQ4G64) {  // 64-row chunks, quantised in the GEMM's packed order
+    ctx_.parallel_for((rows + 63) / 64, 1, [&](int64_t c0, int64_t c1) {
+      std::vector<float> tmp(64 * cols);
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t r0 = c * 64, nr = std::min<int64_t>(64, rows - r0);
+        for (int64_t r = 0; r < nr; ++r)
+          dequantize_row(src_type, s + (r0 + r) * row_bytes, tmp.data() + r * cols, cols);
+        cpu::pack_q4g64(tmp.data(), nr, cols,
+                        static_cast<uint8_t*>(dst) + c * cols * kQ4G64Bytes);
+      }
+    });
+    return WeightView{rows, cols, src_type, dst};
+  }
   const int64_t panels = (rows + 15) / 16;
   ctx_.parallel_for(panels, 4, [&](int64_t p0, int64_t p1) {
     std::vector<float> tmp(16 * cols);
@@ -63,7 +79,10 @@ Weight CpuBackend::prepare_table(DType src_type, const void* src, int64_t rows, 
 }
 
 void CpuBackend::matmul(const float* x, int64_t m, const WeightView& w, float* y) {
-  if (weight_dtype_ == DType::kBF16)
+  if (weight_dtype_ == DType::kQ4G64)
+    cpu::gemm_q4g64(x, m, w.cols, static_cast<const uint8_t*>(w.data), w.rows, w.cols, y, w.rows,
+                    ctx_);
+  else if (weight_dtype_ == DType::kBF16)
     cpu::gemm_bf16(x, m, w.cols, static_cast<const uint16_t*>(w.data), w.rows, w.cols, y, w.rows,
                    ctx_);
   else
@@ -129,8 +148,45 @@ void CpuBackend::swiglu(const float* gate, const float* up, int64_t m, int64_t n
   });
 }
 
+void CpuBackend::layer_norm(const float* x, const float* gamma, const float* beta, int64_t m,
+                            int64_t d, float eps, float* y) {
+  ctx_.parallel_for(m, 16, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = x + r * d;
+      float* yr = y + r * d;
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = 0; i < d; ++i) sum += xr[i];
+      const float mean = sum / static_cast<float>(d);
+      float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+      for (int64_t i = 0; i < d; ++i) ss += (xr[i] - mean) * (xr[i] - mean);
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+      for (int64_t i = 0; i < d; ++i) yr[i] = (xr[i] - mean) * inv * gamma[i] + beta[i];
+    }
+  });
+}
+
+void CpuBackend::relu(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void CpuBackend::gelu(float* x, int64_t n) {
+  ctx_.parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678f));
+  });
+}
+
 void CpuBackend::add(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void CpuBackend::add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride) {
+  if (stride == 0) stride = n;
+  for (int64_t r = 0; r < m; ++r) {
+    float* yr = y + r * stride;
+    for (int64_t j = 0; j < n; ++j) yr[j] += bias[j];
+  }
 }
 
 void CpuBackend::embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) {

@@ -8,7 +8,8 @@ namespace offgen {
 
 class CpuBackend final : public Backend {
  public:
-  // weight_dtype: kF32 (exact, default) or kBF16 (half the bytes, ~2x GEMM; needs AVX512-BF16).
+  // weight_dtype: kF32 (exact, default) or kBF16 (half the bytes, ~2x GEMM; needs AVX512-BF16)
+  // or kQ4G64 (FlexGen 4-bit groups, ~1/7 of f32; dequantised to fp32 inside matmul, see gemm.h).
   explicit CpuBackend(int threads, DType weight_dtype = DType::kF32);
   std::string name() const override { return "cpu"; }
   ThreadContext& threads() override { return ctx_; }
@@ -25,7 +26,12 @@ class CpuBackend final : public Backend {
             int64_t token_stride = 0) override;
   void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
               float* out) override;
+  void layer_norm(const float* x, const float* gamma, const float* beta, int64_t m, int64_t d,
+                  float eps, float* y) override;
+  void relu(float* x, int64_t n) override;
+  void gelu(float* x, int64_t n) override;
   void add(float* y, const float* x, int64_t n) override;
+  void add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride = 0) override;
   void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) override;
   void attention(const float* q, const AttentionArgs& args, float* out) override;
 

@@ -241,4 +241,84 @@ void gemm_bf16(const float* x, int64_t m, int64_t ldx, const uint16_t* packed, i
 #endif
 }
 
+constexpr int64_t kGroup = kQ4G64Block;  // rows per q4g64 chunk (4 blocks of 16 lanes)
+
+int64_t packed_q4g64_bytes(int64_t n, int64_t k) {
+  return ((n + kGroup - 1) / kGroup * k * kQ4G64Bytes + 63) / 64 * 64;  // chunk c at c*k*36
+}
+
+void pack_q4g64(const float* w, int64_t n, int64_t k, uint8_t* dst) {
+  float g[kGroup];
+  for (int64_t c = 0; c * kGroup < n; ++c) {
+    const int64_t r0 = c * kGroup, nr = std::min(kGroup, n - r0);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      for (int64_t j = 0; j < kGroup; ++j) g[j] = w[(r0 + (j < nr ? j : 0)) * k + kk];
+      quantize_row(DType::kQ4G64, g, dst + (c * k + kk) * kQ4G64Bytes, kGroup);
+    }
+  }
+}
+
+void unpack_q4g64(const uint8_t* packed, int64_t n, int64_t k, float* w) {
+  float g[kGroup];
+  for (int64_t c = 0; c * kGroup < n; ++c)
+    for (int64_t kk = 0; kk < k; ++kk) {
+      dequantize_row(DType::kQ4G64, packed + (c * k + kk) * kQ4G64Bytes, g, kGroup);
+      for (int64_t j = 0; j < kGroup && c * kGroup + j < n; ++j) w[(c * kGroup + j) * k + kk] = g[j];
+    }
+}
+
+void gemm_q4g64(const float* x, int64_t m, int64_t ldx, const uint8_t* packed, int64_t n,
+                int64_t k, float* y, int64_t ldy, ThreadContext& ctx) {
+  if (m <= 0 || n <= 0) return;
+  // Work item = (cpi chunks of 64 rows of W, a block of up to kRows rows of x). Small m: two
+  // chunks per item for wide register tiles (as drive()); large m: row blocks so that small
+  // weights still spread over the threads, each re-dequantising its chunk (<2% of the FLOPs).
+  constexpr int64_t kRows = 192;
+  const int64_t chunks = (n + kGroup - 1) / kGroup;
+  const int64_t cpi = m <= 3 ? 2 : 1;
+  const int64_t groups = (chunks + cpi - 1) / cpi;
+  const int64_t mb = m <= kRows ? m : kRows, row_blocks = (m + mb - 1) / mb;
+  const int mr_main = m <= 3 ? static_cast<int>(m) : 6;
+  const int nrv_main = m <= 2 ? 8 : m == 3 ? 6 : 4;
+  const int64_t bstride = k * kLanes;
+  const int64_t work = 2 * mb * k * kGroup * cpi;
+  const int64_t grain = std::max<int64_t>(1, (1 << 20) / std::max<int64_t>(1, work));
+  ctx.parallel_for(groups * row_blocks, grain, [&](int64_t i0, int64_t i1) {
+    thread_local std::vector<float> scratch;
+    const int64_t need = cpi * kGroup * k + kLanes;  // + slack to align to 64 bytes
+    if (static_cast<int64_t>(scratch.size()) < need) scratch.resize(need);
+    auto addr = reinterpret_cast<uintptr_t>(scratch.data());
+    float* panel = scratch.data() + ((64 - addr % 64) % 64) / 4;
+    int64_t have = -1;  // the chunk group now in the panel (items of one call only)
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t gi = i / row_blocks, rb = i % row_blocks;
+      const int64_t c0 = gi * cpi, nc = std::min(cpi, chunks - c0);
+      if (gi != have) {
+        // Block (c, kk) -> rows 16j..16j+15 of the chunk = 16-lane block 4c+j at offset kk*16.
+        for (int64_t c = 0; c < nc; ++c)
+          dequantize_q4g64(packed + (c0 + c) * k * kQ4G64Bytes, k,
+                           panel + c * (kGroup / kLanes) * bstride, kLanes, bstride);
+        have = gi;
+      }
+      // Blocks of 16 columns in this group, the last one masked at N.
+      const int64_t b_begin = c0 * (kGroup / kLanes);
+      const int64_t b_end = std::min((n + kLanes - 1) / kLanes, b_begin + nc * (kGroup / kLanes));
+      const int64_t m0 = rb * mb, m1 = std::min(m, m0 + mb);
+      for (int64_t b = b_begin; b < b_end; b += nrv_main) {
+        const int nrv = static_cast<int>(std::min<int64_t>(nrv_main, b_end - b));
+        const int64_t n_end = (b + nrv) * kLanes;
+        const uint32_t lm = n_end <= n ? 0xffffu : (1u << (kLanes - (n_end - n))) - 1u;
+        const float* wb = panel + (b - b_begin) * bstride;
+        int64_t row = m0;
+        for (; row + mr_main <= m1; row += mr_main)
+          run_rows<F32Kernel>(mr_main, nrv, x + row * ldx, ldx, wb, bstride, k,
+                              y + row * ldy + b * kLanes, ldy, lm);
+        if (row < m1)
+          run_rows<F32Kernel>(static_cast<int>(m1 - row), nrv, x + row * ldx, ldx, wb, bstride, k,
+                              y + row * ldy + b * kLanes, ldy, lm);
+      }
+    }
+  });
+}
+
 }  // namespace offgen::cpu

@@ -27,4 +27,19 @@ void pack_bf16(const float* w, int64_t n, int64_t k, uint16_t* dst);
 void gemm_bf16(const float* x, int64_t m, int64_t ldx, const uint16_t* packed, int64_t n,
                int64_t k, float* y, int64_t ldy, ThreadContext& ctx);
 
+// q4g64 (compressed weights, FlexGen-style): [ceil(N/64)][K] DType::kQ4G64 blocks; block (c, kk)
+// holds column kk of rows 64c..64c+63, i.e. groups run along the output dimension (as FlexGen
+// groups weights along dim 0) so that one block dequantises straight into 4 rows of the fp32
+// panel layout above. Rows past N repeat row 64c (they never reach the output). pack_q4g64 packs
+// n rows (any n; the backend calls it per 64-row chunk, chunk c at byte c * k * 36). Bytes are
+// rounded up to a multiple of 64.
+int64_t packed_q4g64_bytes(int64_t n, int64_t k);
+void pack_q4g64(const float* w, int64_t n, int64_t k, uint8_t* dst);
+// Row-major [n][k] fp32 of a packed q4g64 weight (what the GEMM multiplies by; for tests).
+void unpack_q4g64(const uint8_t* packed, int64_t n, int64_t k, float* w);
+// Dequantises 64-row chunks just before use into a per-thread fp32 panel and runs the fp32
+// kernel on it: bitwise gemm_f32 over the dequantised weight, hence batch-invariant as above.
+void gemm_q4g64(const float* x, int64_t m, int64_t ldx, const uint8_t* packed, int64_t n,
+                int64_t k, float* y, int64_t ldy, ThreadContext& ctx);
+
 }  // namespace offgen::cpu

@@ -1,0 +1,90 @@
+// `offgen inspect` over any model spec (GGUF file, Hugging Face directory, dummy preset).
+#include "cli/inspect_command.h"
+
+#include <cstdio>
+#include <string>
+
+#include "runtime/loaders/gguf_source.h"
+#include "runtime/loaders/hf_source.h"
+#include "runtime/loaders/model_loader.h"
+#include "runtime/backend/backend.h"
+#include "runtime/model/llama.h"
+
+namespace offgen {
+namespace {
+
+std::string features(const ModelConfig& c) {
+  std::string s = c.norm == NormKind::kLayer ? "LayerNorm" : "RMSNorm";
+  s += c.pre_norm ? " (pre-norm)" : " (post-norm)";
+  s += c.ffn == FfnKind::kSwiGlu ? ", SwiGLU" : c.ffn == FfnKind::kRelu ? ", ReLU" : ", GELU";
+  s += c.learned_pos ? ", learned positions" : ", RoPE";
+  if (c.qkv_bias) s += ", QKV bias";
+  if (c.out_bias || c.ffn_bias) s += ", projection biases";
+  if (c.embed_dim > 0) s += ", embeddings projected from " + std::to_string(c.embed_dim);
+  return s;
+}
+
+void print_tensor(const std::string& name, std::string_view dtype, const std::string& dims,
+                  int64_t bytes) {
+  std::printf("  %-40s %-6s [%s] %.2f MiB\n", name.c_str(), std::string(dtype).c_str(),
+              dims.c_str(), bytes / 1048576.0);
+}
+
+template <class Dims>
+std::string join_dims(const Dims& d) {
+  std::string s;
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? " x " : "") + std::to_string(d[i]);
+  return s;
+}
+
+}  // namespace
+
+int run_inspect(const std::string& model, int threads) {
+  OpenedModel om = open_model(model);
+  const ModelConfig& c = om.source->config();
+  std::printf("model: %s\n  source: %s\n", c.name.c_str(), om.source->describe().c_str());
+  std::printf("config:\n  arch %s, layers %lld, d_model %lld, heads %lld (kv %lld, head_dim %lld), "
+              "ffn %lld, vocab %lld, context %lld\n  %s\n  rope theta %g, norm eps %g, tied "
+              "embeddings %s\n",
+              c.arch.c_str(), (long long)c.n_layers, (long long)c.d_model, (long long)c.n_heads,
+              (long long)c.n_kv_heads, (long long)c.head_dim, (long long)c.ffn_dim,
+              (long long)c.vocab_size, (long long)c.context_length, features(c).c_str(),
+              c.rope_theta, c.norm_eps, c.tied_embeddings ? "yes" : "no");
+  int64_t params = 0, stored = 0;
+  if (const auto* g = dynamic_cast<const GgufWeightSource*>(om.source.get())) {
+    std::printf("tensors (%zu, GGUF v%u):\n", g->file().tensors().size(), g->file().version());
+    for (const auto& t : g->file().tensors()) {
+      print_tensor(t.name, dtype_name(t.dtype), join_dims(t.dims), t.bytes);
+      params += t.n_elems, stored += t.bytes;
+    }
+  } else if (const auto* h = dynamic_cast<const HfWeightSource*>(om.source.get())) {
+    const auto names = h->checkpoint().names();
+    std::printf("tensors (%zu, safetensors):\n", names.size());
+    for (const auto& n : names) {
+      const SafetensorsTensor& t = h->checkpoint().tensor(n);
+      print_tensor(n, t.dtype_name, join_dims(t.shape), t.bytes);
+      params += t.n_elems(), stored += t.bytes;
+    }
+  } else {
+    std::printf("tensors: generated on demand (deterministic pseudo-random weights)\n");
+  }
+  // Sizes as the CPU backend stores them, without building any unit (any size fits).
+  auto backend = make_cpu_backend(threads);
+  LlamaModel m(*om.source, *backend);
+  int64_t weights = m.resident_bytes();
+  for (int64_t u = 0; u < m.num_units(); ++u) weights += m.unit_bytes(u);
+  if (stored > 0)
+    std::printf("memory:\n  parameters %.1f M, stored %.1f MiB\n", params / 1e6,
+                stored / 1048576.0);
+  else
+    std::printf("memory:\n");
+  std::printf("  weights as the %s backend holds them: %.1f MiB\n", backend->name().c_str(),
+              weights / 1048576.0);
+  std::printf(
+      "  KV cache: %.1f KiB per token (fp32), %.1f MiB per sequence at the full context of %lld\n",
+      c.kv_bytes_per_token() / 1024.0, c.kv_bytes_per_token() * c.context_length / 1048576.0,
+      (long long)c.context_length);
+  return 0;
+}
+
+}  // namespace offgen

@@ -1,0 +1,329 @@
+// config.json -> ModelConfig, and offgen tensor names -> Hugging Face tensor names.
+#include "runtime/loaders/hf_source.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/error.h"
+
+namespace offgen {
+namespace {
+
+using nlohmann::json;
+
+// Typed reads of config.json fields; errors name the file and the field.
+struct Fields {
+  const json& j;
+  const std::string& name;
+
+  const json* find(const char* key) const {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  }
+  int64_t get_int(const char* key) const {
+    const json* v = find(key);
+    OFFGEN_CHECK(v != nullptr, kInput, "{}: field '{}' is missing", name, key);
+    OFFGEN_CHECK(v->is_number_integer(), kInput, "{}: field '{}' must be an integer (got {})",
+                 name, key, v->dump());
+    return v->get<int64_t>();
+  }
+  int64_t get_int_or(const char* key, int64_t fallback) const {
+    return find(key) ? get_int(key) : fallback;
+  }
+  double get_float_or(const char* key, double fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    OFFGEN_CHECK(v->is_number(), kInput, "{}: field '{}' must be a number (got {})", name, key,
+                 v->dump());
+    return v->get<double>();
+  }
+  bool get_bool_or(const char* key, bool fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    OFFGEN_CHECK(v->is_boolean(), kInput, "{}: field '{}' must be true or false (got {})", name,
+                 key, v->dump());
+    return v->get<bool>();
+  }
+  std::string get_string_or(const char* key, const std::string& fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    OFFGEN_CHECK(v->is_string(), kInput, "{}: field '{}' must be a string (got {})", name, key,
+                 v->dump());
+    return v->get<std::string>();
+  }
+};
+
+// rope_theta from the top level or transformers 5's rope_parameters; rope scaling unsupported.
+double rope_theta(const Fields& f) {
+  double theta = f.get_float_or("rope_theta", 10000.0);
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    const json* r = f.find(key);
+    if (r == nullptr) continue;
+    OFFGEN_CHECK(r->is_object(), kInput, "{}: field '{}' must be an object", f.name, key);
+    const Fields rf{*r, f.name};
+    const std::string type = rf.get_string_or("rope_type", rf.get_string_or("type", "default"));
+    OFFGEN_CHECK(type == "default", kConfig,
+                 "{}: {}.rope_type '{}' is not supported (only unscaled RoPE)", f.name, key, type);
+    theta = rf.get_float_or("rope_theta", theta);
+  }
+  return theta;
+}
+
+ModelConfig llama_family(const Fields& f, const std::string& arch) {
+  ModelConfig c;
+  c.arch = arch == "Qwen2ForCausalLM" ? "qwen2" : arch == "MistralForCausalLM" ? "mistral" : "llama";
+  c.n_layers = f.get_int("num_hidden_layers");
+  c.d_model = f.get_int("hidden_size");
+  c.n_heads = f.get_int("num_attention_heads");
+  c.n_kv_heads = f.get_int_or("num_key_value_heads", c.n_heads);
+  OFFGEN_CHECK(c.n_heads > 0 && c.d_model % c.n_heads == 0, kInput,
+               "{}: hidden_size {} is not divisible by num_attention_heads {}", f.name, c.d_model,
+               c.n_heads);
+  c.head_dim = f.get_int_or("head_dim", c.d_model / c.n_heads);
+  c.ffn_dim = f.get_int("intermediate_size");
+  c.vocab_size = f.get_int("vocab_size");
+  c.context_length = f.get_int("max_position_embeddings");
+  c.rope_theta = static_cast<float>(rope_theta(f));
+  c.norm_eps = static_cast<float>(f.get_float_or("rms_norm_eps", 1e-6));
+  // Q/K rows are permuted into the interleaved pair order at load (HfWeightSource::tensor).
+  c.rope_style = RopeStyle::kInterleaved;
+  c.tied_embeddings = f.get_bool_or("tie_word_embeddings", false);
+  const std::string act = f.get_string_or("hidden_act", "silu");
+  OFFGEN_CHECK(act == "silu", kConfig, "{}: hidden_act '{}' is not supported for {} (silu)", f.name,
+               act, arch);
+  if (arch == "Qwen2ForCausalLM") {
+    c.qkv_bias = true;
+  } else if (arch == "LlamaForCausalLM") {
+    c.qkv_bias = c.out_bias = f.get_bool_or("attention_bias", false);
+    OFFGEN_CHECK(!f.get_bool_or("mlp_bias", false), kConfig,
+                 "{}: mlp_bias (biases on the gated MLP) is not supported", f.name);
+  }
+  // Sliding-window attention equals full attention up to the window: cap the context there.
+  const bool sliding = arch == "MistralForCausalLM" || f.get_bool_or("use_sliding_window", false);
+  if (sliding) {
+    const int64_t w = f.get_int_or("sliding_window", 0);
+    if (w > 0 && w < c.context_length) c.context_length = w;
+  }
+  return c;
+}
+
+ModelConfig opt(const Fields& f) {
+  ModelConfig c;
+  c.arch = "opt";
+  c.n_layers = f.get_int("num_hidden_layers");
+  c.d_model = f.get_int("hidden_size");
+  c.n_heads = f.get_int("num_attention_heads");
+  c.n_kv_heads = c.n_heads;
+  OFFGEN_CHECK(c.n_heads > 0 && c.d_model % c.n_heads == 0, kInput,
+               "{}: hidden_size {} is not divisible by num_attention_heads {}", f.name, c.d_model,
+               c.n_heads);
+  c.head_dim = c.d_model / c.n_heads;
+  c.ffn_dim = f.get_int("ffn_dim");
+  c.vocab_size = f.get_int("vocab_size");
+  c.context_length = f.get_int("max_position_embeddings");
+  c.norm_eps = 1e-5f;  // OPT's LayerNorms use PyTorch's default
+  c.norm = NormKind::kLayer;
+  const std::string act = f.get_string_or("activation_function", "relu");
+  OFFGEN_CHECK(act == "relu" || act == "gelu", kConfig,
+               "{}: activation_function '{}' is not supported (relu, gelu)", f.name, act);
+  c.ffn = act == "relu" ? FfnKind::kRelu : FfnKind::kGelu;
+  c.pre_norm = f.get_bool_or("do_layer_norm_before", true);
+  c.final_norm = c.pre_norm && !f.get_bool_or("_remove_final_layer_norm", false);
+  const bool bias = f.get_bool_or("enable_bias", true);
+  OFFGEN_CHECK(bias, kConfig, "{}: enable_bias false is not supported", f.name);
+  OFFGEN_CHECK(f.get_bool_or("layer_norm_elementwise_affine", true), kConfig,
+               "{}: layer_norm_elementwise_affine false is not supported", f.name);
+  c.qkv_bias = c.out_bias = c.ffn_bias = true;
+  c.learned_pos = true;
+  c.pos_offset = 2;  // OPTLearnedPositionalEmbedding's offset
+  const int64_t proj = f.get_int_or("word_embed_proj_dim", c.d_model);
+  c.embed_dim = proj == c.d_model ? 0 : proj;
+  c.tied_embeddings = f.get_bool_or("tie_word_embeddings", true);
+  return c;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  OFFGEN_CHECK(in.good(), kIo, "{}: cannot open ({})", path, std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  OFFGEN_CHECK(!in.bad(), kIo, "{}: read failed", path);
+  return ss.str();
+}
+
+// Llama-family layer tensor names (offgen suffix -> HF suffix after "layers.N.").
+constexpr std::pair<const char*, const char*> kLlamaLayer[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},   {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},   {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},   {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_output.bias", "self_attn.o_proj.bias"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+};
+constexpr std::pair<const char*, const char*> kOptLayer[] = {
+    {"attn_norm.weight", "self_attn_layer_norm.weight"},
+    {"attn_norm.bias", "self_attn_layer_norm.bias"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},   {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},   {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},   {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.weight", "self_attn.out_proj.weight"},
+    {"attn_output.bias", "self_attn.out_proj.bias"},
+    {"ffn_norm.weight", "final_layer_norm.weight"}, {"ffn_norm.bias", "final_layer_norm.bias"},
+    {"ffn_up.weight", "fc1.weight"},                {"ffn_up.bias", "fc1.bias"},
+    {"ffn_down.weight", "fc2.weight"},              {"ffn_down.bias", "fc2.bias"},
+};
+constexpr std::pair<const char*, const char*> kLlamaTop[] = {
+    {"token_embd.weight", "embed_tokens.weight"},
+    {"output_norm.weight", "norm.weight"},
+};
+constexpr std::pair<const char*, const char*> kOptTop[] = {
+    {"token_embd.weight", "embed_tokens.weight"},
+    {"position_embd.weight", "embed_positions.weight"},
+    {"proj_in.weight", "project_in.weight"},
+    {"proj_out.weight", "project_out.weight"},
+    {"output_norm.weight", "final_layer_norm.weight"},
+    {"output_norm.bias", "final_layer_norm.bias"},
+};
+
+template <size_t N>
+const char* lookup(const std::pair<const char*, const char*> (&table)[N], const std::string& key) {
+  for (const auto& [ours, theirs] : table)
+    if (key == ours) return theirs;
+  return nullptr;
+}
+
+// Rows of a [n_heads * head_dim, cols] matrix (or a bias vector, cols = 1) from HF's rotate-half
+// order (pairs i, i + head_dim/2) into the interleaved pair order (2i, 2i + 1).
+void permute_rope_rows(const uint8_t* src, uint8_t* dst, int64_t n_heads, int64_t head_dim,
+                       int64_t row_bytes) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h)
+    for (int64_t i = 0; i < half; ++i)
+      for (int64_t j = 0; j < 2; ++j)
+        std::memcpy(dst + (h * head_dim + 2 * i + j) * row_bytes,
+                    src + (h * head_dim + j * half + i) * row_bytes, row_bytes);
+}
+
+}  // namespace
+
+ModelConfig config_from_hf(std::string_view config_json, const std::string& name) {
+  json j;
+  try {
+    j = json::parse(config_json);
+  } catch (const json::parse_error& e) {
+    OFFGEN_THROW(kInput, "{}: not valid JSON at byte {}: {}", name, e.byte, e.what());
+  }
+  OFFGEN_CHECK(j.is_object(), kInput, "{}: must be a JSON object", name);
+  const Fields f{j, name};
+  std::string arch;
+  if (const json* a = f.find("architectures")) {
+    OFFGEN_CHECK(a->is_array() && !a->empty() && (*a)[0].is_string(), kInput,
+                 "{}: field 'architectures' must be a non-empty array of strings", name);
+    arch = (*a)[0].get<std::string>();
+  }
+  if (arch.empty()) {  // fall back on model_type
+    const std::string mt = f.get_string_or("model_type", "");
+    arch = mt == "llama"     ? "LlamaForCausalLM"
+           : mt == "mistral" ? "MistralForCausalLM"
+           : mt == "qwen2"   ? "Qwen2ForCausalLM"
+           : mt == "opt"     ? "OPTForCausalLM"
+                             : mt;
+  }
+  ModelConfig c;
+  if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM" || arch == "Qwen2ForCausalLM")
+    c = llama_family(f, arch);
+  else if (arch == "OPTForCausalLM")
+    c = opt(f);
+  else
+    OFFGEN_THROW(kConfig,
+                 "{}: architecture '{}' is not supported (LlamaForCausalLM, MistralForCausalLM, "
+                 "Qwen2ForCausalLM, OPTForCausalLM)",
+                 name, arch);
+  c.name = f.get_string_or("_name_or_path", "");
+  c.validate();
+  return c;
+}
+
+HfWeightSource::HfWeightSource(const std::string& dir)
+    : dir_(dir),
+      config_(config_from_hf(read_text((std::filesystem::path(dir) / "config.json").string()),
+                             (std::filesystem::path(dir) / "config.json").string())),
+      ckpt_(SafetensorsCheckpoint::open_dir(dir)) {
+  if (config_.name.empty()) config_.name = std::filesystem::path(dir).filename().string();
+  const bool opt = config_.arch == "opt";
+  const std::vector<std::string> prefixes =
+      opt ? std::vector<std::string>{"model.decoder.", "decoder.", ""}
+          : std::vector<std::string>{"model.", ""};
+  for (const auto& p : prefixes)
+    if (ckpt_.find(p + "embed_tokens.weight") != nullptr) {
+      prefix_ = p;
+      break;
+    }
+  OFFGEN_CHECK(ckpt_.find(prefix_ + "embed_tokens.weight") != nullptr, kInput,
+               "{}: no token embedding (expected '{}embed_tokens.weight')", dir_, prefixes[0]);
+}
+
+std::string HfWeightSource::hf_name(const std::string& name) const {
+  const bool opt = config_.arch == "opt";
+  if (name == "output.weight") return config_.tied_embeddings ? "" : "lm_head.weight";
+  if (const char* top = opt ? lookup(kOptTop, name) : lookup(kLlamaTop, name)) return prefix_ + top;
+  int layer = -1;
+  char what[64] = {};
+  if (std::sscanf(name.c_str(), "blk.%d.%63s", &layer, what) != 2 || layer < 0) return "";
+  const char* sub = opt ? lookup(kOptLayer, what) : lookup(kLlamaLayer, what);
+  return sub ? fmt::format("{}layers.{}.{}", prefix_, layer, sub) : "";
+}
+
+bool HfWeightSource::has_tensor(const std::string& name) const {
+  const std::string hf = hf_name(name);
+  return !hf.empty() && ckpt_.find(hf) != nullptr;
+}
+
+TensorRef HfWeightSource::tensor(const std::string& name) const {
+  const std::string hf = hf_name(name);
+  OFFGEN_CHECK(!hf.empty(), kInput, "{}: {} checkpoints have no tensor for '{}'", dir_,
+               config_.arch, name);
+  const SafetensorsTensor& t = ckpt_.tensor(hf);
+  OFFGEN_CHECK(t.dtype.has_value(), kInput,
+               "{}: tensor '{}' has dtype {}; weights must be F32, F16 or BF16", dir_, hf,
+               t.dtype_name);
+  TensorRef r;
+  r.name = name;
+  r.dtype = *t.dtype;
+  r.dims.assign(t.shape.rbegin(), t.shape.rend());  // GGML order: innermost first
+  r.data = t.data;
+  const int64_t elem = dtype_bytes(r.dtype, 1);
+  const bool rope_rows = !config_.learned_pos && (name.ends_with("attn_q.weight") ||
+                                                  name.ends_with("attn_q.bias") ||
+                                                  name.ends_with("attn_k.weight") ||
+                                                  name.ends_with("attn_k.bias"));
+  const bool misaligned = reinterpret_cast<uintptr_t>(t.data) % elem != 0;
+  if (!rope_rows && !misaligned) return r;
+  // A private copy: aligned for its element type, and/or with Q/K rows in interleaved order.
+  void* copy = std::aligned_alloc(64, (t.bytes + 63) / 64 * 64 + 64);
+  OFFGEN_CHECK(copy != nullptr, kResource, "{}: out of memory copying '{}'", dir_, hf);
+  r.keepalive = std::shared_ptr<const void>(copy, std::free);
+  r.data = copy;
+  if (!rope_rows) {
+    std::memcpy(copy, t.data, t.bytes);
+    return r;
+  }
+  const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+  const int64_t heads = rows / config_.head_dim;
+  OFFGEN_CHECK(heads * config_.head_dim == rows && t.bytes % rows == 0, kInput,
+               "{}: tensor '{}' has {} rows, not a multiple of head_dim {}", dir_, hf, rows,
+               config_.head_dim);
+  permute_rope_rows(t.data, static_cast<uint8_t*>(copy), heads, config_.head_dim,
+                    t.bytes / rows);
+  return r;
+}
+
+}  // namespace offgen

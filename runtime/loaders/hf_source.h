@@ -1,0 +1,39 @@
+// Hugging Face checkpoint directories (config.json + *.safetensors) as a WeightSource: the
+// architecture's hyper-parameters from config.json (Llama, Mistral, Qwen2, OPT) and its tensors
+// under offgen's GGUF-style names, Q/K rows permuted to the interleaved RoPE layout GGUF uses.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "runtime/loaders/safetensors.h"
+#include "runtime/model/weight_source.h"
+
+namespace offgen {
+
+// Parses a config.json text (`name` is used in messages). Throws kInput naming the field when a
+// required one is missing or has the wrong type, and kConfig for an unsupported architecture or
+// feature (rope scaling, non-SiLU gated activations, ...).
+ModelConfig config_from_hf(std::string_view config_json, const std::string& name);
+
+class HfWeightSource final : public WeightSource {
+ public:
+  // Opens dir/config.json and the directory's safetensors files (mmapped). Throws kIo / kInput.
+  explicit HfWeightSource(const std::string& dir);
+  const ModelConfig& config() const override { return config_; }
+  TensorRef tensor(const std::string& name) const override;
+  bool has_tensor(const std::string& name) const override;
+  std::string describe() const override { return dir_; }
+  const SafetensorsCheckpoint& checkpoint() const { return ckpt_; }
+
+ private:
+  // The checkpoint's name for an offgen tensor name ("" when the architecture has none).
+  std::string hf_name(const std::string& name) const;
+
+  std::string dir_;
+  ModelConfig config_;
+  SafetensorsCheckpoint ckpt_;
+  std::string prefix_;  // "model." / "model.decoder." / "decoder." as the checkpoint spells it
+};
+
+}  // namespace offgen

@@ -1,0 +1,28 @@
+// 4-bit group compression of KV-cache slot rows (--compress-cache, FlexGen's KV compression): a
+// row of n_kv_heads x head_dim fp32 values stored as DType::kQ4G64 groups along each head.
+#pragma once
+
+#include <cstdint>
+
+namespace offgen {
+
+// Groups never straddle heads: each head is ceil(head_dim / 64) groups of 64. When head_dim is
+// not a multiple of 64 the head's last group is padded by repeating the head's first value (the
+// group's min/max, hence its scale, are unchanged) and decode drops the padding; head_dim <= 64 is
+// one group per head. Round-trip error per element: the q4g64 bound of runtime/core/dtype.h for
+// its group. Deterministic: encode of the same row gives the same bytes. Thread-safe (stateless).
+class KvRowCodec {
+ public:
+  KvRowCodec(int64_t n_kv_heads, int64_t head_dim);
+  int64_t row_floats() const { return heads_ * head_dim_; }
+  int64_t groups_per_head() const { return groups_; }
+  int64_t row_bytes() const;  // compressed bytes of one row
+  // `rows` contiguous rows of row_floats() floats <-> rows of row_bytes() bytes.
+  void encode(const float* src, uint8_t* dst, int64_t rows) const;
+  void decode(const uint8_t* src, float* dst, int64_t rows) const;
+
+ private:
+  int64_t heads_, head_dim_, groups_;
+};
+
+}  // namespace offgen
