@@ -31,9 +31,23 @@ OpenedModel open_model(const std::string& spec) {
                  "{}: a model directory must be a Hugging Face checkpoint (config.json, "
                  "*.safetensors, tokenizer.json); config.json is missing",
                  spec);
+    // Older checkpoints (facebook/opt-*) ship pytorch_model.bin and vocab.json + merges.txt;
+    // transformers' save_pretrained writes the formats offgen reads.
+    const char* convert =
+        "convert once with transformers: python3 -c \"import sys; from transformers import "
+        "AutoModelForCausalLM as M, AutoTokenizer as T; d=sys.argv[1]; "
+        "M.from_pretrained(d).save_pretrained(d); T.from_pretrained(d).save_pretrained(d)\" DIR";
+    bool has_safetensors = false;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      has_safetensors = has_safetensors || e.path().extension() == ".safetensors";
+    OFFGEN_CHECK(has_safetensors || !fs::exists(dir / "pytorch_model.bin", ec), kConfig,
+                 "{}: holds pytorch_model.bin but no *.safetensors (offgen reads safetensors "
+                 "only; {})",
+                 spec, convert);
     OFFGEN_CHECK(fs::exists(dir / "tokenizer.json", ec), kConfig,
-                 "{}: tokenizer.json is missing (offgen reads Hugging Face fast-tokenizer files)",
-                 spec);
+                 "{}: tokenizer.json is missing (offgen reads Hugging Face fast-tokenizer files; "
+                 "{})",
+                 spec, convert);
     auto src = std::make_unique<HfWeightSource>(spec);
     const fs::path tc = dir / "tokenizer_config.json";
     m.vocab = vocab_from_hf_tokenizer((dir / "tokenizer.json").string(),

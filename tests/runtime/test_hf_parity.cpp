@@ -158,5 +158,20 @@ TEST_CASE("HF checkpoints: a damaged config names the file and field", "[model][
     CHECK(e.category() == ErrorCategory::kConfig);
     CHECK_THAT(e.what(), Catch::Contains("GPTNeoXForCausalLM") && Catch::Contains("OPTForCausalLM"));
   }
+  // Files of older checkpoints get a conversion hint.
+  fs::remove(tmp / "tokenizer.json");
+  try {
+    open_model(tmp.string());
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("tokenizer.json") && Catch::Contains("save_pretrained"));
+  }
+  fs::rename(tmp / "model.safetensors", tmp / "pytorch_model.bin");
+  try {
+    open_model(tmp.string());
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("pytorch_model.bin") && Catch::Contains("save_pretrained"));
+  }
   fs::remove_all(tmp);
 }
