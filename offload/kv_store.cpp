@@ -200,8 +200,20 @@ void KvStore::store(int64_t handle, int64_t layer, int64_t begin, int64_t end, f
   }
 }
 
+void KvStore::encode_slot(const Seq& s, int64_t layer, int which, int64_t slot,
+                          std::span<const int32_t> head_slots, float* stage) {
+  if (head_slots.empty()) return encode_rows(s, layer, which, slot, slot + 1, stage);
+  auto* dst = slot < s.ram_slots
+                  ? reinterpret_cast<uint8_t*>(ram_row0(s, layer, which) + slot * row_bytes())
+                  : reinterpret_cast<uint8_t*>(disk_image(s, stage) +
+                                               (slot - s.ram_slots) * row_bytes());
+  for (size_t h = 0; h < head_slots.size(); ++h)
+    if (head_slots[h] == slot)
+      codec_->encode_head(stage + slot * kv_dim_, dst, static_cast<int64_t>(h));
+}
+
 void KvStore::store_slots(int64_t handle, int64_t layer, std::span<const int32_t> slots,
-                          float* k, float* v) {
+                          std::span<const int32_t> head_slots, float* k, float* v) {
   const Seq& s = *seqs_[handle];
   float* stage[2] = {k, v};
   const auto page_of = [&](int64_t slot) {
@@ -215,7 +227,7 @@ void KvStore::store_slots(int64_t handle, int64_t layer, std::span<const int32_t
       OFFGEN_DCHECK(a < s.capacity && (i == 0 || slots[i - 1] < a));
       if (a < s.ram_slots) {
         if (codec_)
-          encode_rows(s, layer, which, a, a + 1, stage[which]);
+          encode_slot(s, layer, which, a, head_slots, stage[which]);
         else
           std::memcpy(ram_slot0(s, layer, which) + a * kv_dim_, stage[which] + a * kv_dim_,
                       row_bytes());
@@ -225,7 +237,7 @@ void KvStore::store_slots(int64_t handle, int64_t layer, std::span<const int32_t
       size_t j = i + 1;
       while (j < slots.size() && page_of(slots[j]) <= page_of(slots[j - 1] + 1)) ++j;
       if (codec_)  // only the given slots: the others in these pages keep their loaded bytes
-        for (size_t q = i; q < j; ++q) encode_rows(s, layer, which, slots[q], slots[q] + 1, stage[which]);
+        for (size_t q = i; q < j; ++q) encode_slot(s, layer, which, slots[q], head_slots, stage[which]);
       write_disk(s, layer, which, a, slots[j - 1] + 1, stage[which]);
       i = j;
     }

@@ -74,8 +74,11 @@ class KvStore {
   // Compressed: the staging buffers' disk image is updated too (hence non-const).
   void store(int64_t handle, int64_t layer, int64_t begin, int64_t end, float* k, float* v);
   // Writes the given slots (ascending, distinct) of a layer from staging back to their homes.
-  void store_slots(int64_t handle, int64_t layer, std::span<const int32_t> slots, float* k,
-                   float* v);
+  // head_slots (n_kv_heads entries, or empty for whole rows): the slot each KV head wrote, when
+  // heads evicted independently; a compressed store then encodes only those heads' groups, so the
+  // other heads of a slot keep their stored bytes (never re-quantised).
+  void store_slots(int64_t handle, int64_t layer, std::span<const int32_t> slots,
+                   std::span<const int32_t> head_slots, float* k, float* v);
   const KvStoreStats& stats() const { return stats_; }
 
  private:
@@ -92,6 +95,9 @@ class KvStore {
   // Where the disk slots' home bytes are staged: the fp32 rows past ram_slots, or the disk image.
   std::byte* disk_image(const Seq& s, float* stage) const;
   // Compressed: encodes slots [begin, end) of staging into their RAM home / the disk image.
+  // Encodes one slot row, or only the heads h with head_slots[h] == slot when given.
+  void encode_slot(const Seq& s, int64_t layer, int which, int64_t slot,
+                   std::span<const int32_t> head_slots, float* stage);
   void encode_rows(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
                    float* stage);
   Extent take_extent(uint64_t bytes);

@@ -139,7 +139,7 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
             slots.assign(w, w + heads);
             std::sort(slots.begin(), slots.end());
             slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
-            kv_.store_slots(b.kv[i], layer, slots, k, v);
+            kv_.store_slots(b.kv[i], layer, slots, {w, static_cast<size_t>(heads)}, k, v);
             break;
           }
         }

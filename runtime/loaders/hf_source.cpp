@@ -81,10 +81,15 @@ ModelConfig llama_family(const Fields& f, const std::string& arch) {
   c.d_model = f.get_int("hidden_size");
   c.n_heads = f.get_int("num_attention_heads");
   c.n_kv_heads = f.get_int_or("num_key_value_heads", c.n_heads);
-  OFFGEN_CHECK(c.n_heads > 0 && c.d_model % c.n_heads == 0, kInput,
-               "{}: hidden_size {} is not divisible by num_attention_heads {}", f.name, c.d_model,
-               c.n_heads);
-  c.head_dim = f.get_int_or("head_dim", c.d_model / c.n_heads);
+  OFFGEN_CHECK(c.n_heads > 0, kInput, "{}: num_attention_heads must be positive", f.name);
+  if (f.find("head_dim") != nullptr) {
+    c.head_dim = f.get_int("head_dim");
+  } else {
+    OFFGEN_CHECK(c.d_model % c.n_heads == 0, kInput,
+                 "{}: hidden_size {} is not divisible by num_attention_heads {} (and no head_dim)",
+                 f.name, c.d_model, c.n_heads);
+    c.head_dim = c.d_model / c.n_heads;
+  }
   c.ffn_dim = f.get_int("intermediate_size");
   c.vocab_size = f.get_int("vocab_size");
   c.context_length = f.get_int("max_position_embeddings");
@@ -283,6 +288,8 @@ std::string HfWeightSource::hf_name(const std::string& name) const {
 }
 
 bool HfWeightSource::has_tensor(const std::string& name) const {
+  // An untied head must be there: answering "absent" would make the model tie it silently.
+  if (name == "output.weight") return !config_.tied_embeddings;
   const std::string hf = hf_name(name);
   return !hf.empty() && ckpt_.find(hf) != nullptr;
 }

@@ -493,6 +493,9 @@ VocabData build(std::string_view json_text, std::string_view config_text,
     cfg_unk = config_token(cdoc, cfg, "unk_token", ids);
     cfg_pad = config_token(cdoc, cfg, "pad_token", ids);
     if (cdoc.find(cfg, "add_bos_token")) cfg_add_bos = cdoc.flag(cfg, "add_bos_token", false, "");
+    OFFGEN_CHECK(!cdoc.flag(cfg, "add_eos_token", false, ""), kInput,
+                 "{}: add_eos_token = true (an EOS appended to every prompt) is not supported",
+                 config_file);
     v.chat_template = config_chat_template(cdoc, cfg);
   }
   if (jinja) v.chat_template = *jinja;

@@ -2,6 +2,7 @@
 #include "runtime/model/kv_codec.h"
 
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "runtime/core/dtype.h"
@@ -22,16 +23,31 @@ void KvRowCodec::encode(const float* src, uint8_t* dst, int64_t rows) const {
     quantize_row(DType::kQ4G64, src, dst, rows * row_floats());
     return;
   }
-  const int64_t padded = groups_ * kQ4G64Block;
-  std::vector<float> head(padded);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t h = 0; h < heads_; ++h) {
-      const float* x = src + r * row_floats() + h * head_dim_;
-      std::memcpy(head.data(), x, head_dim_ * 4);
-      for (int64_t j = head_dim_; j < padded; ++j) head[j] = x[0];
-      quantize_row(DType::kQ4G64, head.data(), dst + (r * heads_ + h) * groups_ * kQ4G64Bytes,
-                   padded);
-    }
+    for (int64_t h = 0; h < heads_; ++h)
+      encode_head(src + r * row_floats(), dst + r * row_bytes(), h);
+}
+
+void KvRowCodec::encode_head(const float* row, uint8_t* dst_row, int64_t head) const {
+  const float* x = row + head * head_dim_;
+  uint8_t* out = dst_row + head * groups_ * kQ4G64Bytes;
+  if (head_dim_ % kQ4G64Block == 0) {
+    quantize_row(DType::kQ4G64, x, out, head_dim_);
+    return;
+  }
+  const int64_t padded = groups_ * kQ4G64Block;
+  float buf[kQ4G64Block * 8];
+  std::vector<float> big;
+  float* p = buf;
+  if (padded > static_cast<int64_t>(std::size(buf))) {
+    big.resize(padded);
+    p = big.data();
+  }
+  std::memcpy(p, x, head_dim_ * 4);
+  // Pad the last group with its own first value: its min/max, hence its scale, stay unchanged.
+  const float fill = x[(groups_ - 1) * kQ4G64Block];
+  for (int64_t j = head_dim_; j < padded; ++j) p[j] = fill;
+  quantize_row(DType::kQ4G64, p, out, padded);
 }
 
 void KvRowCodec::decode(const uint8_t* src, float* dst, int64_t rows) const {

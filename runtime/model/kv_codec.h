@@ -7,8 +7,8 @@
 namespace offgen {
 
 // Groups never straddle heads: each head is ceil(head_dim / 64) groups of 64. When head_dim is
-// not a multiple of 64 the head's last group is padded by repeating the head's first value (the
-// group's min/max, hence its scale, are unchanged) and decode drops the padding; head_dim <= 64 is
+// not a multiple of 64 the head's last group is padded by repeating that group's first value (its
+// min/max, hence its scale, are unchanged) and decode drops the padding; head_dim <= 64 is
 // one group per head. Round-trip error per element: the q4g64 bound of runtime/core/dtype.h for
 // its group. Deterministic: encode of the same row gives the same bytes. Thread-safe (stateless).
 class KvRowCodec {
@@ -20,6 +20,9 @@ class KvRowCodec {
   // `rows` contiguous rows of row_floats() floats <-> rows of row_bytes() bytes.
   void encode(const float* src, uint8_t* dst, int64_t rows) const;
   void decode(const uint8_t* src, float* dst, int64_t rows) const;
+  // Encodes head `head` of one row into its groups of the compressed row; the other heads' bytes
+  // are not touched (a per-head eviction write leaves the other heads' slots bitwise as stored).
+  void encode_head(const float* row, uint8_t* dst_row, int64_t head) const;
 
  private:
   int64_t heads_, head_dim_, groups_;

@@ -74,27 +74,46 @@ TEST_CASE("compressed KV store: steps never change untouched slots' bytes", "[qu
     int mismatched = 0, image_changed = 0;
     for (int step = 0; step < 70; ++step) {
       // Prefill writes [0, 40) at once; then appends to 100 slots; then per-slot replacements.
-      std::vector<int32_t> written;
-      if (step == 0)
+      // At a full table each KV head replaces its own slot (as eviction policies do).
+      std::vector<int32_t> written, head_slots;
+      if (step == 0) {
         for (int64_t s = 0; s < prefill; ++s) written.push_back(static_cast<int32_t>(s));
-      else if (n < cap)
+      } else if (n < cap) {
         written.push_back(static_cast<int32_t>(n));
-      else
-        written.push_back(static_cast<int32_t>(std::uniform_int_distribution<int64_t>(0, cap - 1)(rng)));
+      } else {
+        for (int64_t hd = 0; hd < c.n_kv_heads; ++hd)
+          head_slots.push_back(static_cast<int32_t>(
+              std::uniform_int_distribution<int64_t>(0, hd == 1 ? 3 : cap - 1)(rng)));
+        if (step % 3 == 0) head_slots[2] = head_slots[0];  // two heads in one slot
+        written = head_slots;
+        std::sort(written.begin(), written.end());
+        written.erase(std::unique(written.begin(), written.end()), written.end());
+      }
+      const auto head_written = [&](int32_t slot, int64_t hd) {
+        return head_slots.empty() || head_slots[hd] == slot;
+      };
       for (int64_t layer = 0; layer < c.n_layers; ++layer) {
         Stage st(kv.staging_bytes(cap));
         kv.load(h, layer, n, st.kf(), st.vf());
         float* stage[2] = {st.kf(), st.vf()};
         for (int which = 0; which < 2; ++which)
           for (int32_t s : written) {
+            // Heads that did not write this slot hold garbage in staging: a store that
+            // re-encoded them would be caught below.
             float* row = stage[which] + s * D;
-            for (int64_t j = 0; j < D; ++j) row[j] = 3.0f * n01(rng) + static_cast<float>(which);
-            roundtrip(row, expected[layer * 2 + which].data() + s * D);
+            for (int64_t j = 0; j < D; ++j)
+              row[j] = head_written(s, j / c.head_dim) ? 3.0f * n01(rng) + static_cast<float>(which)
+                                                       : 1e4f;
+            std::vector<float> dec(D);
+            roundtrip(row, dec.data());
+            for (int64_t j = 0; j < D; ++j)
+              if (head_written(s, j / c.head_dim))
+                expected[layer * 2 + which][s * D + j] = dec[j];
           }
         if (step == 0 || n < cap)
           kv.store(h, layer, written.front(), written.back() + 1, st.kf(), st.vf());
         else
-          kv.store_slots(h, layer, written, st.kf(), st.vf());
+          kv.store_slots(h, layer, written, head_slots, st.kf(), st.vf());
       }
       n = std::min(cap, step == 0 ? prefill : n + 1);
       // Reload everything into fresh staging: every slot decodes to what it was written as.
@@ -110,11 +129,15 @@ TEST_CASE("compressed KV store: steps never change untouched slots' bytes", "[qu
             const std::byte* img = reinterpret_cast<const std::byte*>(stage[which]) +
                                    (cap * D * 4 + 4095) / 4096 * 4096;
             auto& prev = image[layer * 2 + which];
+            const int64_t head_bytes = R / c.n_kv_heads;
             for (int64_t s = ram; s < n; ++s) {
               const bool touched = std::find(written.begin(), written.end(), s) != written.end();
-              const size_t off = static_cast<size_t>((s - ram) * R);
-              if (!touched && off + R <= prev.size())
-                image_changed += std::memcmp(img + off, prev.data() + off, R) != 0;
+              for (int64_t hd = 0; hd < c.n_kv_heads; ++hd) {
+                const size_t off = static_cast<size_t>((s - ram) * R + hd * head_bytes);
+                if (!(touched && head_written(static_cast<int32_t>(s), hd)) &&
+                    off + head_bytes <= prev.size())
+                  image_changed += std::memcmp(img + off, prev.data() + off, head_bytes) != 0;
+              }
             }
             prev.assign(img, img + (n - ram) * R);
           }

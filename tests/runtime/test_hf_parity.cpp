@@ -125,6 +125,30 @@ TEST_CASE("HF checkpoints: logits at every position and 16 greedy tokens match t
   }
 }
 
+TEST_CASE("HF checkpoints: an untied config without lm_head.weight is an error, not a tie",
+          "[model][hf]") {
+  namespace fs = std::filesystem;
+  const fs::path tmp = fs::temp_directory_path() / fs::path("offgen_hf_untied");
+  fs::remove_all(tmp);
+  fs::copy(kDir + "/qwen2", tmp, fs::copy_options::recursive);
+  {
+    std::ifstream in(tmp / "config.json");
+    auto j = nlohmann::json::parse(in);
+    j["tie_word_embeddings"] = false;
+    std::ofstream(tmp / "config.json") << j.dump();
+  }
+  OpenedModel om = open_model(tmp.string());
+  auto be = make_cpu_backend(1);
+  try {
+    LlamaModel model(*om.source, *be);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.category() == ErrorCategory::kInput);
+    CHECK_THAT(e.what(), Catch::Contains("lm_head.weight"));
+  }
+  fs::remove_all(tmp);
+}
+
 TEST_CASE("HF checkpoints: a damaged config names the file and field", "[model][hf]") {
   // config_from_hf is exercised through open_model on a copy with one field broken.
   namespace fs = std::filesystem;

@@ -326,6 +326,13 @@ TEST_CASE("kv codec: per-head groups round-trip within the bound, never straddli
         for (int64_t g = 0; g < codec.groups_per_head(); ++g) {
           const uint8_t* blk = enc.data() + ((r * heads + h) * codec.groups_per_head() + g) * 36;
           const double s = fp16_to_f32(half_at(blk + 2));
+          // The scale is the group's own range (padding adds no outside value).
+          double lo = 1e30, hi = -1e30;
+          for (int64_t j = g * 64; j < std::min(hd, (g + 1) * 64); ++j) {
+            lo = std::min(lo, static_cast<double>(x[(r * heads + h) * hd + j]));
+            hi = std::max(hi, static_cast<double>(x[(r * heads + h) * hd + j]));
+          }
+          CHECK(s <= (hi - lo) / 15 * 1.01 + 1e-6);
           for (int64_t j = g * 64; j < std::min(hd, (g + 1) * 64); ++j) {
             const double xv = x[(r * heads + h) * hd + j], yv = y[(r * heads + h) * hd + j];
             bad += std::fabs(xv - yv) > s / 2 + std::ldexp(s, -18) + std::ldexp(std::fabs(xv), -24);
