@@ -195,13 +195,13 @@ std::unordered_map<std::string, int32_t> read_tokens(const Doc& doc, const json&
 }
 
 // model.merges: "a b" strings or [a, b] pairs, each naming model tokens.
-void read_merges(const Doc& doc, const json& model, VocabData& v,
-                 const std::unordered_map<std::string, int32_t>& ids) {
+void read_merges(const Doc& doc, const json& model, VocabData& v) {
   const json* merges = doc.find(model, "merges");
   if (!merges) return;
   OFFGEN_CHECK(merges->is_array(), kInput, "{}: model.merges: expected an array, got {}", doc.file,
                quote(*merges));
   v.merges.reserve(merges->size());
+  const json* vocab = doc.find(model, "vocab");
   for (size_t i = 0; i < merges->size(); ++i) {
     const json& m = (*merges)[i];
     std::string left, right;
@@ -224,10 +224,11 @@ void read_merges(const Doc& doc, const json& model, VocabData& v,
     OFFGEN_CHECK(!left.empty() && !right.empty(), kInput, "{}: model.merges[{}]: empty piece in {}",
                  doc.file, i, quote(m));
     for (const std::string* piece : {&left, &right}) {
-      OFFGEN_CHECK(ids.contains(*piece), kInput,
+      // Against model.vocab itself, as HF's BPE builder checks: added tokens are not pieces.
+      OFFGEN_CHECK(vocab != nullptr && vocab->is_object() && vocab->contains(*piece), kInput,
                    "{}: model.merges[{}]: piece '{}' is not in model.vocab", doc.file, i, *piece);
     }
-    OFFGEN_CHECK(ids.contains(left + right), kInput,
+    OFFGEN_CHECK(vocab->contains(left + right), kInput,
                  "{}: model.merges[{}]: merged token '{}' is not in model.vocab", doc.file, i,
                  left + right);
     v.merges.push_back(left + " " + right);
@@ -475,7 +476,7 @@ VocabData build(std::string_view json_text, std::string_view config_text,
   VocabData v;
   v.model = "gpt2";
   const auto ids = read_tokens(doc, root, *model, v);
-  read_merges(doc, *model, v, ids);
+  read_merges(doc, *model, v);
   v.pre = read_pre(doc, root, doc.flag(*model, "ignore_merges", false, "model"));
   v.normalize_nfc = *nfc;
 

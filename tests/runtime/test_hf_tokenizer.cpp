@@ -284,6 +284,11 @@ TEST_CASE("unsupported tokenizer.json files are rejected with the file and JSON 
     }
     require_input_error(t, no_config, {"t.json", "SentencePiece", "Llama-2", "out of scope"});
   }
+  SECTION("a merge whose piece is only an added token") {
+    add_token(t, 261, "QQ", false);
+    t["model"]["merges"].push_back(json::array({"QQ", "h"}));
+    require_input_error(t, no_config, {"t.json", "model.merges[4]", "QQ", "model.vocab"});
+  }
   SECTION("a normalizer other than NFC") {
     t["normalizer"] = {{"type", "Sequence"},
                        {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}};
