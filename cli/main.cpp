@@ -8,6 +8,7 @@
 
 #include "cli/eval_command.h"
 #include "cli/inspect_command.h"
+#include "cli/multiquery_command.h"
 #include "cli/plan_command.h"
 #include "cli/policy_flags.h"
 #include "runtime/core/error.h"
@@ -232,6 +233,8 @@ int main(int argc, char** argv) {
   eval->require_subcommand(1);
   EvalPplCommand eval_ppl;
   eval_ppl.add_to(eval);
+  EvalMultiqueryCommand eval_mq;
+  eval_mq.add_to(eval);
 
   auto* ins = app.add_subcommand("inspect", "Print a model's config, tensor table and memory footprint");
   add_common(ins, ins_common);
@@ -249,6 +252,7 @@ int main(int argc, char** argv) {
     if (calibrate.parsed()) return calibrate.run();
     if (plan_cmd.parsed()) return plan_cmd.run();
     if (eval_ppl.parsed()) return eval_ppl.run();
+    if (eval_mq.parsed()) return eval_mq.run();
   } catch (const Error& e) {
     std::fprintf(stderr, "offgen: error: %s\n", e.what());
     return e.category() == ErrorCategory::kConfig ? 2 : 1;

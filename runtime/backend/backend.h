@@ -49,6 +49,16 @@ struct SeqSpan {
 // Tables that evict also carry per-head slot metadata in host memory, [n_kv_heads][capacity]
 // each: the position a head's slot holds and the attention statistics it has received. Heads
 // evict independently, so one slot row may hold different positions for different heads.
+// A read-only context shared by several sequences (a compressed multi-query context): per KV
+// head its own kept K and V rows, head-major and of its own length (evicted pairs are gone, no
+// padding to the longest head), in position order. Every row of a sequence attends to all of it
+// before its own slots.
+struct KvSharedPrefix {
+  const float* const* k = nullptr;  // [n_kv_heads] -> [len[h]][head_dim]
+  const float* const* v = nullptr;
+  const int64_t* len = nullptr;     // [n_kv_heads]
+};
+
 struct KvSeqView {
   float* k = nullptr;
   float* v = nullptr;
@@ -58,6 +68,7 @@ struct KvSeqView {
   float* max = nullptr;
   int32_t* written = nullptr;  // out, [n_kv_heads]: the slot each head's new token went to
   int64_t compact_to = 0;      // slots a multi-token chunk that overflows keeps (0: capacity)
+  const KvSharedPrefix* prefix = nullptr;  // a shared context before the slots (null: none)
 };
 
 // Attention-score statistics of one sequence for the KV policies: for each KV head and slot, the

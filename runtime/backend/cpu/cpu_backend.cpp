@@ -290,13 +290,16 @@ void score_rows(const float* q, int64_t q_stride, int64_t rows, const float* kt,
 }
 
 // o[0..hd) = Σ_j (p[j] * inv) · v_j over n keys (v rows `v_stride` apart).
+// o = sum_j p[j] * inv * v_j, or o += that when `accumulate` (continuing the same sequential
+// reduction over a second run of keys).
 void weighted_sum(const float* p, float inv, int64_t n, const float* v, int64_t v_stride,
-                  int64_t hd, float* o) {
+                  int64_t hd, float* o, bool accumulate = false) {
 #if defined(__AVX512F__)
   if (hd % 16 == 0 && hd <= 256) {
     const int64_t nv = hd / 16;
     __m512 acc[16];
-    for (int64_t x = 0; x < nv; ++x) acc[x] = _mm512_setzero_ps();
+    for (int64_t x = 0; x < nv; ++x)
+      acc[x] = accumulate ? _mm512_loadu_ps(o + 16 * x) : _mm512_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {
       const __m512 pj = _mm512_set1_ps(p[j] * inv);
       const float* vj = v + j * v_stride;
@@ -316,7 +319,7 @@ void weighted_sum(const float* p, float inv, int64_t n, const float* v, int64_t 
     return;
   }
 #endif
-  std::fill(o, o + hd, 0.0f);
+  if (!accumulate) std::fill(o, o + hd, 0.0f);
   for (int64_t j = 0; j < n; ++j) {
     const float pj = p[j] * inv;
     const float* vj = v + j * v_stride;
@@ -343,10 +346,20 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
       const KvSeqView& kv = a.kv[s];
       const float* kbase = kv.k + kvh * hd;
       const float* vbase = kv.v + kvh * hd;
+      // A shared context's keys come first, visible to every row; then the sequence's slots.
+      const int64_t n_pre = kv.prefix ? kv.prefix->len[kvh] : 0;
       const int64_t n_keys = sp.n_past + sp.n_new;
-      const int64_t width = (n_keys + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+      const int64_t pre_width = (n_pre + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+      const int64_t width = pre_width + (n_keys + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
       const int64_t head_scores = sp.n_new * width;
       scores.resize(group * head_scores);
+      for (int64_t j0 = 0; j0 < n_pre; j0 += kKeyBlock) {
+        const int64_t nk = std::min(kKeyBlock, n_pre - j0);
+        transpose_keys(kv.prefix->k[kvh] + j0 * hd, hd, nk, hd, kt.data());
+        for (int64_t g = 0; g < group; ++g)
+          score_rows(q + sp.row_begin * row_stride + (kvh * group + g) * hd, row_stride, sp.n_new,
+                     kt.data(), hd, a.scale, scores.data() + g * head_scores + j0, width);
+      }
       // Q·Kᵀ by blocks of 16 keys; row t (position n_past + t) needs keys [0, n_past + t].
       for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
         const int64_t nk = std::min(kKeyBlock, n_keys - j0);
@@ -355,25 +368,32 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
         for (int64_t g = 0; g < group; ++g)
           score_rows(q + (sp.row_begin + t0) * row_stride + (kvh * group + g) * hd, row_stride,
                      sp.n_new - t0, kt.data(), hd, a.scale,
-                     scores.data() + g * head_scores + t0 * width + j0, width);
+                     scores.data() + g * head_scores + t0 * width + pre_width + j0, width);
       }
       for (int64_t g = 0; g < group; ++g) {
         const int64_t h = kvh * group + g;
         for (int64_t t = 0; t < sp.n_new; ++t) {
-          float* sc = scores.data() + g * head_scores + t * width;
+          float* pre = scores.data() + g * head_scores + t * width;
+          float* sc = pre + pre_width;
           const int64_t n_vis = sp.n_past + t + 1;
           float mx = -INFINITY;
+          for (int64_t j = 0; j < n_pre; ++j) mx = std::max(mx, pre[j]);
           for (int64_t j = 0; j < n_vis; ++j) mx = std::max(mx, sc[j]);
           float sum = 0.0f;
+          for (int64_t j = 0; j < n_pre; ++j) {
+            pre[j] = std::exp(pre[j] - mx);
+            sum += pre[j];
+          }
           for (int64_t j = 0; j < n_vis; ++j) {
             sc[j] = std::exp(sc[j] - mx);
             sum += sc[j];
           }
           const float inv = 1.0f / sum;
-          weighted_sum(sc, inv, n_vis, vbase, slot_stride, hd,
-                       out + (sp.row_begin + t) * row_stride + h * hd);
+          float* o = out + (sp.row_begin + t) * row_stride + h * hd;
+          if (n_pre > 0) weighted_sum(pre, inv, n_pre, kv.prefix->v[kvh], hd, hd, o);
+          weighted_sum(sc, inv, n_vis, vbase, slot_stride, hd, o, n_pre > 0);
           if (!a.stats.empty() && a.stats[s].col_sum && t >= a.stats[s].first_row) {
-            // Policy statistics: this task owns (s, kvh)'s columns.
+            // Policy statistics of the sequence's own slots: this task owns (s, kvh)'s columns.
             const AttentionStats& st = a.stats[s];
             float* cs = st.col_sum + kvh * st.capacity;
             float* cm = st.col_max + kvh * st.capacity;

@@ -1,0 +1,254 @@
+// Multi-query evaluation over shared compressed contexts.
+#include "scheduler/multiquery_eval.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "policies/kv/kvzip.h"
+#include "runtime/backend/backend.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/error.h"
+#include "runtime/loaders/model_loader.h"
+#include "runtime/text/chat_template.h"
+#include "scheduler/shared_context.h"
+
+namespace offgen {
+namespace {
+
+using nlohmann::json;
+
+const std::vector<std::string> kPolicies = {"kvzip", "kvzip-uniform", "h2o", "snapkv", "sinks"};
+
+}  // namespace
+
+MultiqueryPrompt build_multiquery_prompt(const Tokenizer& tok, const MultiqueryContext& mc) {
+  const std::string& tpl = tok.vocab().chat_template;
+  const std::string marker = "\x01offgen-context-end\x01";
+  MultiqueryPrompt p;
+  std::string before = mc.context, after = "\n";
+  std::string head;
+  if (!tpl.empty()) {
+    const std::string full = apply_chat_template(tpl, {{"user", mc.context + marker}}, true);
+    const size_t at = full.find(marker);
+    OFFGEN_CHECK(at != std::string::npos, kInternal, "chat template dropped the context marker");
+    before = full.substr(0, at), after = full.substr(at + marker.size());
+    const std::string empty = apply_chat_template(tpl, {{"user", marker}}, true);
+    head = empty.substr(0, empty.find(marker));  // system prompt + user header
+  }
+  // The protected prefix is tokenised on its own so its tokens never merge into the context's;
+  // BOS (where the tokenizer adds one) only at the very start.
+  const auto tail = [&](const std::string& text) {
+    std::vector<int32_t> ids = tok.encode(text, true);
+    if (tok.vocab().add_bos && !ids.empty() && ids.front() == tok.bos_id()) ids.erase(ids.begin());
+    return ids;
+  };
+  p.context_ids = tok.encode(head, true);
+  p.protected_len = static_cast<int64_t>(p.context_ids.size());
+  const auto body = tail(before.substr(head.size()));
+  p.context_ids.insert(p.context_ids.end(), body.begin(), body.end());
+  p.postfix_ids = tail(after);
+  for (const auto& q : mc.questions) p.question_ids.push_back(tail(q.q + after));
+  return p;
+}
+
+namespace {
+
+// Per (layer, head) kept lists from a per-head policy over the evictable slots [P, n).
+std::vector<std::vector<int32_t>> keep_per_head(const ModelConfig& c, int64_t n, int64_t P,
+                                                double ratio, const KvSlotPolicy& policy,
+                                                const std::vector<std::vector<float>>& score) {
+  const int64_t k = std::llround(ratio * static_cast<double>(n - P));
+  std::vector<std::vector<int32_t>> kept(c.n_layers * c.n_kv_heads);
+  std::vector<int32_t> pos(n - P);
+  for (int64_t i = 0; i < n - P; ++i) pos[i] = static_cast<int32_t>(P + i);
+  std::vector<float> zero(n - P, 0.0f);
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (int64_t h = 0; h < c.n_kv_heads; ++h) {
+      const float* s = score.empty() ? zero.data() : score[l].data() + h * n + P;
+      std::vector<int32_t> out;
+      policy.keep(SlotTable{pos, {s, static_cast<size_t>(n - P)}, {s, static_cast<size_t>(n - P)}},
+                  k, out);
+      auto& dst = kept[l * c.n_kv_heads + h];
+      for (int64_t i = 0; i < P; ++i) dst.push_back(static_cast<int32_t>(i));
+      for (int32_t j : out) dst.push_back(static_cast<int32_t>(P + j));
+      std::sort(dst.begin() + P, dst.end());
+    }
+  return kept;
+}
+
+std::vector<std::vector<int32_t>> keep_all(const ModelConfig& c, int64_t n) {
+  std::vector<int32_t> all(n);
+  for (int64_t i = 0; i < n; ++i) all[i] = static_cast<int32_t>(i);
+  return std::vector<std::vector<int32_t>>(c.n_layers * c.n_kv_heads, all);
+}
+
+}  // namespace
+
+std::string normalize_answer(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s)
+    if (std::isalnum(ch)) out += static_cast<char>(std::tolower(ch));
+    else if (ch >= 0x80) out += static_cast<char>(ch);
+  return out;
+}
+
+std::vector<MultiqueryContext> load_multiquery_contexts(const std::string& path) {
+  std::ifstream in(path);
+  OFFGEN_CHECK(in.good(), kInput, "{}: cannot read the contexts file", path);
+  std::vector<MultiqueryContext> out;
+  std::string line;
+  for (int64_t no = 1; std::getline(in, line); ++no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::parse_error& e) {
+      OFFGEN_THROW(kInput, "{}:{}: not valid JSON at byte {}: {}", path, no, e.byte, e.what());
+    }
+    auto str = [&](const json& o, const char* key, bool required) -> std::optional<std::string> {
+      auto it = o.find(key);
+      if (it == o.end() || it->is_null()) {
+        OFFGEN_CHECK(!required, kInput, "{}:{}: field '{}' is missing", path, no, key);
+        return std::nullopt;
+      }
+      OFFGEN_CHECK(it->is_string(), kInput, "{}:{}: field '{}' must be a string", path, no, key);
+      return it->get<std::string>();
+    };
+    OFFGEN_CHECK(j.is_object(), kInput, "{}:{}: a line must be a JSON object", path, no);
+    MultiqueryContext mc;
+    mc.id = str(j, "id", false).value_or(std::to_string(out.size()));
+    mc.context = *str(j, "context", true);
+    auto qs = j.find("questions");
+    OFFGEN_CHECK(qs != j.end() && qs->is_array() && !qs->empty(), kInput,
+                 "{}:{}: field 'questions' must be a non-empty array", path, no);
+    for (size_t i = 0; i < qs->size(); ++i) {
+      const json& q = (*qs)[i];
+      OFFGEN_CHECK(q.is_object(), kInput, "{}:{}: questions[{}] must be an object", path, no, i);
+      mc.questions.push_back({*str(q, "q", true), str(q, "answer", false)});
+    }
+    out.push_back(std::move(mc));
+  }
+  OFFGEN_CHECK(!out.empty(), kInput, "{}: no contexts", path);
+  return out;
+}
+
+void EvalMultiqueryOptions::validate() const {
+  OFFGEN_CHECK(!contexts.empty(), kConfig, "eval multiquery: give --contexts FILE");
+  for (const auto& p : policies)
+    OFFGEN_CHECK(p == "full" || std::find(kPolicies.begin(), kPolicies.end(), p) != kPolicies.end(),
+                 kConfig, "eval multiquery: unknown policy '{}' (full, {})", p,
+                 fmt::join(kPolicies, ", "));
+  for (double r : ratios)
+    OFFGEN_CHECK(r > 0 && r <= 1, kConfig, "--kv-budget {} must be a retained fraction in (0, 1]",
+                 r);
+  OFFGEN_CHECK(max_answer_tokens >= 1, kConfig, "--max-tokens must be >= 1");
+}
+
+std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMultiqueryOptions& o,
+                                         const std::function<void(const std::string&)>& log) {
+  o.validate();
+  auto contexts = load_multiquery_contexts(o.contexts);
+  if (o.max_contexts > 0 && static_cast<int64_t>(contexts.size()) > o.max_contexts)
+    contexts.resize(o.max_contexts);
+  OpenedModel om = open_model(base.model);
+  const Tokenizer tok(om.vocab);
+  auto backend = make_cpu_backend(base.threads, dtype_from_name(base.weight_dtype));
+  const LlamaModel model(*om.source, *backend);
+  const ResidentUnits units(model);
+  const ModelConfig& c = model.config();
+  ContextRunner runner(model, units);
+  const std::vector<int32_t> stop = {tok.eos_id()};
+  const auto repeat_first = tok.encode("\n\nRepeat the previous context exactly.", true);
+  const auto repeat_later =
+      tok.encode("\n\nRepeat the part of the previous context exactly, starting with ", true);
+
+  struct Tally {
+    int64_t questions = 0, agree = 0, graded = 0, correct = 0, kept = 0, pairs = 0;
+  };
+  std::map<std::pair<std::string, double>, Tally> tally;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t ci = 0; ci < contexts.size(); ++ci) {
+    const MultiqueryContext& mc = contexts[ci];
+    const MultiqueryPrompt p = build_multiquery_prompt(tok, mc);
+    const int64_t n = static_cast<int64_t>(p.context_ids.size());
+    OFFGEN_CHECK(n + 512 <= c.context_length, kInput,
+                 "{}: context '{}' has {} tokens; the model's window is {}", o.contexts, mc.id, n,
+                 c.context_length);
+    const ContextCache cache = runner.prefill(p.context_ids);
+    const auto answers_for = [&](const std::vector<std::vector<int32_t>>& kept) {
+      const SharedContext shared(c, cache.k, cache.v, n, kept, n);
+      return std::pair{runner.answer(shared, p.question_ids, o.max_answer_tokens, stop),
+                       shared.kept_pairs()};
+    };
+    const auto full_run = answers_for(keep_all(c, n));
+    const std::vector<std::vector<int32_t>>& full = full_run.first;
+    const int64_t full_pairs = full_run.second;
+    auto score = [&](const std::string& policy, double ratio,
+                     const std::vector<std::vector<int32_t>>& got, int64_t kept) {
+      Tally& t = tally[{policy, ratio}];
+      t.kept += kept, t.pairs += full_pairs;
+      for (size_t i = 0; i < got.size(); ++i) {
+        ++t.questions;
+        t.agree += got[i] == full[i];
+        if (const auto& gold = mc.questions[i].answer) {
+          ++t.graded;
+          t.correct += normalize_answer(tok.decode(got[i], true)).find(normalize_answer(*gold)) !=
+                       std::string::npos;
+        }
+      }
+    };
+    score("full", 1.0, full, full_pairs);
+    // Scores each policy needs, computed once per context.
+    std::vector<float> kvzip;
+    std::vector<std::vector<float>> snap;
+    for (const auto& policy : o.policies) {
+      if (policy == "full") continue;
+      for (double r : o.ratios) {
+        std::vector<std::vector<int32_t>> kept;
+        if (policy == "kvzip" || policy == "kvzip-uniform") {
+          if (kvzip.empty()) kvzip = runner.kvzip_scores(cache, p, repeat_first, repeat_later);
+          KvzipScores s{c.n_layers, c.n_kv_heads, n, p.protected_len, kvzip};
+          kept = kvzip_select(s, r, policy == "kvzip" ? KvzipBudget::kGlobal
+                                                      : KvzipBudget::kUniformHead);
+        } else {
+          KvPolicyConfig pc;
+          pc.name = policy;
+          const auto pol = make_kv_policy(pc);
+          if (policy == "snapkv" && snap.empty())
+            snap = runner.question_scores(cache, p.question_ids.front(), *pol);
+          kept = keep_per_head(c, n, p.protected_len, r, *pol,
+                               policy == "snapkv" ? snap
+                               : policy == "h2o"  ? cache.h2o_score
+                                                  : std::vector<std::vector<float>>{});
+        }
+        const auto run = answers_for(kept);
+        score(policy, r, run.first, run.second);
+      }
+    }
+    if (log)
+      log(fmt::format("context {}/{} '{}': {} tokens, {} questions, {:.1f} s", ci + 1,
+                      contexts.size(), mc.id, n, mc.questions.size(),
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+  }
+  std::vector<EvalRow> rows;
+  for (const auto& [key, t] : tally) {
+    const auto& [policy, ratio] = key;
+    rows.push_back({policy, ratio, "agreement", static_cast<double>(t.agree) / t.questions,
+                    t.questions, "all"});
+    if (t.graded > 0)
+      rows.push_back({policy, ratio, "accuracy", static_cast<double>(t.correct) / t.graded,
+                      t.graded, "all"});
+    rows.push_back({policy, ratio, "retained", static_cast<double>(t.kept) / t.pairs, t.questions,
+                    "all"});
+  }
+  return rows;
+}
+
+}  // namespace offgen

@@ -1,0 +1,60 @@
+// `offgen eval multiquery`: contexts with several questions each; per KV policy and retained
+// ratio, the context is compressed once and every question is answered greedily over it (shared,
+// read-only; each question's KV dropped after it). Metrics: agreement of the answers with the full
+// cache's and accuracy against given answers. Policies: kvzip (query-agnostic reconstruction
+// scores, one global threshold; kvzip-uniform: the same count per head), h2o (the context
+// prefill's accumulated attention), snapkv (scored by the first question, reused for all),
+// sinks (StreamingLLM), full. The prompt follows kvpress's pipeline: the chat template rendered
+// for one user turn holding the context, split there; question + the template's postfix.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scheduler/engine.h"
+#include "scheduler/shared_context.h"
+#include "scheduler/eval_runner.h"
+
+namespace offgen {
+
+struct MultiqueryQuestion {
+  std::string q;
+  std::optional<std::string> answer;
+};
+struct MultiqueryContext {
+  std::string id, context;
+  std::vector<MultiqueryQuestion> questions;
+};
+
+// Reads the JSONL (`{"id", "context", "questions": [{"q", "answer"?}, ...]}` per line; blank
+// lines skipped). Throws Error(kInput) naming the file, line and field.
+std::vector<MultiqueryContext> load_multiquery_contexts(const std::string& path);
+
+struct EvalMultiqueryOptions {
+  std::string contexts;               // JSONL file
+  std::vector<std::string> policies;  // kvzip, kvzip-uniform, h2o, snapkv, sinks (full always)
+  std::vector<double> ratios;         // retained fractions of the context, (0, 1]
+  int64_t max_answer_tokens = 24;
+  int64_t max_contexts = 0;           // 0 = all
+  void validate() const;              // throws Error(kConfig)
+};
+
+// Rows: per (policy, ratio) "agreement" (answers identical to the full cache's), "accuracy"
+// (normalised gold answer contained in the answer; only when answers are given) and
+// "retained" (kept context pairs / all context pairs, protected prefix included); `tokens` =
+// questions. Also per context in the log. `base` gives the model and threads.
+std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMultiqueryOptions& o,
+                                         const std::function<void(const std::string&)>& log = {});
+
+// kvpress's prompt split: the chat template rendered for one user turn holding the context, cut
+// after the context; the protected prefix (system prompt + user header) tokenised on its own;
+// each question = its text + the template's postfix (turn end + assistant header).
+MultiqueryPrompt build_multiquery_prompt(const Tokenizer& tok, const MultiqueryContext& mc);
+
+// Accuracy's normalisation: lower-case, alphanumerics only.
+std::string normalize_answer(const std::string& s);
+
+}  // namespace offgen

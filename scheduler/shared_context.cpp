@@ -1,0 +1,269 @@
+// Shared compressed contexts: building them from a full cache, the forwards that score them, and
+// batched greedy answering over them.
+#include "scheduler/shared_context.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/core/error.h"
+
+namespace offgen {
+namespace {
+
+// Accepts statistics, never evicts: the tables here are sized to hold every token.
+class StatsOnly final : public KvSlotPolicy {
+ public:
+  void keep(const SlotTable&, int64_t, std::vector<int32_t>&) const override {
+    OFFGEN_THROW(kInternal, "multi-query scoring tables never compact");
+  }
+  int64_t victim(const SlotTable&, int32_t) const override {
+    OFFGEN_THROW(kInternal, "multi-query scoring tables never evict");
+  }
+};
+
+// A sequence's own table of `cap` slots, with metadata when `meta`.
+struct OwnTable {
+  std::vector<float> k, v, sum, max;
+  std::vector<int32_t> pos;
+  KvSeqView view(const ModelConfig& c, int64_t cap, bool meta) {
+    k.assign(cap * c.kv_dim(), 0.0f);
+    v.assign(cap * c.kv_dim(), 0.0f);
+    KvSeqView w{k.data(), v.data(), cap};
+    if (meta) {
+      sum.assign(c.n_kv_heads * cap, 0.0f);
+      max.assign(c.n_kv_heads * cap, 0.0f);
+      pos.assign(c.n_kv_heads * cap, 0);
+      w.pos = pos.data(), w.sum = sum.data(), w.max = max.data();
+    }
+    return w;
+  }
+};
+
+}  // namespace
+
+SharedContext::SharedContext(const ModelConfig& c, const std::vector<std::vector<float>>& k,
+                             const std::vector<std::vector<float>>& v, int64_t n_slots,
+                             const std::vector<std::vector<int32_t>>& kept,
+                             int64_t context_length)
+    : heads_(c.n_kv_heads), context_length_(context_length) {
+  const int64_t hd = c.head_dim, kvd = c.kv_dim();
+  OFFGEN_CHECK(static_cast<int64_t>(kept.size()) == c.n_layers * heads_, kInternal,
+               "shared context: {} kept lists for {} tables", kept.size(), c.n_layers * heads_);
+  rows_k_.resize(kept.size());
+  rows_v_.resize(kept.size());
+  len_.resize(kept.size());
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (int64_t h = 0; h < heads_; ++h) {
+      const auto& keep = kept[l * heads_ + h];
+      auto& rk = rows_k_[l * heads_ + h];
+      auto& rv = rows_v_[l * heads_ + h];
+      rk.resize(keep.size() * hd);
+      rv.resize(keep.size() * hd);
+      for (size_t j = 0; j < keep.size(); ++j) {
+        OFFGEN_CHECK(keep[j] >= 0 && keep[j] < n_slots && (j == 0 || keep[j - 1] < keep[j]),
+                     kInternal, "shared context: kept slot {} invalid", keep[j]);
+        std::memcpy(&rk[j * hd], &k[l][keep[j] * kvd + h * hd], hd * 4);
+        std::memcpy(&rv[j * hd], &v[l][keep[j] * kvd + h * hd], hd * 4);
+      }
+      len_[l * heads_ + h] = static_cast<int64_t>(keep.size());
+    }
+  kp_.resize(kept.size());
+  vp_.resize(kept.size());
+  for (size_t t = 0; t < kept.size(); ++t) kp_[t] = rows_k_[t].data(), vp_[t] = rows_v_[t].data();
+  views_.resize(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    views_[l] = KvSharedPrefix{&kp_[l * heads_], &vp_[l * heads_], &len_[l * heads_]};
+}
+
+int64_t SharedContext::kept_pairs() const {
+  int64_t n = 0;
+  for (int64_t x : len_) n += x;
+  return n;
+}
+
+int64_t SharedContext::bytes() const {
+  int64_t b = 0;
+  for (size_t t = 0; t < rows_k_.size(); ++t) b += (rows_k_[t].size() + rows_v_[t].size()) * 4;
+  return b;
+}
+
+ContextRunner::ContextRunner(const LlamaModel& model, const ResidentUnits& units)
+    : model_(model), units_(units) {}
+
+void ContextRunner::forward(const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
+                            const std::vector<SeqSpan>& seqs,
+                            const std::vector<std::vector<KvSeqView>>& views,
+                            const KvSlotPolicy* policy, std::vector<float>& logits) {
+  const ModelConfig& c = model_.config();
+  const int64_t rows = static_cast<int64_t>(ids.size());
+  std::vector<float> hidden(rows * c.d_model);
+  model_.embed(ids, positions.data(), hidden.data());
+  for (int64_t u = 0; u < model_.num_units(); ++u) {
+    const bool attn = LlamaModel::unit_has_cache(u);
+    const UnitBatch b{rows, seqs, positions.data(),
+                      attn ? std::span<const KvSeqView>(views[LlamaModel::unit_layer(u)])
+                           : std::span<const KvSeqView>(),
+                      policy};
+    model_.run_unit(u, units_.blob(u), hidden.data(), b, scratch_);
+  }
+  std::vector<int64_t> last;
+  for (const auto& sp : seqs) last.push_back(sp.row_begin + sp.n_new - 1);
+  logits.resize(last.size() * c.vocab_size);
+  model_.output_step(hidden.data(), last, logits.data(), scratch_);
+}
+
+ContextCache ContextRunner::prefill(const std::vector<int32_t>& ids) {
+  const ModelConfig& c = model_.config();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  std::vector<OwnTable> tables(c.n_layers);
+  std::vector<std::vector<KvSeqView>> views(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l) views[l] = {tables[l].view(c, n, true)};
+  std::vector<int32_t> pos(n);
+  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i);
+  std::vector<float> logits;
+  const StatsOnly stats;
+  forward(ids, pos, {SeqSpan{0, n, 0}}, views, &stats, logits);
+  ContextCache out;
+  out.n = n;
+  for (auto& t : tables) {
+    out.k.push_back(std::move(t.k));
+    out.v.push_back(std::move(t.v));
+    out.h2o_score.push_back(std::move(t.sum));
+  }
+  return out;
+}
+
+std::vector<float> ContextRunner::kvzip_scores(const ContextCache& cache,
+                                               const MultiqueryPrompt& p,
+                                               const std::vector<int32_t>& repeat_first,
+                                               const std::vector<int32_t>& repeat_later,
+                                               int64_t chunk) {
+  const ModelConfig& c = model_.config();
+  const int64_t n = cache.n, P = p.protected_len, H = c.n_kv_heads, kvd = c.kv_dim();
+  std::vector<float> score(c.n_layers * H * n, 0.0f);
+  const StatsOnly stats;
+  for (int64_t a = P; a < n; a += chunk) {
+    const int64_t b = std::min(n, a + chunk), C = b - a;
+    // Repeat input: request (+ the previous chunk's last 8 tokens), postfix, the chunk itself.
+    std::vector<int32_t> ids = a == P ? repeat_first : repeat_later;
+    if (a > P)
+      ids.insert(ids.end(), p.context_ids.begin() + std::max(P, a - 8), p.context_ids.begin() + a);
+    ids.insert(ids.end(), p.postfix_ids.begin(), p.postfix_ids.end());
+    ids.insert(ids.end(), p.context_ids.begin() + a, p.context_ids.begin() + b);
+    const int64_t R = static_cast<int64_t>(ids.size()), cap = P + C + R;
+    // The local table: the protected prefix and this chunk (keys keep their RoPE positions).
+    std::vector<OwnTable> tables(c.n_layers);
+    std::vector<std::vector<KvSeqView>> views(c.n_layers);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      KvSeqView w = tables[l].view(c, cap, true);
+      std::memcpy(w.k, cache.k[l].data(), P * kvd * 4);
+      std::memcpy(w.v, cache.v[l].data(), P * kvd * 4);
+      std::memcpy(w.k + P * kvd, cache.k[l].data() + a * kvd, C * kvd * 4);
+      std::memcpy(w.v + P * kvd, cache.v[l].data() + a * kvd, C * kvd * 4);
+      views[l] = {w};
+    }
+    std::vector<int32_t> pos(R);
+    for (int64_t i = 0; i < R; ++i) pos[i] = static_cast<int32_t>(n + i);  // after the context
+    std::vector<float> logits;
+    forward(ids, pos, {SeqSpan{0, R, P + C}}, views, &stats, logits);
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      for (int64_t h = 0; h < H; ++h) {
+        const float* mx = tables[l].max.data() + h * cap;
+        float* dst = score.data() + (l * H + h) * n;
+        for (int64_t i = 0; i < P + C; ++i) {
+          const int64_t slot = i < P ? i : a + (i - P);
+          dst[slot] = std::max(dst[slot], mx[i]);
+        }
+      }
+  }
+  return score;
+}
+
+std::vector<std::vector<float>> ContextRunner::question_scores(const ContextCache& cache,
+                                                               const std::vector<int32_t>& q,
+                                                               const KvSlotPolicy& snapkv) {
+  const ModelConfig& c = model_.config();
+  const int64_t n = cache.n, Q = static_cast<int64_t>(q.size()), cap = n + Q, kvd = c.kv_dim();
+  std::vector<OwnTable> tables(c.n_layers);
+  std::vector<std::vector<KvSeqView>> views(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    KvSeqView w = tables[l].view(c, cap, true);
+    std::memcpy(w.k, cache.k[l].data(), n * kvd * 4);
+    std::memcpy(w.v, cache.v[l].data(), n * kvd * 4);
+    views[l] = {w};
+  }
+  std::vector<int32_t> pos(Q);
+  for (int64_t i = 0; i < Q; ++i) pos[i] = static_cast<int32_t>(n + i);
+  std::vector<float> logits;
+  forward(q, pos, {SeqSpan{0, Q, n}}, views, &snapkv, logits);
+  std::vector<std::vector<float>> out(c.n_layers);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    out[l].resize(c.n_kv_heads * n);
+    for (int64_t h = 0; h < c.n_kv_heads; ++h)
+      std::copy_n(tables[l].sum.data() + h * cap, n, out[l].data() + h * n);
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> ContextRunner::answer(
+    const SharedContext& ctx, const std::vector<std::vector<int32_t>>& questions,
+    int64_t max_tokens, std::span<const int32_t> stop,
+    std::vector<std::vector<float>>* first_logits) {
+  const ModelConfig& c = model_.config();
+  const size_t nq = questions.size();
+  const int64_t L = ctx.context_length();
+  std::vector<OwnTable> tables(nq * c.n_layers);
+  std::vector<std::vector<KvSeqView>> views(c.n_layers, std::vector<KvSeqView>(nq));
+  std::vector<int64_t> past(nq, 0);
+  for (size_t i = 0; i < nq; ++i)
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const int64_t cap = static_cast<int64_t>(questions[i].size()) + max_tokens;
+      views[l][i] = tables[i * c.n_layers + l].view(c, cap, false);
+      views[l][i].prefix = ctx.layer(l);
+    }
+  last_own_bytes_ = 0;
+  for (const auto& t : tables) last_own_bytes_ += (t.k.size() + t.v.size()) * 4;
+  std::vector<std::vector<int32_t>> out(nq);
+  std::vector<bool> done(nq, false);
+  std::vector<int32_t> next(nq, 0);
+  for (int64_t step = 0; step < max_tokens; ++step) {
+    std::vector<int32_t> ids, pos;
+    std::vector<SeqSpan> seqs;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < nq; ++i) {
+      if (done[i]) continue;
+      const std::vector<int32_t> feed =
+          step == 0 ? questions[i] : std::vector<int32_t>{next[i]};
+      seqs.push_back(SeqSpan{static_cast<int64_t>(ids.size()),
+                             static_cast<int64_t>(feed.size()), past[i]});
+      for (size_t t = 0; t < feed.size(); ++t) {
+        ids.push_back(feed[t]);
+        pos.push_back(static_cast<int32_t>(L + past[i] + static_cast<int64_t>(t)));
+      }
+      who.push_back(i);
+    }
+    if (seqs.empty()) break;
+    std::vector<std::vector<KvSeqView>> step_views(c.n_layers);
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      for (size_t i : who) step_views[l].push_back(views[l][i]);
+    std::vector<float> logits;
+    forward(ids, pos, seqs, step_views, nullptr, logits);
+    for (size_t j = 0; j < who.size(); ++j) {
+      const size_t i = who[j];
+      const float* row = logits.data() + j * c.vocab_size;
+      if (step == 0 && first_logits) first_logits->emplace_back(row, row + c.vocab_size);
+      past[i] += seqs[j].n_new;
+      const int32_t best =
+          static_cast<int32_t>(std::max_element(row, row + c.vocab_size) - row);
+      if (std::find(stop.begin(), stop.end(), best) != stop.end()) {
+        done[i] = true;
+        continue;
+      }
+      out[i].push_back(best);
+      next[i] = best;
+    }
+  }
+  return out;
+}
+
+}  // namespace offgen

@@ -1,0 +1,105 @@
+// A multi-query context prefilled once, compressed once and shared read-only by every question:
+// per layer and KV head the kept pairs only (head-major, per-head lengths — evicted pairs are
+// gone), exposed as the attention op's KvSharedPrefix. Questions keep their own KV after it and
+// continue positions from the uncompressed context length. Also: the context's full prefill and
+// the scores each compression policy needs (KVzip reconstruction, H2O, SnapKV, sinks).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "policies/kv/kv_policy.h"
+#include "runtime/model/llama.h"
+
+namespace offgen {
+
+class SharedContext {
+ public:
+  // From a full slot-major cache ([layer] -> [n_slots][kv_dim] K and V) and, per (layer, head)
+  // in row-major order, the slots to keep (ascending). context_length: the uncompressed length.
+  SharedContext(const ModelConfig& c, const std::vector<std::vector<float>>& k,
+                const std::vector<std::vector<float>>& v, int64_t n_slots,
+                const std::vector<std::vector<int32_t>>& kept, int64_t context_length);
+  SharedContext(SharedContext&&) = default;
+
+  const KvSharedPrefix* layer(int64_t l) const { return &views_[l]; }
+  int64_t context_length() const { return context_length_; }
+  int64_t kept_pairs() const;  // over all layers and heads
+  int64_t bytes() const;       // K + V bytes held (stored once for all questions)
+  std::span<const float> k_data(int64_t layer, int64_t head) const {
+    return rows_k_[layer * heads_ + head];
+  }
+
+ private:
+  int64_t heads_ = 0, context_length_ = 0;
+  std::vector<std::vector<float>> rows_k_, rows_v_;  // [layer * heads + head] -> [len][head_dim]
+  std::vector<int64_t> len_;
+  std::vector<const float*> kp_, vp_;
+  std::vector<KvSharedPrefix> views_;
+};
+
+// The context tokens of a chat-formatted multi-query prompt: `protected_len` leading tokens (the
+// template's system prompt and user header) are always kept; question i is question_ids[i]
+// (question text + the template's assistant postfix), answered after the context.
+struct MultiqueryPrompt {
+  std::vector<int32_t> context_ids;
+  int64_t protected_len = 0;
+  std::vector<std::vector<int32_t>> question_ids;
+  std::vector<int32_t> postfix_ids;  // the template's turn end + assistant header
+};
+
+// A prefilled context: the full cache with H2O statistics (summed attention of all prompt rows).
+struct ContextCache {
+  int64_t n = 0;
+  std::vector<std::vector<float>> k, v;       // [layer] -> [n][kv_dim]
+  std::vector<std::vector<float>> h2o_score;  // [layer] -> [n_kv_heads][n]
+};
+
+// Runs a model over all weights in RAM, with per-sequence views; the common forward of the
+// multi-query evaluation. Thread-compatible (one per thread).
+class ContextRunner {
+ public:
+  ContextRunner(const LlamaModel& model, const ResidentUnits& units);
+  // Prefills `ids` at positions 0.. into a full cache, collecting H2O scores.
+  ContextCache prefill(const std::vector<int32_t>& ids);
+  // KVzip scores of every context pair ([layer][head][slot], row-major): teacher-forced
+  // reconstruction of the context in chunks of `chunk` tokens — "Repeat the previous context
+  // exactly." (later chunks: "Repeat the part of the previous context exactly, starting with " +
+  // the previous chunk's last 8 tokens) + the chat postfix + the chunk's own tokens — attending
+  // to the protected prefix and that chunk only (KVzip's local normalisation); a pair's score is
+  // the maximum softmax weight any query head of its group gives it at any repeat position.
+  // repeat_first / repeat_later: the two request texts' tokens.
+  std::vector<float> kvzip_scores(const ContextCache& cache, const MultiqueryPrompt& p,
+                                  const std::vector<int32_t>& repeat_first,
+                                  const std::vector<int32_t>& repeat_later, int64_t chunk = 2048);
+  // SnapKV scores: the attention of question 0's rows (the policy's observation window) over
+  // the full context, [layer] -> [n_kv_heads][n].
+  std::vector<std::vector<float>> question_scores(const ContextCache& cache,
+                                                  const std::vector<int32_t>& question,
+                                                  const KvSlotPolicy& snapkv);
+  // Greedy answers to every question over the shared context, batched: each question its own
+  // KV after the shared prefix, positions from the context length. Stops at `stop` ids or after
+  // max_tokens. Returns the generated ids per question (without the stop token).
+  std::vector<std::vector<int32_t>> answer(const SharedContext& ctx,
+                                           const std::vector<std::vector<int32_t>>& questions,
+                                           int64_t max_tokens, std::span<const int32_t> stop,
+                                           std::vector<std::vector<float>>* first_logits = nullptr);
+  // Bytes of the questions' own KV tables in the last answer() (the shared context not included).
+  int64_t last_own_bytes() const { return last_own_bytes_; }
+
+ private:
+  // One forward over the batch: rows of every sequence, views per layer; logits of each
+  // sequence's last row.
+  void forward(const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
+               const std::vector<SeqSpan>& seqs, const std::vector<std::vector<KvSeqView>>& views,
+               const KvSlotPolicy* policy, std::vector<float>& logits);
+
+  const LlamaModel& model_;
+  const ResidentUnits& units_;
+  LlamaScratch scratch_;
+  int64_t last_own_bytes_ = 0;
+};
+
+}  // namespace offgen
