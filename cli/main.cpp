@@ -19,6 +19,7 @@
 #include "scheduler/engine.h"
 #include "scheduler/job_report.h"
 #include "scheduler/job_runner.h"
+#include "scheduler/shared_bench.h"
 
 namespace {
 
@@ -172,6 +173,28 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
   return 0;
 }
 
+int cmd_shared_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& bo,
+                     int64_t context_len, bool separate, const std::string& json_path) {
+  EngineOptions eo;
+  eo.model = f.model;
+  eo.threads = f.threads;
+  eo.weight_dtype = f.weight_dtype;
+  SharedBenchOptions o;
+  o.context_len = context_len;
+  o.question_len = bo.prompt_len;
+  o.gen_len = bo.gen_len;
+  o.questions = bo.batch_size > 0 ? bo.batch_size : 64;
+  o.policy = pf.kv_policy_text().empty() ? "full" : pf.kv_policy_text();
+  o.ratio = pf.kv_budget_text().empty() ? 1.0
+                                        : parse_number_list(pf.kv_budget_text(), "--kv-budget")[0];
+  o.separate = separate;
+  o.seed = bo.seed;
+  const SharedBenchReport r = run_shared_bench(eo, o);
+  std::printf("%s\n", r.summary().c_str());
+  if (!json_path.empty()) write_json_atomically(json_path, r.to_json());
+  return 0;
+}
+
 int cmd_inspect(const CommonFlags& f) { return run_inspect(f.model, f.threads); }
 
 }  // namespace
@@ -220,6 +243,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 24));
   bench->add_flag("!--no-warmup", bench_opts.warmup, "Skip the untimed warm-up run");
   bench->add_option("--json", bench_json, "Write the report as JSON");
+  int64_t shared_context = 0;
+  bool shared_no_separate = false;
+  bench->add_option("--shared-context", shared_context,
+                    "Shared-context mode: --num-prompts questions of --prompt-len tokens over one "
+                    "context of N tokens, prefilled and compressed once (--kv-policy kvzip "
+                    "--kv-budget R, or full), against the same prompts prefilled separately")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  bench->add_flag("--no-separate", shared_no_separate,
+                  "With --shared-context: skip the separate-prefill baseline");
   bool bench_predict = false;
   bench->add_flag("--predict", bench_predict,
                   "Add the cost model's predicted figures for the policy that ran (hardware profile "
@@ -248,6 +280,9 @@ int main(int argc, char** argv) {
   try {
     if (gen->parsed()) return cmd_generate(gen_common, job, gen_policy, max_context, quiet);
     if (ins->parsed()) return cmd_inspect(ins_common);
+    if (bench->parsed() && shared_context > 0)
+      return cmd_shared_bench(bench_common, bench_policy, bench_opts, shared_context,
+                              !shared_no_separate, bench_json);
     if (bench->parsed()) return cmd_bench(bench_common, bench_policy, bench_opts, bench_json, bench_predict);
     if (calibrate.parsed()) return calibrate.run();
     if (plan_cmd.parsed()) return plan_cmd.run();

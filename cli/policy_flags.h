@@ -26,6 +26,9 @@ class PolicyFlags {
   // `--policy auto`: the planner chooses batch sizes, tier shares and overlap (the other flags
   // still give the capacities and the KV policy).
   bool auto_policy() const { return policy_file_ == "auto"; }
+  // The raw --kv-policy / --kv-budget texts (bench --shared-context reads kvzip from them).
+  const std::string& kv_policy_text() const { return kv_policy_; }
+  const std::string& kv_budget_text() const { return kv_budget_; }
 
  private:
   std::string policy_file_;

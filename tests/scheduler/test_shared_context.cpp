@@ -12,6 +12,7 @@
 #include "runtime/core/error.h"
 #include "runtime/loaders/model_loader.h"
 #include "scheduler/multiquery_eval.h"
+#include "scheduler/shared_bench.h"
 
 using namespace offgen;
 
@@ -165,4 +166,22 @@ TEST_CASE("multiquery contexts file: errors name the line and field", "[multique
   CHECK(ok[0].questions[0].answer == "Z 1");
   CHECK(normalize_answer(" The answer: Z-1! ") == "theanswerz1");
   std::filesystem::remove(path);
+}
+
+TEST_CASE("bench --shared-context: the context is held once, compressed to the ratio",
+          "[multiquery]") {
+  EngineOptions eo;
+  eo.model = std::string(OFFGEN_TEST_DATA) + "/hf_models/qwen2";
+  eo.threads = 2;
+  SharedBenchOptions o;
+  o.context_len = 40, o.question_len = 5, o.gen_len = 4, o.questions = 3, o.ratio = 0.5;
+  const SharedBenchReport r = run_shared_bench(eo, o);
+  CHECK(r.retained == Approx(0.5).margin(0.01));
+  CHECK(r.context_bytes < r.context_bytes_full);
+  CHECK(r.context_bytes_full == 40 * r.separate_kv_bytes / (3 * 40));  // one copy vs three
+  CHECK(r.separate_throughput > 0);
+  CHECK(r.shared_throughput > 0);
+  CHECK(r.to_json().at("kv_policy") == "kvzip@0.5");
+  o.policy = "h2o";
+  CHECK_THROWS_AS(run_shared_bench(eo, o), Error);
 }
