@@ -36,6 +36,9 @@ void EvalMultiqueryCommand::add_to(CLI::App* eval) {
   cmd_->add_option("--max-contexts", max_contexts, "Evaluate only the first N contexts (0 = all)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd_->add_option("--json", json, "Write the rows as JSON (DESIGN.md eval rows)");
+  cmd_->add_option("--answers", answers,
+                   "Write every answer as JSONL (context, question, policy, ratio, answer, "
+                   "full_answer, gold)");
   cmd_->add_option("--plot", plot, "Write a PNG of agreement against the retained ratio");
 }
 
@@ -50,6 +53,7 @@ int EvalMultiqueryCommand::run() const {
   o.ratios = parse_number_list(budgets, "--kv-budget");
   o.max_answer_tokens = max_tokens;
   o.max_contexts = max_contexts;
+  o.answers = answers;
   const auto rows = run_eval_multiquery(eo, o, [](const std::string& line) {
     std::fprintf(stderr, "offgen: eval: %s\n", line.c_str());
   });

@@ -164,7 +164,12 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
   const ResidentUnits units(model);
   const ModelConfig& c = model.config();
   ContextRunner runner(model, units);
-  const std::vector<int32_t> stop = {tok.eos_id()};
+  // An answer ends at the end of the turn or its first line break (QA-style answers; the
+  // rambling a small model adds after the answer would make agreement a test of the ramble).
+  std::vector<int32_t> stop = {tok.eos_id()};
+  for (int32_t id = 0; id < tok.vocab_size(); ++id)
+    if (id != tok.eos_id() && tok.token_bytes(id).find('\n') != std::string::npos)
+      stop.push_back(id);
   const auto repeat_first = tok.encode("\n\nRepeat the previous context exactly.", true);
   const auto repeat_later =
       tok.encode("\n\nRepeat the part of the previous context exactly, starting with ", true);
@@ -173,6 +178,11 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
     int64_t questions = 0, agree = 0, graded = 0, correct = 0, kept = 0, pairs = 0;
   };
   std::map<std::pair<std::string, double>, Tally> tally;
+  std::ofstream answers_out;
+  if (!o.answers.empty()) {
+    answers_out.open(o.answers, std::ios::trunc);
+    OFFGEN_CHECK(answers_out.good(), kIo, "{}: cannot write the answers", o.answers);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t ci = 0; ci < contexts.size(); ++ci) {
     const MultiqueryContext& mc = contexts[ci];
@@ -195,6 +205,16 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
       Tally& t = tally[{policy, ratio}];
       t.kept += kept, t.pairs += full_pairs;
       for (size_t i = 0; i < got.size(); ++i) {
+        if (answers_out.is_open())
+          answers_out << json{{"context", mc.id},
+                              {"question", mc.questions[i].q},
+                              {"policy", policy},
+                              {"ratio", ratio},
+                              {"answer", tok.decode(got[i], true)},
+                              {"full_answer", tok.decode(full[i], true)},
+                              {"gold", mc.questions[i].answer.value_or("")}}
+                                 .dump(-1, ' ', false, json::error_handler_t::replace)
+                          << "\n";
         ++t.questions;
         t.agree += got[i] == full[i];
         if (const auto& gold = mc.questions[i].answer) {

@@ -1,7 +1,8 @@
 // `offgen eval multiquery`: contexts with several questions each; per KV policy and retained
 // ratio, the context is compressed once and every question is answered greedily over it (shared,
 // read-only; each question's KV dropped after it). Metrics: agreement of the answers with the full
-// cache's and accuracy against given answers. Policies: kvzip (query-agnostic reconstruction
+// cache's and accuracy against given answers; an answer ends at the end of the turn or at its
+// first line break. Policies: kvzip (query-agnostic reconstruction
 // scores, one global threshold; kvzip-uniform: the same count per head), h2o (the context
 // prefill's accumulated attention), snapkv (scored by the first question, reused for all),
 // sinks (StreamingLLM), full. The prompt follows kvpress's pipeline: the chat template rendered
@@ -39,6 +40,7 @@ struct EvalMultiqueryOptions {
   std::vector<double> ratios;         // retained fractions of the context, (0, 1]
   int64_t max_answer_tokens = 24;
   int64_t max_contexts = 0;           // 0 = all
+  std::string answers;                // JSONL of every answer ("" = none)
   void validate() const;              // throws Error(kConfig)
 };
 
