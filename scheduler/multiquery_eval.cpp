@@ -93,10 +93,20 @@ std::vector<std::vector<int32_t>> keep_all(const ModelConfig& c, int64_t n) {
 
 std::string normalize_answer(const std::string& s) {
   std::string out;
-  for (unsigned char ch : s)
-    if (std::isalnum(ch)) out += static_cast<char>(std::tolower(ch));
-    else if (ch >= 0x80) out += static_cast<char>(ch);
+  for (unsigned char ch : s) {
+    const bool word = std::isalnum(ch) || ch >= 0x80;
+    if (word)
+      out += static_cast<char>(std::tolower(ch));
+    else if (!out.empty() && out.back() != ' ')
+      out += ' ';
+  }
+  if (!out.empty() && out.back() == ' ') out.pop_back();
   return out;
+}
+
+bool answer_matches(const std::string& output, const std::string& gold) {
+  const std::string g = normalize_answer(gold);
+  return !g.empty() && (" " + normalize_answer(output) + " ").find(" " + g + " ") != std::string::npos;
 }
 
 std::vector<MultiqueryContext> load_multiquery_contexts(const std::string& path) {
@@ -219,8 +229,7 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
         t.agree += got[i] == full[i];
         if (const auto& gold = mc.questions[i].answer) {
           ++t.graded;
-          t.correct += normalize_answer(tok.decode(got[i], true)).find(normalize_answer(*gold)) !=
-                       std::string::npos;
+          t.correct += answer_matches(tok.decode(got[i], true), *gold);
         }
       }
     };

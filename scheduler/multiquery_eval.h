@@ -45,7 +45,7 @@ struct EvalMultiqueryOptions {
 };
 
 // Rows: per (policy, ratio) "agreement" (answers identical to the full cache's), "accuracy"
-// (normalised gold answer contained in the answer; only when answers are given) and
+// (answer_matches; only when answers are given) and
 // "retained" (kept context pairs / all context pairs, protected prefix included); `tokens` =
 // questions. Also per context in the log. `base` gives the model and threads.
 std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMultiqueryOptions& o,
@@ -56,7 +56,10 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
 // each question = its text + the template's postfix (turn end + assistant header).
 MultiqueryPrompt build_multiquery_prompt(const Tokenizer& tok, const MultiqueryContext& mc);
 
-// Accuracy's normalisation: lower-case, alphanumerics only.
+// Accuracy: the normalised gold answer (lower case, every other character than letters, digits
+// and non-ASCII a space, spaces collapsed) occurs in the normalised output between word
+// boundaries (bench/peers/kvpress_multiquery.py scores the same way).
 std::string normalize_answer(const std::string& s);
+bool answer_matches(const std::string& output, const std::string& gold);
 
 }  // namespace offgen

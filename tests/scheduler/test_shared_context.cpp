@@ -164,7 +164,10 @@ TEST_CASE("multiquery contexts file: errors name the line and field", "[multique
   const auto ok = load_multiquery_contexts(path);
   REQUIRE(ok.size() == 1);
   CHECK(ok[0].questions[0].answer == "Z 1");
-  CHECK(normalize_answer(" The answer: Z-1! ") == "theanswerz1");
+  CHECK(normalize_answer(" The answer: Z-1! ") == "the answer z 1");
+  CHECK(answer_matches("The code of Ann is 4172.", "4172"));
+  CHECK_FALSE(answer_matches("The code of Ann is 41723.", "4172"));
+  CHECK(answer_matches("It is Z-1", "z 1"));
   std::filesystem::remove(path);
 }
 
