@@ -54,7 +54,9 @@ MultiqueryPrompt build_multiquery_prompt(const Tokenizer& tok, const MultiqueryC
   const auto body = tail(before.substr(head.size()));
   p.context_ids.insert(p.context_ids.end(), body.begin(), body.end());
   p.postfix_ids = tail(after);
-  for (const auto& q : mc.questions) p.question_ids.push_back(tail(q.q + after));
+  // A blank line separates the question from the context (bench/peers/kvpress_multiquery.py's
+  // QUESTION_PREFIX; kvpress's pipeline would glue them).
+  for (const auto& q : mc.questions) p.question_ids.push_back(tail("\n\n" + q.q + after));
   return p;
 }
 

@@ -53,7 +53,7 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
 
 // kvpress's prompt split: the chat template rendered for one user turn holding the context, cut
 // after the context; the protected prefix (system prompt + user header) tokenised on its own;
-// each question = its text + the template's postfix (turn end + assistant header).
+// each question = a blank line + its text + the template's postfix (turn end + assistant header).
 MultiqueryPrompt build_multiquery_prompt(const Tokenizer& tok, const MultiqueryContext& mc);
 
 // Accuracy: the normalised gold answer (lower case, every other character than letters, digits
