@@ -1,0 +1,465 @@
+#!/usr/bin/env python3
+"""Independent check of offgen's multi-query KV eviction: one compressed context, many questions, kvpress.
+
+For each context of a multi-query JSONL file (tools/gen_multikey.py writes them; one line per
+context: {"id", "context", "questions": [{"q", "answer"?}, ...]}), each press and each retained
+fraction r: prefill the context ONCE under the press (compression_ratio = 1 - r), then answer
+every question greedily over that compressed cache, dropping the question/answer KV before the
+next question. Compared with the full cache's answers (agreement) and the given answers (accuracy).
+This is the protocol of `offgen eval multiquery`; the C++ side mirrors the prompt below token for
+token.
+
+Prompt (kvpress's KVPressTextGenerationPipeline, "kv-press-text-generation", used as is):
+
+* context text = chat_template([{"role": "user", "content": CONTEXT + SEP}], add_generation_prompt)
+  cut at SEP (a run of '#'), i.e. for SmolLM2 (whose template adds its default system prompt):
+      "<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+      "<|im_end|>\\n<|im_start|>user\\n" + CONTEXT
+* question text = "\\n\\n" + Q + "<|im_end|>\\n<|im_start|>assistant\\n"
+  ("\\n\\n" is this script's QUESTION_PREFIX; the rest is the template's tail after the user
+  content, which the pipeline appends as `question_suffix`; answer_prefix is empty)
+* the two texts are tokenised SEPARATELY, tokenizer.encode(text, add_special_tokens=False)
+  (SmolLM2 has no BOS; <|im_start|> / <|im_end|> are special tokens 1 / 2 inside the text), so a
+  token never spans the context/question boundary. Context ids are positions 0..C-1.
+* prefill: model.model(context_ids) under the press, on a fresh DynamicCache (no logits).
+* per question: one forward of the question ids at positions C..C+Lq-1 over the (compressed)
+  cache; the last logits give token 1 (argmax); then up to max_new_tokens - 1 single-token greedy
+  steps at positions C+Lq, C+Lq+1, ...; stop after the EOS token (<|im_end|>, id 2) is produced.
+  RoPE positions continue from the ORIGINAL context length C whatever the press kept. Then the
+  cache is cut back to its length before the question (question + answer KV dropped).
+* answer = tokenizer.decode(generated ids, skip_special_tokens=True), cut at the first "\\n",
+  then .strip(). (The pipeline does not stop at a newline; cutting the text afterwards is the same
+  as stopping there, since greedy tokens before the newline do not depend on what follows.)
+
+Metrics per (policy, r), pooled over all questions of all contexts:
+* agreement = fraction of questions whose answer string equals the full cache's answer string
+  exactly (after the strip above).
+* accuracy (questions with an "answer" only) = fraction where norm(answer) occurs in norm(output)
+  at word boundaries: norm(s) = " " + " ".join(re.sub("[^0-9a-z]", " ", s.lower()).split()) + " "
+  (lower case, every non-alphanumeric character a space, whitespace collapsed, padded), and the
+  test is `norm(gold) in norm(out)`; an empty gold answer never counts as correct.
+* kept_fraction = KV pairs kept / (layers x KV heads x C), averaged over contexts (kvzip's
+  budgets differ per layer and head; the others keep the same count everywhere).
+
+Policies -> kvpress presses (r = retained fraction = the row's "budget"):
+* full      no press.
+* kvzip     KVzipPress(compression_ratio=1-r, n_sink=4, layerwise=False, chunk_size=2048): scored
+            by context reconstruction (query-agnostic). kvpress MASKS the evicted pairs instead of
+            removing them (see bench/peers/README.md, "kvpress multi-query").
+* snapkv    SnapKVPress(window_size=64, kernel_size=5) on the context alone: the observation
+            window is the last 64 context tokens (query-agnostic use, what the pipeline does).
+* snapkv_q1 SnapKV compressed for the FIRST question and reused for all: the prefill is
+            context + question 1 (its full question ids, suffix included) and the observation
+            window is exactly question 1's tokens; the top-k (k = int(C * r), kvpress's count) of
+            the C context positions by SnapKV score are kept and question 1's KV is dropped, so
+            every question (the first included) is then answered over the same compressed
+            context. (A small subclass of SnapKVPress; kvpress has no such mode.)
+* h2o       ObservedAttentionPress on the context (H2O-like scoring; needs eager attention).
+* sinks     StreamingLLMPress(n_sink=4): the first 4 context tokens + the most recent ones.
+The presses' r = 1 rows reuse the full-cache answers (compression_ratio 0 leaves the cache
+untouched); --rerun-unity runs them. h2o runs on a second copy of the model with eager attention,
+every other policy with sdpa (KVzipPress refuses eager); the rows "full_eager" (agreement of an
+eager full-cache run with the sdpa one) show whether that matters.
+
+Output: --json (a list of DESIGN.md §3 eval rows {policy, budget, metric, value, tokens} with
+tokens = context tokens summed over the contexts, plus "questions", "system", "dataset" and "run"
+(provenance) keys; the full policy's agreement row also carries "answers": {context id: [answer
+per question]} for the C++ side to compare with) and --md (a table, also printed). --answers FILE
+writes every (policy, r, context, question) output as JSONL.
+
+Run with /opt/offgen-kvpress/bin/python (kvpress 0.5.5 + transformers 5.2.0), on the Hugging Face
+export of the model (tools/export_hf_checkpoint.py): KVzipPress loads the tokenizer from
+model.config.name_or_path, which must be a directory. See bench/peers/README.md. Dev-time only.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as dt
+import hashlib
+import importlib.metadata as md
+import json
+import logging
+import os
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, pipeline  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+import kvpress  # noqa: E402,F401  (registers the "kv-press-text-generation" pipeline)
+from kvpress import KVzipPress, ObservedAttentionPress, SnapKVPress, StreamingLLMPress  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_MODEL = Path.home() / ".cache/offgen/models/SmolLM2-135M-Instruct-hf"
+DEFAULT_CONTEXTS = REPO / "bench/multiquery/multikey.jsonl"
+QUESTION_PREFIX = "\n\n"
+ALL_POLICIES = ["kvzip", "kvzip_sys", "snapkv", "snapkv_q1", "h2o", "sinks"]
+
+
+def log(msg: str) -> None:
+    print(f"[kvpress_multiquery {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def norm(s: str) -> str:
+    return " " + " ".join(re.sub(r"[^0-9a-z]", " ", s.lower()).split()) + " "
+
+
+def correct(gold: str, out: str) -> bool:
+    g = norm(gold)
+    return g.strip() != "" and g in norm(out)
+
+
+def clean(answer: str) -> str:
+    return answer.split("\n", 1)[0].strip()
+
+
+@dataclasses.dataclass
+class FirstQuestionSnapKVPress(SnapKVPress):
+    """SnapKV scored by the first question: the prefill is context + question 1, the observation
+    window is question 1 (window_size = its length), the top int(n_context * (1 - ratio)) context
+    positions are kept and the question's own KV is dropped from the cache."""
+
+    n_context: int = 0
+
+    def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+        n = self.n_context
+        if self.compression_ratio == 0:
+            return keys[:, :, :n].contiguous(), values[:, :, :n].contiguous()
+        scores = self.score(module, hidden_states, keys, values, attentions, kwargs)[..., :n]
+        n_kept = max(1, int(n * (1 - self.compression_ratio)))
+        idx = scores.topk(n_kept, dim=-1).indices.unsqueeze(-1).expand(-1, -1, -1, module.head_dim)
+        return keys.gather(2, idx).contiguous(), values.gather(2, idx).contiguous()
+
+
+@dataclasses.dataclass
+class KVzipKeepPrefixPress(KVzipPress):
+    """KVzipPress that never evicts the chat-template prefix (system prompt + user header): kvpress
+    scores those tokens 0 -- only the context after them is reconstructed -- and protects only the
+    first n_sink of them, so they go first; KVzip's paper keeps the system prompt."""
+
+    def compress_post(self, model):
+        if self.compression_ratio > 0 and self.score_val is not None:
+            self.score_val[..., : self.prefix_length] = self.score_val.amax() + 1.0
+        super().compress_post(model)
+
+
+def make_press(policy: str, r: float, args):
+    cr = 1.0 - r
+    if policy == "kvzip":
+        return KVzipPress(compression_ratio=cr, n_sink=args.sinks, layerwise=args.kvzip_layerwise,
+                          chunk_size=args.kvzip_chunk)
+    if policy == "kvzip_sys":
+        return KVzipKeepPrefixPress(compression_ratio=cr, n_sink=args.sinks, layerwise=args.kvzip_layerwise,
+                                    chunk_size=args.kvzip_chunk)
+    if policy == "snapkv":
+        return SnapKVPress(compression_ratio=cr, window_size=args.snapkv_window, kernel_size=args.snapkv_kernel)
+    if policy == "snapkv_q1":
+        return FirstQuestionSnapKVPress(compression_ratio=cr, kernel_size=args.snapkv_kernel)
+    if policy == "h2o":
+        return ObservedAttentionPress(compression_ratio=cr)
+    if policy == "sinks":
+        return StreamingLLMPress(compression_ratio=cr, n_sink=args.sinks)
+    raise SystemExit(f"unknown policy {policy!r} (known: {', '.join(ALL_POLICIES)})")
+
+
+def clear_masks(model) -> None:
+    for layer in model.model.layers:
+        layer.self_attn.masked_key_indices = None
+
+
+def kept_fraction(model, cache, n_ctx: int) -> float:
+    """Kept KV pairs / (layers x KV heads x n_ctx) of the compressed context cache."""
+    cfg = model.config
+    total = cfg.num_hidden_layers * cfg.num_key_value_heads * n_ctx
+    kept = 0
+    for li, layer in enumerate(model.model.layers):
+        length = cache.get_seq_length(li)
+        kept += cfg.num_key_value_heads * length
+        masked = getattr(layer.self_attn, "masked_key_indices", None)
+        if masked is not None:
+            kept -= len(masked[0])
+    return kept / total
+
+
+@torch.inference_mode()
+def run_one(pipe, policy: str, r: float, ctx: dict, questions: list[str], args) -> tuple[list[str], float]:
+    """Answers (cleaned) and kept fraction for one context under one press."""
+    model = pipe.model
+    clear_masks(model)
+    cache = DynamicCache()
+    inputs = pipe.preprocess(ctx["context"], questions=questions, answer_prefix="",
+                             max_context_length=int(1e10))
+    ctx_ids, q_ids = inputs["context_ids"], inputs["questions_ids"]
+    n_ctx = ctx_ids.shape[1]
+    if policy == "full":
+        out = pipe(ctx["context"], questions=questions, max_new_tokens=args.max_new_tokens, cache=cache)
+        answers = out["answers"]
+    elif policy == "snapkv_q1":
+        press = make_press(policy, r, args)
+        press.window_size = q_ids[0].shape[1]
+        press.n_context = n_ctx
+        with press(model):
+            model.model(input_ids=torch.cat([ctx_ids, q_ids[0]], dim=1), past_key_values=cache)
+        if cache.get_seq_length() != max(1, int(n_ctx * (1 - press.compression_ratio))) and r < 1:
+            raise RuntimeError(f"snapkv_q1 kept {cache.get_seq_length()} of {n_ctx}")
+        answers = []
+        for q in q_ids:  # as KVPressTextGenerationPipeline._forward does
+            lengths = [cache.get_seq_length(i) for i in range(len(cache))]
+            answers.append(pipe.generate_answer(question_ids=q, cache=cache, context_length=n_ctx,
+                                                max_new_tokens=args.max_new_tokens))
+            pipe._remove_answer_from_cache(cache, lengths)
+    else:
+        press = make_press(policy, r, args)
+        out = pipe(ctx["context"], questions=questions, press=press, max_new_tokens=args.max_new_tokens,
+                   cache=cache)
+        answers = out["answers"]
+    frac = kept_fraction(model, cache, n_ctx)
+    if policy == "kvzip" and args.kvzip_prefix_stats:
+        # how much of the chat-template prefix (system prompt, never reconstructed) was evicted
+        pre = args.prefix_len
+        ev = sum(int(((m[2] >= 4) & (m[2] < pre)).sum()) for m in
+                 (layer.self_attn.masked_key_indices for layer in model.model.layers) if m is not None)
+        cfg = model.config
+        args.kvzip_prefix_evicted.setdefault(r, []).append(ev / (cfg.num_hidden_layers * cfg.num_key_value_heads
+                                                                 * max(1, pre - 4)))
+    clear_masks(model)
+    return [clean(a) for a in answers], frac
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="Hugging Face checkpoint directory")
+    ap.add_argument("--contexts", type=Path, default=DEFAULT_CONTEXTS)
+    ap.add_argument("--limit", type=int, default=0, help="use the first N contexts only (0 = all)")
+    ap.add_argument("--ratios", default="0.1,0.2,0.3,0.5,0.7,1.0", help="retained fractions r")
+    ap.add_argument("--policies", default=",".join(ALL_POLICIES))
+    ap.add_argument("--max-new-tokens", type=int, default=16)
+    ap.add_argument("--sinks", type=int, default=4, help="n_sink of StreamingLLMPress and KVzipPress")
+    ap.add_argument("--snapkv-window", type=int, default=64)
+    ap.add_argument("--snapkv-kernel", type=int, default=5)
+    ap.add_argument("--kvzip-chunk", type=int, default=2048)
+    ap.add_argument("--kvzip-layerwise", action="store_true", help="KVzipPress(layerwise=True): same ratio per layer")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rerun-unity", action="store_true", help="run the presses at r = 1 too")
+    ap.add_argument("--no-eager-check", action="store_true", help="skip the full_eager rows")
+    ap.add_argument("--json", type=Path, default=Path(__file__).with_name("kvpress_multiquery.json"))
+    ap.add_argument("--md", type=Path, default=Path(__file__).with_name("kvpress_multiquery.md"))
+    ap.add_argument("--answers", type=Path, default=None, help="also write every answer as JSONL here")
+    args = ap.parse_args()
+
+    t_start = time.time()
+    torch.set_num_threads(args.threads)
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    logging.getLogger("kvpress").setLevel(logging.ERROR)  # KVzipPress warns about its cost on every use
+    ratios = [float(x) for x in args.ratios.split(",")]
+    policies = [p for p in args.policies.split(",") if p]
+    if any(not 0 < r <= 1 for r in ratios):
+        raise SystemExit("need 0 < r <= 1")
+    rows_in = [json.loads(line) for line in args.contexts.read_text().splitlines() if line.strip()]
+    if args.limit:
+        rows_in = rows_in[: args.limit]
+
+    tok = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="sdpa").eval()
+    pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tok, device="cpu")
+    pipe_eager = None
+    if "h2o" in policies or not args.no_eager_check:
+        model_e = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32,
+                                                       attn_implementation="eager").eval()
+        pipe_eager = pipeline("kv-press-text-generation", model=model_e, tokenizer=tok, device="cpu")
+
+    # the chat-template prefix length (what KVzipPress calls prefix_length) for the diagnostics
+    probe = pipe.preprocess("", questions=["q"], answer_prefix="", max_context_length=int(1e10))
+    args.prefix_len = probe["context_ids"].shape[1]
+    args.kvzip_prefix_stats = True
+    args.kvzip_prefix_evicted = {}
+
+    weights = sorted(args.model.glob("*.safetensors"))
+    system = f"kvpress {md.version('kvpress')}"
+    presses = {
+        "full": "none",
+        "full_eager": "none (eager attention)",
+        "kvzip": f"KVzipPress(n_sink={args.sinks}, layerwise={args.kvzip_layerwise}, chunk_size={args.kvzip_chunk})",
+        "kvzip_sys": f"KVzipPress(n_sink={args.sinks}, layerwise={args.kvzip_layerwise}, "
+                     f"chunk_size={args.kvzip_chunk}) with the chat-template prefix never evicted",
+        "snapkv": f"SnapKVPress(window_size={args.snapkv_window}, kernel_size={args.snapkv_kernel})",
+        "snapkv_q1": f"SnapKVPress scored by question 1 (window = its tokens, kernel_size={args.snapkv_kernel}), reused",
+        "h2o": "ObservedAttentionPress (eager attention)",
+        "sinks": f"StreamingLLMPress(n_sink={args.sinks})",
+    }
+    run = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "kvpress": md.version("kvpress"), "transformers": md.version("transformers"),
+        "torch": torch.__version__, "python": platform.python_version(),
+        "model_dir": str(args.model), "model_sha256": sha256_file(weights[0]) if weights else None,
+        "dtype": "float32", "threads": args.threads, "max_new_tokens": args.max_new_tokens,
+        "question_prefix": QUESTION_PREFIX, "contexts": len(rows_in),
+        "prompt": "chat template, context in the user turn; question = '\\n\\n' + q + "
+                  "'<|im_end|>\\n<|im_start|>assistant\\n', tokenised separately",
+    }
+    log(f"{system}, transformers {run['transformers']}, torch {run['torch']}, {len(rows_in)} contexts "
+        f"from {args.contexts}, policies {policies}, ratios {ratios}")
+
+    # results[(policy, r)] = {"answers": {id: [..]}, "kept": [..], "tokens": int}
+    results: dict[tuple[str, float], dict] = {}
+    example = None
+    for ci, ctx in enumerate(rows_in):
+        questions = [QUESTION_PREFIX + q["q"] for q in ctx["questions"]]
+        if example is None:
+            inp = pipe.preprocess(ctx["context"], questions=questions, answer_prefix="", max_context_length=int(1e10))
+            # the documented prompt, built by hand, must give the pipeline's ids exactly
+            sys_user = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+                        "<|im_end|>\n<|im_start|>user\n")
+            suffix = "<|im_end|>\n<|im_start|>assistant\n"
+            if "SmolLM" in (tok.chat_template or "") and (
+                    tok.encode(sys_user + ctx["context"], add_special_tokens=False) != inp["context_ids"][0].tolist()
+                    or tok.encode(questions[0] + suffix, add_special_tokens=False)
+                    != inp["questions_ids"][0][0].tolist()):
+                raise RuntimeError("the pipeline's prompt differs from the documented one")
+            example = {"id": ctx["id"], "context_ids_head": inp["context_ids"][0, :40].tolist(),
+                       "context_ids_tail": inp["context_ids"][0, -8:].tolist(),
+                       "question_ids": inp["questions_ids"][0][0].tolist(),
+                       "context_tokens": inp["context_ids"].shape[1]}
+        n_ctx = pipe.preprocess(ctx["context"], questions=questions[:1], answer_prefix="",
+                                max_context_length=int(1e10))["context_ids"].shape[1]
+        combos = [("full", 1.0)]
+        if not args.no_eager_check:
+            combos.append(("full_eager", 1.0))
+        combos += [(p, r) for p in policies for r in ratios]
+        t_ctx = time.time()
+        for policy, r in combos:
+            t0 = time.time()
+            if policy == "full_eager":
+                answers, frac = run_one(pipe_eager, "full", 1.0, ctx, questions, args)
+            elif r == 1.0 and policy != "full" and not args.rerun_unity:
+                answers, frac = results[("full", 1.0)]["answers"][ctx["id"]], 1.0
+            else:
+                p = pipe_eager if policy == "h2o" else pipe
+                answers, frac = run_one(p, policy, r, ctx, questions, args)
+            res = results.setdefault((policy, r), {"answers": {}, "kept": [], "tokens": 0})
+            res["answers"][ctx["id"]] = answers
+            res["kept"].append(frac)
+            res["tokens"] += n_ctx
+            full = results[("full", 1.0)]["answers"][ctx["id"]]
+            agree = sum(a == b for a, b in zip(answers, full))
+            acc = sum(correct(q.get("answer", ""), a) for q, a in zip(ctx["questions"], answers))
+            log(f"ctx {ci + 1}/{len(rows_in)} {ctx['id']} C={n_ctx} {policy:10s} r={r:<4} kept={frac:.3f} "
+                f"agree={agree}/{len(answers)} acc={acc}/{len(answers)} ({time.time() - t0:.1f}s)")
+        log(f"ctx {ci + 1}/{len(rows_in)} done in {time.time() - t_ctx:.0f}s; "
+            f"elapsed {(time.time() - t_start) / 60:.1f} min")
+
+    wall = time.time() - t_start
+    run["wall_seconds"] = round(wall, 1)
+    gold = {c["id"]: c["questions"] for c in rows_in}
+    full_answers = results[("full", 1.0)]["answers"]
+    rows, table = [], []
+    for (policy, r), res in results.items():
+        n_q = agree = n_gold = acc = 0
+        for cid, answers in res["answers"].items():
+            for q, a, f in zip(gold[cid], answers, full_answers[cid]):
+                n_q += 1
+                agree += a == f
+                if "answer" in q:
+                    n_gold += 1
+                    acc += correct(q["answer"], a)
+        kept = sum(res["kept"]) / len(res["kept"])
+        vals = {"agreement": agree / n_q, "accuracy": acc / n_gold if n_gold else None, "kept_fraction": kept}
+        for metric, value in vals.items():
+            if value is None:
+                continue
+            row = {"policy": policy, "budget": r, "metric": metric, "value": value, "tokens": res["tokens"],
+                   "questions": n_gold if metric == "accuracy" else n_q, "system": system,
+                   "dataset": args.contexts.name, "run": {**run, "press": presses[policy]}}
+            if policy == "full" and metric == "agreement":
+                row["answers"] = res["answers"]
+            rows.append(row)
+        table.append((policy, r, kept, vals["agreement"], vals["accuracy"], agree, acc, n_q, n_gold))
+
+    if args.answers:
+        with open(args.answers, "w") as f:
+            for (policy, r), res in results.items():
+                for cid, answers in res["answers"].items():
+                    for qi, a in enumerate(answers):
+                        f.write(json.dumps({"policy": policy, "budget": r, "id": cid, "q": qi, "answer": a,
+                                            "full": full_answers[cid][qi]}) + "\n")
+
+    n_tok = results[("full", 1.0)]["tokens"]
+    lines = [
+        f"# kvpress multi-query: one compressed context, many questions — {system}",
+        "",
+        f"Run {run['date']}, {wall / 60:.1f} min wall. transformers {run['transformers']}, torch {run['torch']}, "
+        f"Python {run['python']}, {args.threads} threads, fp32, CPU.",
+        f"Model `{args.model.name}` (model.safetensors sha256 `{run['model_sha256']}`).",
+        f"Dataset `{args.contexts.name}`: {len(rows_in)} contexts, {sum(len(c['questions']) for c in rows_in)} "
+        f"questions, {n_tok} context tokens in all (chat-template prefix included; "
+        f"{n_tok / len(rows_in):.0f} per context on average). Greedy, at most {args.max_new_tokens} new tokens.",
+        "Policies: " + "; ".join(f"{k} = {presses[k]}" for k in ["full"] + policies) + ".",
+        "Budget r = retained fraction (compression_ratio = 1 − r); kept = mean kept fraction of the context's KV "
+        "pairs over layers × KV heads. agreement = answers identical to the full cache's; accuracy = gold answer "
+        "contained in the output (normalised). Presses at r = 1 reuse the full-cache answers"
+        + (" (rerun here)." if args.rerun_unity else "."),
+        "",
+        "| policy | budget r | kept | agreement | accuracy |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for policy, r, kept, agr, accv, agree, acc, n_q, n_gold in table:
+        acc_s = f"{accv:.3f} ({acc}/{n_gold})" if accv is not None else "—"
+        lines.append(f"| {policy} | {r:g} | {kept:.3f} | {agr:.3f} ({agree}/{n_q}) | {acc_s} |")
+    # compact curves: agreement per policy across r
+    rs = sorted({r for (p, r) in results if p not in ("full", "full_eager")})
+    if rs:
+        lines += ["", "Agreement with the full cache (rows: policy; columns: r):", "",
+                  "| policy | " + " | ".join(f"{r:g}" for r in rs) + " |",
+                  "|---|" + "---:|" * len(rs)]
+        for p in policies:
+            lines.append(f"| {p} | " + " | ".join(
+                f"{next(t[3] for t in table if t[0] == p and t[1] == r):.3f}" if (p, r) in results else "—"
+                for r in rs) + " |")
+        lines += ["", "Accuracy (full cache: "
+                  f"{next(t[4] for t in table if t[0] == 'full') or 0:.3f}):", "",
+                  "| policy | " + " | ".join(f"{r:g}" for r in rs) + " |",
+                  "|---|" + "---:|" * len(rs)]
+        for p in policies:
+            lines.append(f"| {p} | " + " | ".join(
+                f"{next(t[4] for t in table if t[0] == p and t[1] == r) or 0:.3f}" if (p, r) in results else "—"
+                for r in rs) + " |")
+    if args.kvzip_prefix_evicted:
+        lines += ["", "KVzipPress and the chat-template prefix (system prompt + `<|im_start|>user\\n`, "
+                  f"{args.prefix_len} tokens): kvpress scores it 0 (only the context after it is reconstructed) "
+                  "and protects only the first n_sink = 4 tokens, so it is evicted first. Fraction of the prefix "
+                  "pairs after the sinks that were evicted: " + ", ".join(
+                      f"r={r:g}: {sum(v) / len(v):.2f}" for r, v in sorted(args.kvzip_prefix_evicted.items())) + "."]
+    lines += ["", f"Example token ids (context `{example['id']}`, {example['context_tokens']} context tokens): "
+              f"context starts `{example['context_ids_head']}` … ends `{example['context_ids_tail']}`; "
+              f"question 1 = `{example['question_ids']}`.",
+              "", "Generated by `bench/peers/kvpress_multiquery.py`; raw rows in the JSON next to this file.", ""]
+    text_md = "\n".join(lines)
+    print(text_md)
+    args.md.write_text(text_md)
+    args.json.write_text("[\n" + ",\n".join(json.dumps(row, ensure_ascii=False) for row in rows) + "\n]\n")
+    log(f"wrote {args.json} and {args.md} ({wall:.0f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
