@@ -16,6 +16,7 @@
 #include "runtime/loaders/hf_source.h"
 #include "runtime/model/llama.h"
 #include "tests/model_path.h"
+#include "tests/runtime/last_logits.h"
 
 using namespace offgen;
 
@@ -93,26 +94,6 @@ void export_hf(const GgufFile& f, const ModelConfig& c, const std::filesystem::p
   std::ofstream(dir / "config.json") << cfg.dump(2);
 }
 
-std::vector<float> last_logits(const LlamaModel& m, const ResidentUnits& units,
-                               const std::vector<int32_t>& ids) {
-  const ModelConfig& c = m.config();
-  const int64_t n = static_cast<int64_t>(ids.size());
-  std::vector<float> kv(c.n_layers * 2 * c.kv_dim() * n);
-  std::vector<KvSeqView> views(c.n_layers);
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    float* base = kv.data() + l * 2 * c.kv_dim() * n;
-    views[l] = KvSeqView{base, base + c.kv_dim() * n, n};
-  }
-  std::vector<int32_t> pos(n);
-  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i);
-  SeqSpan span{0, n, 0};
-  std::vector<float> logits(c.vocab_size);
-  LlamaScratch scratch;
-  m.forward(ids, pos.data(), {&span, 1},
-            [&](int64_t l) { return std::span<const KvSeqView>(&views[l], 1); }, units.fn(),
-            logits.data(), scratch);
-  return logits;
-}
 
 }  // namespace
 
@@ -145,7 +126,7 @@ TEST_CASE("SmolLM2: a safetensors export gives the GGUF's unit blobs and logits 
   }
   for (const std::vector<int32_t>& ids :
        {std::vector<int32_t>{1, 504, 3458, 282, 4649, 314}, std::vector<int32_t>{28, 29, 30}}) {
-    const auto lg = last_logits(mg, ug, ids), lh = last_logits(mh, uh, ids);
+    const auto lg = test::last_logits(mg, ug, ids), lh = test::last_logits(mh, uh, ids);
     CHECK(std::memcmp(lg.data(), lh.data(), lg.size() * 4) == 0);
   }
 }

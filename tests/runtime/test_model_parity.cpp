@@ -13,6 +13,7 @@
 #include "runtime/model/llama.h"
 #include "scheduler/engine.h"
 #include "tests/model_path.h"
+#include "tests/runtime/last_logits.h"
 
 using namespace offgen;
 
@@ -33,27 +34,6 @@ std::vector<float> read_f32(const std::string& name, size_t n) {
   return v;
 }
 
-// Runs one prompt through every step with a private KV cache; returns last-position logits.
-std::vector<float> last_logits(LlamaModel& m, const ResidentUnits& units,
-                               const std::vector<int32_t>& ids) {
-  const ModelConfig& c = m.config();
-  const int64_t n = static_cast<int64_t>(ids.size());
-  std::vector<float> kv(c.n_layers * 2 * c.kv_dim() * n);
-  std::vector<KvSeqView> views(c.n_layers);
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    float* base = kv.data() + l * 2 * c.kv_dim() * n;
-    views[l] = KvSeqView{base, base + c.kv_dim() * n, n};
-  }
-  std::vector<int32_t> pos(n);
-  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i);
-  SeqSpan span{0, n, 0};
-  std::vector<float> logits(c.vocab_size);
-  LlamaScratch scratch;
-  m.forward(ids, pos.data(), {&span, 1},
-            [&](int64_t l) { return std::span<const KvSeqView>(&views[l], 1); }, units.fn(),
-            logits.data(), scratch);
-  return logits;
-}
 
 }  // namespace
 
@@ -66,7 +46,7 @@ TEST_CASE("SmolLM2 logits match transformers (fp32) within 2e-3", "[model][parit
   for (const auto& p : g["prompts"]) {
     const std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
     const auto want = read_f32(p["logits_file"].get<std::string>(), model.config().vocab_size);
-    const auto got = last_logits(model, units, ids);
+    const auto got = test::last_logits(model, units, ids);
     double max_diff = 0;
     for (size_t i = 0; i < want.size(); ++i)
       max_diff = std::max(max_diff, static_cast<double>(std::fabs(got[i] - want[i])));
@@ -109,7 +89,7 @@ TEST_CASE("logits are bitwise identical for a sequence alone and inside a ragged
   const std::vector<std::vector<int32_t>> prompts = {
       {504, 3575, 282, 4649, 314}, {28, 1797, 216, 33, 34, 35, 36, 37, 38}, {4649}, {42, 7042, 30}};
   std::vector<std::vector<float>> alone;
-  for (const auto& p : prompts) alone.push_back(last_logits(model, units, p));
+  for (const auto& p : prompts) alone.push_back(test::last_logits(model, units, p));
   // All four as one ragged prefill batch.
   std::vector<int32_t> ids, pos;
   std::vector<SeqSpan> spans;
