@@ -179,6 +179,8 @@ int cmd_shared_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOpt
   eo.model = f.model;
   eo.threads = f.threads;
   eo.weight_dtype = f.weight_dtype;
+  eo.backend = f.backend;
+  eo.policy = pf.resolve();  // placement; batch sizes and the KV policy are the bench's
   SharedBenchOptions o;
   o.context_len = context_len;
   o.question_len = bo.prompt_len;
@@ -218,6 +220,9 @@ int main(int argc, char** argv) {
                   "Cap the context window (prompt + completion tokens; 0 = the model's)")
       ->check(CLI::NonNegativeNumber);
   gen->add_flag("--chat", job.chat, "Apply the model's chat template to plain prompts");
+  gen->add_option("--context", job.context_file,
+                  "A shared context (text file) for every request without a \"context\" field: "
+                  "prefilled once, compressed once by --kv-policy/--kv-budget, read by all");
   gen->add_flag("--quiet,-q", quiet, "No progress output");
   gen->add_flag("--overwrite", job.overwrite,
                 "Start afresh when the output exists (default: resume it, skipping written ids)");

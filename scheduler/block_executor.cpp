@@ -67,17 +67,19 @@ float* BlockExecutor::stage(int slot, size_t seq, int which) {
 }
 
 std::vector<KvSeqView> BlockExecutor::kv_views(const BatchInput& b, int64_t layer, int slot) {
-  std::vector<KvSeqView> views(b.kv.size());
+  std::vector<KvSeqView> views(b.size());
   const int64_t heads = model_.config().n_kv_heads;
-  written_[slot].resize(b.kv.size() * heads);
-  for (size_t i = 0; i < b.kv.size(); ++i) {
-    const int64_t h = b.kv[i];
-    if (kv_.resident(h)) {
-      views[i] = kv_.home_view(h, layer);
+  written_[slot].resize(b.size() * heads);
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (b.external) {
+      views[i] = (*b.external)[layer][i];
+    } else if (kv_.resident(b.kv[i])) {
+      views[i] = kv_.home_view(b.kv[i], layer);
     } else {
-      views[i] = KvSeqView{stage(slot, i, 0), stage(slot, i, 1), kv_.capacity(h)};
-      kv_.attach_meta(h, layer, views[i]);
+      views[i] = KvSeqView{stage(slot, i, 0), stage(slot, i, 1), kv_.capacity(b.kv[i])};
+      kv_.attach_meta(b.kv[i], layer, views[i]);
     }
+    if (!b.prefix.empty() && b.prefix[i]) views[i].prefix = b.prefix[i] + layer;
     views[i].written = written_[slot].data() + i * heads;
   }
   return views;
@@ -106,7 +108,8 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
       std::vector<KvSeqView> views;
       if (LlamaModel::unit_has_cache(t.unit))
         views = kv_views(b, LlamaModel::unit_layer(t.unit), t.slot);
-      const UnitBatch ub{rows, b.spans, b.positions.data(), views, policy_};
+      const UnitBatch ub{rows, b.spans, b.positions.data(), views,
+                         b.external ? b.external_policy : policy_};
       model_.run_unit(t.unit, weights_.blob(t.unit, t.unit % 2), h, ub, scratch_);
       if (t.unit + 1 == model_.num_units()) {
         std::vector<int64_t> last;
@@ -180,8 +183,8 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits) {
   int64_t off = 0;
   for (int64_t k = 0; k < K; ++k) {
     logits_offset_[k] = off;
-    off += static_cast<int64_t>(batches[k].kv.size());
-    max_seqs = std::max<int64_t>(max_seqs, static_cast<int64_t>(batches[k].kv.size()));
+    off += static_cast<int64_t>(batches[k].size());
+    max_seqs = std::max<int64_t>(max_seqs, static_cast<int64_t>(batches[k].size()));
     for (int64_t h : batches[k].kv)
       if (!kv_.resident(h)) {
         shape.load_cache = true;

@@ -18,7 +18,15 @@ struct BatchInput {
   std::vector<int32_t> ids;        // all rows
   std::vector<int32_t> positions;  // per row
   std::vector<SeqSpan> spans;      // per sequence (row_begin relative to this batch)
-  std::vector<int64_t> kv;         // KvStore handle per sequence
+  std::vector<int64_t> kv;         // KvStore handle per sequence (empty with `external`)
+  // Caller-owned tables instead of KvStore handles, [layer][sequence], used in place (never
+  // loaded or stored); `external_policy` collects statistics into those with metadata.
+  const std::vector<std::vector<KvSeqView>>* external = nullptr;
+  const KvSlotPolicy* external_policy = nullptr;
+  // Per sequence: the per-layer prefixes of a shared read-only context it attends to before its
+  // own slots (KvSharedPrefix[n_layers]), or null; empty when no sequence has one.
+  std::vector<const KvSharedPrefix*> prefix;
+  size_t size() const { return spans.size(); }
 };
 
 struct LaneTimes {

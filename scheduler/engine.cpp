@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <map>
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/loaders/model_loader.h"
 #include "scheduler/calibrate.h"
+#include "scheduler/context_compression.h"
+#include "scheduler/context_prompt.h"
 
 namespace offgen {
 namespace {
@@ -43,6 +46,9 @@ struct Engine::Sequence {
   int64_t compact_to = 0;  // slots an overflowing prompt chunk keeps
   int64_t max_tokens = 0;
   int64_t kv = -1;  // KvStore handle
+  int64_t pos0 = 0;     // position of the first own token (after a shared context, its length)
+  int64_t context = -1;  // the shared context it attends to (index into the jobs), -1: none
+  const SharedContext* shared = nullptr;  // that context, held until its last request ends
   Sampler sampler;
   Result result;
   int32_t pending = -1;  // sampled, not yet fed
@@ -104,6 +110,14 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   if (options_.max_context > 0) max_context_ = std::min(max_context_, options_.max_context);
 }
 
+// A distinct shared context of one generate() call and the requests that name it.
+struct Engine::SharedContextJob {
+  MultiqueryPrompt tokens;  // context ids, protected prefix, chat postfix, the first question
+  int64_t remaining = 0;    // its requests not yet finished
+  std::unique_ptr<SharedContext> shared;  // while built
+  std::string error;        // why it could not be built (its requests fail with it)
+};
+
 Engine::~Engine() = default;
 
 const ModelConfig& Engine::config() const { return model_->config(); }
@@ -152,12 +166,55 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
   TierBytes committed = weight_need_;  // weights + the KV of admitted sequences
   std::unique_ptr<Sequence> prepared;  // tokenised, waiting for KV space
 
+  // Shared contexts: each distinct one (by its tokens) once, with the requests that name it.
+  std::vector<std::unique_ptr<SharedContextJob>> jobs;
+  std::vector<int64_t> job_of(requests.size(), -1);
+  std::vector<std::vector<int32_t>> own(requests.size());  // a context request's own tokens
+  std::vector<std::string> split_error(requests.size());
+  {
+    std::map<std::vector<int32_t>, int64_t> index;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (!requests[i].has_context()) continue;
+      OFFGEN_CHECK(is_context_policy(options_.policy.kv.name), kConfig,
+                   "--kv-policy {} cannot compress a shared context (request '{}' has one); use "
+                   "one of: {}",
+                   options_.policy.kv.name, requests[i].id, fmt::join(context_policy_names(), ", "));
+      try {
+        ContextSplit sp = split_at_context(*tokenizer_, requests[i]);
+        auto [it, fresh] = index.try_emplace(sp.context_ids, static_cast<int64_t>(jobs.size()));
+        if (fresh) {
+          auto job = std::make_unique<SharedContextJob>();
+          job->tokens.context_ids = std::move(sp.context_ids);
+          job->tokens.protected_len = sp.protected_len;
+          job->tokens.postfix_ids = std::move(sp.postfix_ids);
+          job->tokens.question_ids = {sp.question_ids};
+          jobs.push_back(std::move(job));
+        }
+        job_of[i] = it->second;
+        ++jobs[it->second]->remaining;
+        own[i] = std::move(sp.question_ids);
+      } catch (const Error& e) {
+        split_error[i] = e.what();
+      }
+    }
+  }
+  int64_t context_bytes = 0;  // shared contexts held now
+
   auto finish = [&](Sequence& s) {
     if (s.kv >= 0) {
       kv_->remove(s.kv);
       committed += kv_need(s.capacity) * -1;
     }
     s.kv = -1;
+    if (job_of[s.index] >= 0) {
+      SharedContextJob& job = *jobs[job_of[s.index]];
+      if (--job.remaining == 0 && job.shared) {  // its last request: release the context
+        const int64_t b = job.shared->bytes();
+        committed += TierBytes{0, -b, 0};
+        context_bytes -= b;
+        job.shared.reset();
+      }
+    }
     s.result.completion_tokens = static_cast<int64_t>(s.result.tokens.size());
     stats_.completion_tokens += s.result.completion_tokens;
     if (s.result.finish_reason == FinishReason::kError) ++stats_.failed;
@@ -181,21 +238,53 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
         s->result.id = r.id;
         try {
           r.sampling.validate();
-          s->prompt = encode_prompt(r);
+          OFFGEN_CHECK(split_error[i].empty(), kInput, "{}", split_error[i]);
+          s->context = job_of[i];
+          if (s->context >= 0) {
+            SharedContextJob& job = *jobs[s->context];
+            if (!job.shared && job.error.empty()) {
+              try {
+                build_context(job);
+                const int64_t b = job.shared->bytes();
+                committed += TierBytes{0, b, 0};
+                context_bytes += b;
+                stats_.context_peak_bytes = std::max(stats_.context_peak_bytes, context_bytes);
+                if (cb.on_context) cb.on_context(*job.shared);
+              } catch (const Error& e) {
+                job.error = e.what();
+              }
+            }
+            OFFGEN_CHECK(job.error.empty(), kInput, "shared context: {}", job.error);
+            for (int32_t id : own[i])
+              OFFGEN_CHECK(id >= 0 && id < c.vocab_size, kInput,
+                           "prompt token id {} is outside the vocabulary of {}", id, c.vocab_size);
+            s->prompt = own[i];
+            s->shared = job.shared.get();
+            s->pos0 = job.shared->context_length();
+          } else {
+            s->prompt = encode_prompt(r);
+          }
           const int64_t p = static_cast<int64_t>(s->prompt.size());
-          s->result.prompt_tokens = p;
-          OFFGEN_CHECK(p < max_context_, kInput,
-                       "prompt has {} tokens; the context window is {} (room is needed for at "
+          s->result.prompt_tokens = s->pos0 + p;
+          OFFGEN_CHECK(s->pos0 + p < max_context_, kInput,
+                       "prompt has {} tokens{}; the context window is {} (room is needed for at "
                        "least one generated token)",
-                       p, max_context_);
+                       s->pos0 + p, s->pos0 > 0 ? fmt::format(" ({} of its shared context)", s->pos0)
+                                               : std::string(),
+                       max_context_);
           s->max_tokens = std::min(r.forced.empty() ? r.sampling.max_tokens
                                                     : static_cast<int64_t>(r.forced.size()),
-                                   max_context_ - p);
+                                   max_context_ - s->pos0 - p);
           for (int32_t id : r.forced)
             OFFGEN_CHECK(id >= 0 && id < c.vocab_size, kInput,
                          "forced token id {} is outside the vocabulary of {}", id, c.vocab_size);
-          s->capacity = kv_capacity(p, s->max_tokens);
-          s->compact_to = options_.policy.kv.compact_slots(p, s->max_tokens);
+          if (s->context >= 0) {  // a request's own KV behind a shared context is never evicted
+            s->capacity = std::max<int64_t>(1, p + s->max_tokens - 1);
+            s->compact_to = s->capacity;
+          } else {
+            s->capacity = kv_capacity(p, s->max_tokens);
+            s->compact_to = options_.policy.kv.compact_slots(p, s->max_tokens);
+          }
         } catch (const Error& e) {
           s->result.finish_reason = FinishReason::kError;
           s->result.error = e.what();
@@ -266,7 +355,13 @@ void Engine::forward(std::vector<Sequence*>& seqs, const std::vector<std::vector
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (i % gbs == 0) batches.emplace_back();
     BatchInput& b = batches.back();
-    const int64_t n_pos = seqs[i]->n_pos;
+    const int64_t n_pos = seqs[i]->pos0 + seqs[i]->n_pos;
+    if (seqs[i]->shared) {
+      b.prefix.resize(b.spans.size(), nullptr);
+      b.prefix.push_back(seqs[i]->shared->layer(0));
+    } else if (!b.prefix.empty()) {
+      b.prefix.push_back(nullptr);
+    }
     b.spans.push_back(SeqSpan{static_cast<int64_t>(b.ids.size()),
                               static_cast<int64_t>(chunks[i].size()), seqs[i]->n_used});
     b.ids.insert(b.ids.end(), chunks[i].begin(), chunks[i].end());
@@ -291,6 +386,56 @@ int32_t Engine::sample(Sequence& s, const float* row) {
   const std::vector<int32_t>& forced = s.req->forced;
   if (!forced.empty()) return forced[s.result.tokens.size()];
   return s.sampler.sample(logits);
+}
+
+ContextForward Engine::executor_forward() {
+  return [this](const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
+                const std::vector<SeqSpan>& seqs, const std::vector<std::vector<KvSeqView>>& views,
+                const KvSlotPolicy* policy, std::vector<float>& logits) {
+    std::vector<BatchInput> batches(1);
+    BatchInput& b = batches[0];
+    b.ids = ids;
+    b.positions = positions;
+    b.spans = seqs;
+    b.external = &views;
+    b.external_policy = policy;
+    logits.resize(seqs.size() * model_->config().vocab_size);
+    executor_->run(batches, logits.data());
+  };
+}
+
+void Engine::build_context(SharedContextJob& job) {
+  const auto t0 = Clock::now();
+  const ModelConfig& c = model_->config();
+  const std::vector<int32_t>& ids = job.tokens.context_ids;
+  const auto n = static_cast<int64_t>(ids.size());
+  for (int32_t id : ids)
+    OFFGEN_CHECK(id >= 0 && id < c.vocab_size, kInput,
+                 "context token id {} is outside the vocabulary of {}", id, c.vocab_size);
+  OFFGEN_CHECK(n + 1 < max_context_, kInput,
+               "the context has {} tokens; the context window is {} (room is needed for a "
+               "question and an answer)",
+               n, max_context_);
+  if (!context_runner_)
+    context_runner_ = std::make_unique<ContextRunner>(c, executor_forward());
+  // The full cache of the context (in RAM for the time of the build), then one compression.
+  const ContextCache cache = context_runner_->prefill(ids);
+  stats_.prefill_tokens += n;
+  stats_.context_prefill_seconds += seconds_since(t0);
+  if (!kvzip_repeat_) kvzip_repeat_ = std::make_unique<KvzipRepeat>(KvzipRepeat::from(*tokenizer_));
+  ContextCompressor compressor(*context_runner_, cache, job.tokens, *kvzip_repeat_,
+                               options_.policy.kv);
+  const KvPolicyConfig& kv = options_.policy.kv;
+  const double ratio = kv.name == "full" ? 1.0 : compressor.ratio_of_budget(kv.budget);
+  const auto kept = compressor.keep(kv.name, ratio);
+  job.shared = std::make_unique<SharedContext>(c, cache.k, cache.v, n, kept, n);
+  const double dt = seconds_since(t0);
+  ++stats_.contexts;
+  stats_.context_tokens += n;
+  stats_.context_seconds += dt;
+  stats_.prefill_seconds += dt;
+  stats_.context_pairs += c.n_layers * c.n_kv_heads * n;
+  stats_.context_kept_pairs += job.shared->kept_pairs();
 }
 
 void Engine::check_fits(int64_t sequences, int64_t capacity) const {

@@ -17,6 +17,7 @@
 #include "runtime/model/llama.h"
 #include "runtime/text/tokenizer.h"
 #include "scheduler/block_executor.h"
+#include "scheduler/context_compression.h"
 #include "scheduler/request.h"
 
 namespace offgen {
@@ -46,6 +47,14 @@ struct GenerationStats {
   double wall_seconds = 0;
   LaneTimes lanes;                // busy time per lane over the forwards
   IoStats io;                     // NVMe traffic during generate()
+  // Shared contexts (requests with a context): built once each — prefilled (its tokens count in
+  // prefill_tokens, its time in prefill_seconds) and compressed — and held once for all of them.
+  int64_t contexts = 0;           // contexts built
+  int64_t context_tokens = 0;     // their tokens (uncompressed)
+  double context_seconds = 0;     // prefill + scoring + selection, all contexts
+  double context_prefill_seconds = 0;  // the prefill part of it
+  int64_t context_pairs = 0, context_kept_pairs = 0;  // KV pairs over all contexts, and kept
+  int64_t context_peak_bytes = 0;  // most shared-context K+V bytes held at once
 };
 
 struct Progress {
@@ -62,6 +71,8 @@ struct GenerateCallbacks {
   std::function<void(const Progress&)> on_progress;
   // Called with the logits row each token is sampled from (step 0 = the prompt's last position).
   std::function<void(size_t index, int64_t step, std::span<const float> logits)> on_logits;
+  // Called once per shared context when it has been built (compressed), before its requests run.
+  std::function<void(const SharedContext& context)> on_context;
 };
 
 // A request's prompt tokens: its ids, or its text (chat template applied when asked) tokenised.
@@ -100,14 +111,23 @@ class Engine {
   std::vector<int32_t> encode_prompt(const Request& r) const;
 
   // Generates all requests; results are returned in input order. Per-request failures (prompt
-  // too long, invalid sampling values) become error results; the others still run. Not
-  // thread-safe: one generate() at a time.
+  // too long, invalid sampling values) become error results; the others still run. Requests
+  // with a context (Request::context) share it: each distinct context is prefilled once,
+  // compressed once by the KV policy (kvzip, kvzip-uniform, h2o, snapkv scored by its first
+  // request, sinks, or full) to the KV budget's retained ratio, held once in RAM while its
+  // requests run and released after the last; each request's own KV follows it, uncompressed,
+  // at positions after the context's uncompressed length. Throws Error(kConfig) when a request
+  // has a context and the KV policy cannot compress one. Not thread-safe: one generate() at a
+  // time.
   std::vector<Result> generate(const std::vector<Request>& requests,
                                const GenerateCallbacks& callbacks = {});
   const GenerationStats& last_stats() const { return stats_; }
 
  private:
   struct Sequence;
+  struct SharedContextJob;
+  void build_context(SharedContextJob& job);
+  ContextForward executor_forward();
   void run_prefill(std::vector<Sequence*>& seqs);
   void run_decode(std::vector<Sequence*>& seqs);
   int32_t sample(Sequence& s, const float* logits_row);
@@ -124,6 +144,8 @@ class Engine {
   std::unique_ptr<KvPolicy> kv_policy_;  // null for the full cache
   std::unique_ptr<KvStore> kv_;
   std::unique_ptr<BlockExecutor> executor_;
+  std::unique_ptr<ContextRunner> context_runner_;  // shared contexts, over the executor
+  std::unique_ptr<KvzipRepeat> kvzip_repeat_;
   std::unique_ptr<Tokenizer> tokenizer_;
   int64_t max_context_ = 0;
   GenerationStats stats_;

@@ -150,6 +150,11 @@ void parse_simple(const json& obj, JobLine& out, Request& r) {
       r.chat = it->get<bool>();
       continue;
     }
+    if (k == "context") {
+      r.context = get_string(*it, k);
+      if (r.context.empty()) fail("invalid_value", k, "must not be empty");
+      continue;
+    }
     if (!apply_field(k, *it, k, r)) fail("unknown_field", k, "unknown field");
   }
   if (r.prompt.empty() && r.messages.empty())

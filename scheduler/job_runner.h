@@ -19,6 +19,8 @@ struct GenerateJobOptions {
   bool overwrite = false;          // start afresh instead of resuming an existing output
   std::string fsync = "periodic";  // always | periodic (at most once a second) | never
   std::string report;              // --report FILE.json (written by the caller: job_report.h)
+  std::string context_file;        // --context FILE: the shared context of every request that
+                                   // has no "context" of its own ("" = none)
 };
 
 struct JobSummary {

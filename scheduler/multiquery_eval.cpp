@@ -11,87 +11,42 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "policies/kv/kvzip.h"
 #include "runtime/backend/backend.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "runtime/loaders/model_loader.h"
 #include "runtime/text/chat_template.h"
-#include "scheduler/shared_context.h"
+#include "scheduler/context_compression.h"
+#include "scheduler/context_prompt.h"
 
 namespace offgen {
 namespace {
 
 using nlohmann::json;
 
-const std::vector<std::string> kPolicies = {"kvzip", "kvzip-uniform", "h2o", "snapkv", "sinks"};
-
 }  // namespace
 
 MultiqueryPrompt build_multiquery_prompt(const Tokenizer& tok, const MultiqueryContext& mc) {
-  const std::string& tpl = tok.vocab().chat_template;
-  const std::string marker = "\x01offgen-context-end\x01";
+  // Each question as a request over the context: the chat form where the model has a template
+  // (the context opens the user turn, a blank line before the question — kvpress's pipeline with
+  // bench/peers/kvpress_multiquery.py's QUESTION_PREFIX), else plain text on its own lines.
+  const bool chat = !tok.vocab().chat_template.empty();
   MultiqueryPrompt p;
-  std::string before = mc.context, after = "\n";
-  std::string head;
-  if (!tpl.empty()) {
-    const std::string full = apply_chat_template(tpl, {{"user", mc.context + marker}}, true);
-    const size_t at = full.find(marker);
-    OFFGEN_CHECK(at != std::string::npos, kInternal, "chat template dropped the context marker");
-    before = full.substr(0, at), after = full.substr(at + marker.size());
-    const std::string empty = apply_chat_template(tpl, {{"user", marker}}, true);
-    head = empty.substr(0, empty.find(marker));  // system prompt + user header
+  for (size_t i = 0; i < mc.questions.size(); ++i) {
+    Request r;
+    r.context = mc.context;
+    r.chat = chat;
+    r.prompt = chat ? mc.questions[i].q : "\n\n" + mc.questions[i].q + "\n";
+    ContextSplit s = split_at_context(tok, r);
+    if (i == 0) {
+      p.context_ids = std::move(s.context_ids);
+      p.protected_len = s.protected_len;
+      p.postfix_ids = std::move(s.postfix_ids);
+    }
+    p.question_ids.push_back(std::move(s.question_ids));
   }
-  // The protected prefix is tokenised on its own so its tokens never merge into the context's;
-  // BOS (where the tokenizer adds one) only at the very start.
-  const auto tail = [&](const std::string& text) {
-    std::vector<int32_t> ids = tok.encode(text, true);
-    if (tok.vocab().add_bos && !ids.empty() && ids.front() == tok.bos_id()) ids.erase(ids.begin());
-    return ids;
-  };
-  p.context_ids = tok.encode(head, true);
-  p.protected_len = static_cast<int64_t>(p.context_ids.size());
-  const auto body = tail(before.substr(head.size()));
-  p.context_ids.insert(p.context_ids.end(), body.begin(), body.end());
-  p.postfix_ids = tail(after);
-  // A blank line separates the question from the context (bench/peers/kvpress_multiquery.py's
-  // QUESTION_PREFIX; kvpress's pipeline would glue them).
-  for (const auto& q : mc.questions) p.question_ids.push_back(tail("\n\n" + q.q + after));
   return p;
 }
-
-namespace {
-
-// Per (layer, head) kept lists from a per-head policy over the evictable slots [P, n).
-std::vector<std::vector<int32_t>> keep_per_head(const ModelConfig& c, int64_t n, int64_t P,
-                                                double ratio, const KvSlotPolicy& policy,
-                                                const std::vector<std::vector<float>>& score) {
-  const int64_t k = std::llround(ratio * static_cast<double>(n - P));
-  std::vector<std::vector<int32_t>> kept(c.n_layers * c.n_kv_heads);
-  std::vector<int32_t> pos(n - P);
-  for (int64_t i = 0; i < n - P; ++i) pos[i] = static_cast<int32_t>(P + i);
-  std::vector<float> zero(n - P, 0.0f);
-  for (int64_t l = 0; l < c.n_layers; ++l)
-    for (int64_t h = 0; h < c.n_kv_heads; ++h) {
-      const float* s = score.empty() ? zero.data() : score[l].data() + h * n + P;
-      std::vector<int32_t> out;
-      policy.keep(SlotTable{pos, {s, static_cast<size_t>(n - P)}, {s, static_cast<size_t>(n - P)}},
-                  k, out);
-      auto& dst = kept[l * c.n_kv_heads + h];
-      for (int64_t i = 0; i < P; ++i) dst.push_back(static_cast<int32_t>(i));
-      for (int32_t j : out) dst.push_back(static_cast<int32_t>(P + j));
-      std::sort(dst.begin() + P, dst.end());
-    }
-  return kept;
-}
-
-std::vector<std::vector<int32_t>> keep_all(const ModelConfig& c, int64_t n) {
-  std::vector<int32_t> all(n);
-  for (int64_t i = 0; i < n; ++i) all[i] = static_cast<int32_t>(i);
-  return std::vector<std::vector<int32_t>>(c.n_layers * c.n_kv_heads, all);
-}
-
-}  // namespace
 
 std::string normalize_answer(const std::string& s) {
   std::string out;
@@ -154,9 +109,8 @@ std::vector<MultiqueryContext> load_multiquery_contexts(const std::string& path)
 void EvalMultiqueryOptions::validate() const {
   OFFGEN_CHECK(!contexts.empty(), kConfig, "eval multiquery: give --contexts FILE");
   for (const auto& p : policies)
-    OFFGEN_CHECK(p == "full" || std::find(kPolicies.begin(), kPolicies.end(), p) != kPolicies.end(),
-                 kConfig, "eval multiquery: unknown policy '{}' (full, {})", p,
-                 fmt::join(kPolicies, ", "));
+    OFFGEN_CHECK(is_context_policy(p), kConfig, "eval multiquery: unknown policy '{}' ({})", p,
+                 fmt::join(context_policy_names(), ", "));
   for (double r : ratios)
     OFFGEN_CHECK(r > 0 && r <= 1, kConfig, "--kv-budget {} must be a retained fraction in (0, 1]",
                  r);
@@ -182,9 +136,7 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
   for (int32_t id = 0; id < tok.vocab_size(); ++id)
     if (id != tok.eos_id() && tok.token_bytes(id).find('\n') != std::string::npos)
       stop.push_back(id);
-  const auto repeat_first = tok.encode("\n\nRepeat the previous context exactly.", true);
-  const auto repeat_later =
-      tok.encode("\n\nRepeat the part of the previous context exactly, starting with ", true);
+  const KvzipRepeat repeat = KvzipRepeat::from(tok);
 
   struct Tally {
     int64_t questions = 0, agree = 0, graded = 0, correct = 0, kept = 0, pairs = 0;
@@ -209,7 +161,8 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
       return std::pair{runner.answer(shared, p.question_ids, o.max_answer_tokens, stop),
                        shared.kept_pairs()};
     };
-    const auto full_run = answers_for(keep_all(c, n));
+    ContextCompressor compressor(runner, cache, p, repeat);
+    const auto full_run = answers_for(compressor.keep("full", 1.0));
     const std::vector<std::vector<int32_t>>& full = full_run.first;
     const int64_t full_pairs = full_run.second;
     auto score = [&](const std::string& policy, double ratio,
@@ -236,30 +189,10 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
       }
     };
     score("full", 1.0, full, full_pairs);
-    // Scores each policy needs, computed once per context.
-    std::vector<float> kvzip;
-    std::vector<std::vector<float>> snap;
     for (const auto& policy : o.policies) {
       if (policy == "full") continue;
       for (double r : o.ratios) {
-        std::vector<std::vector<int32_t>> kept;
-        if (policy == "kvzip" || policy == "kvzip-uniform") {
-          if (kvzip.empty()) kvzip = runner.kvzip_scores(cache, p, repeat_first, repeat_later);
-          KvzipScores s{c.n_layers, c.n_kv_heads, n, p.protected_len, kvzip};
-          kept = kvzip_select(s, r, policy == "kvzip" ? KvzipBudget::kGlobal
-                                                      : KvzipBudget::kUniformHead);
-        } else {
-          KvPolicyConfig pc;
-          pc.name = policy;
-          const auto pol = make_kv_policy(pc);
-          if (policy == "snapkv" && snap.empty())
-            snap = runner.question_scores(cache, p.question_ids.front(), *pol);
-          kept = keep_per_head(c, n, p.protected_len, r, *pol,
-                               policy == "snapkv" ? snap
-                               : policy == "h2o"  ? cache.h2o_score
-                                                  : std::vector<std::vector<float>>{});
-        }
-        const auto run = answers_for(kept);
+        const auto run = answers_for(compressor.keep(policy, r));
         score(policy, r, run.first, run.second);
       }
     }

@@ -19,7 +19,12 @@ struct Request {
   // Teacher forcing (evaluation): token k of the completion is forced[k] whatever the logits say;
   // generation ends after forced.size() tokens (EOS and stop strings are ignored).
   std::vector<int32_t> forced;
+  // A shared context before the prompt (see context_prompt.h): prefilled and compressed once for
+  // every request that names the same one, held read-only; the request's own KV follows it.
+  std::string context;               // text (empty: none)
+  std::vector<int32_t> context_ids;  // pre-tokenised context; overrides `context` when set
   SamplingParams sampling;
+  bool has_context() const { return !context.empty() || !context_ids.empty(); }
 };
 
 enum class FinishReason { kStop, kLength, kError };

@@ -6,10 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "policies/kv/kvzip.h"
 #include "runtime/core/error.h"
-#include "runtime/loaders/model_loader.h"
-#include "scheduler/shared_context.h"
+#include "scheduler/context_compression.h"
 
 namespace offgen {
 namespace {
@@ -67,8 +65,9 @@ double time_attention(Backend& be, const ModelConfig& c, const SharedContext& ct
 void SharedBenchOptions::validate() const {
   OFFGEN_CHECK(context_len >= 1 && question_len >= 1 && gen_len >= 1 && questions >= 1, kConfig,
                "--shared-context, --prompt-len, --gen-len and --num-prompts must be positive");
-  OFFGEN_CHECK(policy == "kvzip" || policy == "full", kConfig,
-               "bench --shared-context: --kv-policy must be kvzip or full (got '{}')", policy);
+  OFFGEN_CHECK(is_context_policy(policy), kConfig,
+               "bench --shared-context: --kv-policy {} cannot compress a context (use one of: {})",
+               policy, fmt::join(context_policy_names(), ", "));
   OFFGEN_CHECK(ratio > 0 && ratio <= 1, kConfig, "--kv-budget {} must be in (0, 1]", ratio);
 }
 
@@ -76,74 +75,86 @@ SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchO
   o.validate();
   SharedBenchReport r;
   r.options = o;
-  OpenedModel om = open_model(base.model);
-  const Tokenizer tok(om.vocab);
-  auto backend = make_cpu_backend(base.threads, dtype_from_name(base.weight_dtype));
-  const LlamaModel model(*om.source, *backend);
-  const ModelConfig& c = model.config();
-  OFFGEN_CHECK(o.context_len + o.question_len + o.gen_len <= c.context_length, kConfig,
-               "context {} + question {} + generation {} exceed the model's window of {}",
-               o.context_len, o.question_len, o.gen_len, c.context_length);
-  const ResidentUnits units(model);
-  ContextRunner runner(model, units);
-  std::mt19937_64 rng(o.seed);
-  MultiqueryPrompt p;
-  p.context_ids = random_ids(tok, o.context_len, rng);
-  for (int64_t i = 0; i < o.questions; ++i)
-    p.question_ids.push_back(random_ids(tok, o.question_len, rng));
-
-  // Shared: the context once, compressed once, all questions over it.
-  auto t = std::chrono::steady_clock::now();
-  const ContextCache cache = runner.prefill(p.context_ids);
-  r.shared_prefill_seconds = since(t);
-  const int64_t n = cache.n;
-  std::vector<int32_t> all(n);
-  for (int64_t i = 0; i < n; ++i) all[i] = static_cast<int32_t>(i);
-  const std::vector<std::vector<int32_t>> keep_all(c.n_layers * c.n_kv_heads, all);
-  t = std::chrono::steady_clock::now();
-  std::vector<std::vector<int32_t>> kept = keep_all;
-  if (o.policy == "kvzip") {
-    const auto scores = runner.kvzip_scores(
-        cache, p, tok.encode("\n\nRepeat the previous context exactly.", true),
-        tok.encode("\n\nRepeat the part of the previous context exactly, starting with ", true));
-    kept = kvzip_select(KvzipScores{c.n_layers, c.n_kv_heads, n, 0, scores}, o.ratio,
-                        KvzipBudget::kGlobal);
-  }
-  r.shared_score_seconds = since(t);
-  const SharedContext shared(c, cache.k, cache.v, n, kept, n);
-  t = std::chrono::steady_clock::now();
-  runner.answer(shared, p.question_ids, o.gen_len, {});
-  r.shared_answer_seconds = since(t);
-  r.shared_throughput = static_cast<double>(o.questions * o.gen_len) /
-                        (r.shared_prefill_seconds + r.shared_score_seconds + r.shared_answer_seconds);
-  r.context_bytes = shared.bytes();
-  r.retained = static_cast<double>(shared.kept_pairs()) / (c.n_layers * c.n_kv_heads * n);
-  {
-    const SharedContext whole(c, cache.k, cache.v, n, keep_all, n);
-    r.context_bytes_full = whole.bytes();
-    r.attention_full_seconds = time_attention(*backend, c, whole, o.question_len, o.questions, 3);
-    r.attention_seconds = time_attention(*backend, c, shared, o.question_len, o.questions, 3);
-  }
-  if (!o.separate) return r;
-
-  // Separate: the engine prefills context + question for every prompt.
+  // One engine for both runs: the shared requests name the context, the separate ones carry it
+  // in their prompts (the context policy does not apply to requests without a context).
   EngineOptions eo = base;
   eo.policy.gpu_batch_size = o.questions;
   eo.policy.num_gpu_batches = 1;
   eo.policy.batch_given = true;
+  eo.policy.kv.name = o.policy;
+  eo.policy.kv.budget = o.ratio;
   eo.max_context = o.context_len + o.question_len + o.gen_len;
   Engine engine(eo);
-  std::vector<Request> reqs(o.questions);
+  const ModelConfig& c = engine.config();
+  OFFGEN_CHECK(eo.max_context <= c.context_length, kConfig,
+               "context {} + question {} + generation {} exceed the model's window of {}",
+               o.context_len, o.question_len, o.gen_len, c.context_length);
+  std::mt19937_64 rng(o.seed);
+  const std::vector<int32_t> context = random_ids(engine.tokenizer(), o.context_len, rng);
+  std::vector<Request> shared(o.questions);
   for (int64_t i = 0; i < o.questions; ++i) {
-    reqs[i].id = std::to_string(i);
-    reqs[i].prompt_ids = p.context_ids;
-    reqs[i].prompt_ids.insert(reqs[i].prompt_ids.end(), p.question_ids[i].begin(),
-                              p.question_ids[i].end());
-    reqs[i].sampling.max_tokens = o.gen_len;
-    reqs[i].sampling.ignore_eos = true;
+    shared[i].id = std::to_string(i);
+    shared[i].context_ids = context;
+    shared[i].prompt_ids = random_ids(engine.tokenizer(), o.question_len, rng);
+    shared[i].sampling.max_tokens = o.gen_len;
+    shared[i].sampling.ignore_eos = true;
+  }
+  // The decode attention op over a built context, timed inside the callback (and excluded from
+  // the answer time).
+  auto timing_backend = make_cpu_backend(base.threads);
+  double callback_seconds = 0;
+  const auto time_context = [&](double& attention, int64_t& bytes, int64_t* kept) {
+    GenerateCallbacks cb;
+    cb.on_context = [&, kept](const SharedContext& ctx) {
+      const auto t0 = std::chrono::steady_clock::now();
+      bytes = ctx.bytes();
+      if (kept) *kept = ctx.kept_pairs();
+      attention = time_attention(*timing_backend, c, ctx, o.question_len, o.questions, 3);
+      callback_seconds += since(t0);
+    };
+    return cb;
+  };
+
+  // Shared: the context once, compressed once, every question over it.
+  int64_t kept = 0;
+  const GenerateCallbacks cb = time_context(r.attention_seconds, r.context_bytes, &kept);
+  auto t = std::chrono::steady_clock::now();
+  for (const Result& res : engine.generate(shared, cb))
+    OFFGEN_CHECK(res.error.empty(), kResource, "bench: a shared-context request failed: {}",
+                 res.error);
+  const double shared_seconds = since(t) - callback_seconds;
+  const GenerationStats st = engine.last_stats();
+  r.shared_prefill_seconds = st.context_prefill_seconds;
+  r.shared_score_seconds = st.context_seconds - st.context_prefill_seconds;
+  r.shared_answer_seconds = shared_seconds - st.context_seconds;
+  r.shared_throughput = static_cast<double>(o.questions * o.gen_len) / shared_seconds;
+  r.retained = static_cast<double>(kept) / static_cast<double>(c.n_layers * c.n_kv_heads * o.context_len);
+  r.context_bytes_full = c.kv_bytes_per_token() * o.context_len;
+  // The same attention over the whole context: one question through a full-context engine.
+  if (o.policy == "full" || o.ratio >= 1) {
+    r.attention_full_seconds = r.attention_seconds;
+  } else {
+    EngineOptions full = eo;
+    full.policy.kv.name = "full";
+    Engine whole(full);
+    std::vector<Request> one(1, shared[0]);
+    one[0].sampling.max_tokens = 1;
+    int64_t whole_bytes = 0;
+    whole.generate(one, time_context(r.attention_full_seconds, whole_bytes, nullptr));
+    OFFGEN_CHECK(whole_bytes == r.context_bytes_full, kInternal,
+                 "bench: the whole context holds {} bytes, expected {}", whole_bytes,
+                 r.context_bytes_full);
+  }
+  if (!o.separate) return r;
+
+  // Separate: the engine prefills context + question for every prompt.
+  std::vector<Request> separate = shared;
+  for (Request& req : separate) {
+    req.prompt_ids.insert(req.prompt_ids.begin(), context.begin(), context.end());
+    req.context_ids.clear();
   }
   t = std::chrono::steady_clock::now();
-  for (const Result& res : engine.generate(reqs))
+  for (const Result& res : engine.generate(separate))
     OFFGEN_CHECK(res.error.empty(), kResource, "bench: a separate prompt failed: {}", res.error);
   r.separate_seconds = since(t);
   r.separate_throughput = static_cast<double>(o.questions * o.gen_len) / r.separate_seconds;
@@ -156,8 +167,9 @@ nlohmann::json SharedBenchReport::to_json() const {
           {"questions", options.questions},
           {"question_len", options.question_len},
           {"gen_len", options.gen_len},
-          {"kv_policy", options.policy == "kvzip" ? fmt::format("kvzip@{:g}", options.ratio)
-                                                   : std::string("full")},
+          {"kv_policy", options.policy == "full" ? std::string("full")
+                                                  : fmt::format("{}@{:g}", options.policy,
+                                                                options.ratio)},
           {"retained", retained},
           {"shared_prefill_seconds", shared_prefill_seconds},
           {"shared_score_seconds", shared_score_seconds},
@@ -178,7 +190,9 @@ std::string SharedBenchReport::summary() const {
       "{:.3f})\n  shared:   prefill {:.2f} s, scoring {:.2f} s, answers {:.2f} s -> {:.1f} tok/s; "
       "context KV held once: {:.1f} MiB (whole {:.1f} MiB)\n",
       options.questions, options.question_len, options.gen_len, options.context_len,
-      options.policy == "kvzip" ? fmt::format("kvzip@{:g}", options.ratio) : "full", retained,
+      options.policy == "full" ? std::string("full")
+                               : fmt::format("{}@{:g}", options.policy, options.ratio),
+      retained,
       shared_prefill_seconds, shared_score_seconds, shared_answer_seconds, shared_throughput,
       context_bytes / 1048576.0, context_bytes_full / 1048576.0);
   if (separate_seconds > 0)

@@ -1,7 +1,8 @@
-// `offgen bench --shared-context N`: Q questions over one shared context of N tokens — prefilled
-// once, compressed once (KVzip at a retained ratio, or kept whole), each question its own KV —
-// against the same Q prompts (context + question) prefilled separately by the engine; plus the
-// decode attention time over the compressed vs the whole context. Random tokens, like `bench`.
+// `offgen bench --shared-context N`: Q questions over one shared context of N tokens through the
+// engine — prefilled once, compressed once (a context policy at a retained ratio, or kept whole),
+// each question its own KV — against the same Q prompts (context + question) prefilled
+// separately by the same engine; plus the decode attention time over the compressed vs the whole
+// context. Random tokens, like `bench`.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@ struct SharedBenchOptions {
   int64_t question_len = 32;
   int64_t gen_len = 32;
   int64_t questions = 64;
-  std::string policy = "kvzip";  // kvzip or full
+  std::string policy = "kvzip";  // a context policy (context_compression.h)
   double ratio = 0.3;            // retained fraction of the context (kvzip)
   bool separate = true;          // also run the separate-prefill baseline
   uint64_t seed = 1234;
@@ -38,7 +39,8 @@ struct SharedBenchReport {
   std::string summary() const;
 };
 
-// `base` gives the model, threads and weight storage (all weights in RAM).
+// `base` gives the model, threads, weight storage and placement (batch sizes and KV policy are
+// the bench's).
 SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchOptions& o);
 
 }  // namespace offgen

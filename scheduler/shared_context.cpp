@@ -87,33 +87,40 @@ int64_t SharedContext::bytes() const {
   return b;
 }
 
-ContextRunner::ContextRunner(const LlamaModel& model, const ResidentUnits& units)
-    : model_(model), units_(units) {}
-
-void ContextRunner::forward(const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
-                            const std::vector<SeqSpan>& seqs,
-                            const std::vector<std::vector<KvSeqView>>& views,
-                            const KvSlotPolicy* policy, std::vector<float>& logits) {
-  const ModelConfig& c = model_.config();
-  const int64_t rows = static_cast<int64_t>(ids.size());
-  std::vector<float> hidden(rows * c.d_model);
-  model_.embed(ids, positions.data(), hidden.data());
-  for (int64_t u = 0; u < model_.num_units(); ++u) {
-    const bool attn = LlamaModel::unit_has_cache(u);
-    const UnitBatch b{rows, seqs, positions.data(),
-                      attn ? std::span<const KvSeqView>(views[LlamaModel::unit_layer(u)])
-                           : std::span<const KvSeqView>(),
-                      policy};
-    model_.run_unit(u, units_.blob(u), hidden.data(), b, scratch_);
-  }
-  std::vector<int64_t> last;
-  for (const auto& sp : seqs) last.push_back(sp.row_begin + sp.n_new - 1);
-  logits.resize(last.size() * c.vocab_size);
-  model_.output_step(hidden.data(), last, logits.data(), scratch_);
+ContextForward resident_forward(const LlamaModel& model, const ResidentUnits& units) {
+  auto scratch = std::make_shared<LlamaScratch>();
+  return [&model, &units, scratch](const std::vector<int32_t>& ids,
+                                   const std::vector<int32_t>& positions,
+                                   const std::vector<SeqSpan>& seqs,
+                                   const std::vector<std::vector<KvSeqView>>& views,
+                                   const KvSlotPolicy* policy, std::vector<float>& logits) {
+    const ModelConfig& c = model.config();
+    const int64_t rows = static_cast<int64_t>(ids.size());
+    std::vector<float> hidden(rows * c.d_model);
+    model.embed(ids, positions.data(), hidden.data());
+    for (int64_t u = 0; u < model.num_units(); ++u) {
+      const bool attn = LlamaModel::unit_has_cache(u);
+      const UnitBatch b{rows, seqs, positions.data(),
+                        attn ? std::span<const KvSeqView>(views[LlamaModel::unit_layer(u)])
+                             : std::span<const KvSeqView>(),
+                        policy};
+      model.run_unit(u, units.blob(u), hidden.data(), b, *scratch);
+    }
+    std::vector<int64_t> last;
+    for (const auto& sp : seqs) last.push_back(sp.row_begin + sp.n_new - 1);
+    logits.resize(last.size() * c.vocab_size);
+    model.output_step(hidden.data(), last, logits.data(), *scratch);
+  };
 }
 
+ContextRunner::ContextRunner(const ModelConfig& config, ContextForward forward)
+    : config_(config), forward_(std::move(forward)) {}
+
+ContextRunner::ContextRunner(const LlamaModel& model, const ResidentUnits& units)
+    : ContextRunner(model.config(), resident_forward(model, units)) {}
+
 ContextCache ContextRunner::prefill(const std::vector<int32_t>& ids) {
-  const ModelConfig& c = model_.config();
+  const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(ids.size());
   std::vector<OwnTable> tables(c.n_layers);
   std::vector<std::vector<KvSeqView>> views(c.n_layers);
@@ -122,7 +129,7 @@ ContextCache ContextRunner::prefill(const std::vector<int32_t>& ids) {
   for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i);
   std::vector<float> logits;
   const StatsOnly stats;
-  forward(ids, pos, {SeqSpan{0, n, 0}}, views, &stats, logits);
+  forward_(ids, pos, {SeqSpan{0, n, 0}}, views, &stats, logits);
   ContextCache out;
   out.n = n;
   for (auto& t : tables) {
@@ -138,7 +145,7 @@ std::vector<float> ContextRunner::kvzip_scores(const ContextCache& cache,
                                                const std::vector<int32_t>& repeat_first,
                                                const std::vector<int32_t>& repeat_later,
                                                int64_t chunk) {
-  const ModelConfig& c = model_.config();
+  const ModelConfig& c = config_;
   const int64_t n = cache.n, P = p.protected_len, H = c.n_kv_heads, kvd = c.kv_dim();
   std::vector<float> score(c.n_layers * H * n, 0.0f);
   const StatsOnly stats;
@@ -165,7 +172,7 @@ std::vector<float> ContextRunner::kvzip_scores(const ContextCache& cache,
     std::vector<int32_t> pos(R);
     for (int64_t i = 0; i < R; ++i) pos[i] = static_cast<int32_t>(n + i);  // after the context
     std::vector<float> logits;
-    forward(ids, pos, {SeqSpan{0, R, P + C}}, views, &stats, logits);
+    forward_(ids, pos, {SeqSpan{0, R, P + C}}, views, &stats, logits);
     for (int64_t l = 0; l < c.n_layers; ++l)
       for (int64_t h = 0; h < H; ++h) {
         const float* mx = tables[l].max.data() + h * cap;
@@ -182,7 +189,7 @@ std::vector<float> ContextRunner::kvzip_scores(const ContextCache& cache,
 std::vector<std::vector<float>> ContextRunner::question_scores(const ContextCache& cache,
                                                                const std::vector<int32_t>& q,
                                                                const KvSlotPolicy& snapkv) {
-  const ModelConfig& c = model_.config();
+  const ModelConfig& c = config_;
   const int64_t n = cache.n, Q = static_cast<int64_t>(q.size()), cap = n + Q, kvd = c.kv_dim();
   std::vector<OwnTable> tables(c.n_layers);
   std::vector<std::vector<KvSeqView>> views(c.n_layers);
@@ -195,7 +202,7 @@ std::vector<std::vector<float>> ContextRunner::question_scores(const ContextCach
   std::vector<int32_t> pos(Q);
   for (int64_t i = 0; i < Q; ++i) pos[i] = static_cast<int32_t>(n + i);
   std::vector<float> logits;
-  forward(q, pos, {SeqSpan{0, Q, n}}, views, &snapkv, logits);
+  forward_(q, pos, {SeqSpan{0, Q, n}}, views, &snapkv, logits);
   std::vector<std::vector<float>> out(c.n_layers);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     out[l].resize(c.n_kv_heads * n);
@@ -209,7 +216,7 @@ std::vector<std::vector<int32_t>> ContextRunner::answer(
     const SharedContext& ctx, const std::vector<std::vector<int32_t>>& questions,
     int64_t max_tokens, std::span<const int32_t> stop,
     std::vector<std::vector<float>>* first_logits) {
-  const ModelConfig& c = model_.config();
+  const ModelConfig& c = config_;
   const size_t nq = questions.size();
   const int64_t L = ctx.context_length();
   std::vector<OwnTable> tables(nq * c.n_layers);
@@ -247,7 +254,7 @@ std::vector<std::vector<int32_t>> ContextRunner::answer(
     for (int64_t l = 0; l < c.n_layers; ++l)
       for (size_t i : who) step_views[l].push_back(views[l][i]);
     std::vector<float> logits;
-    forward(ids, pos, seqs, step_views, nullptr, logits);
+    forward_(ids, pos, seqs, step_views, nullptr, logits);
     for (size_t j = 0; j < who.size(); ++j) {
       const size_t i = who[j];
       const float* row = logits.data() + j * c.vocab_size;

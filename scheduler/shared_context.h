@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ class SharedContext {
   int64_t bytes() const;       // K + V bytes held (stored once for all questions)
   std::span<const float> k_data(int64_t layer, int64_t head) const {
     return rows_k_[layer * heads_ + head];
+  }
+  std::span<const float> v_data(int64_t layer, int64_t head) const {
+    return rows_v_[layer * heads_ + head];
   }
 
  private:
@@ -57,11 +61,25 @@ struct ContextCache {
   std::vector<std::vector<float>> h2o_score;  // [layer] -> [n_kv_heads][n]
 };
 
-// Runs a model over all weights in RAM, with per-sequence views; the common forward of the
-// multi-query evaluation. Thread-compatible (one per thread).
+// One forward over caller-owned tables: the rows of every sequence (`seqs` index `ids`), the
+// views per layer ([layer][seq]), the policy that collects statistics into tables with metadata
+// (null: none); writes the logits of each sequence's last row ([seqs][vocab]).
+using ContextForward = std::function<void(
+    const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
+    const std::vector<SeqSpan>& seqs, const std::vector<std::vector<KvSeqView>>& views,
+    const KvSlotPolicy* policy, std::vector<float>& logits)>;
+// The forward over every weight in RAM (units), on the calling thread; owns its scratch.
+ContextForward resident_forward(const LlamaModel& model, const ResidentUnits& units);
+
+// The forwards of shared contexts: the context's prefill, the scoring forwards of the compression
+// policies and batched greedy answers, over any ContextForward (all weights in RAM for the
+// evaluation, the engine's block executor with its placement for generate jobs).
+// Thread-compatible (one per thread).
 class ContextRunner {
  public:
+  ContextRunner(const ModelConfig& config, ContextForward forward);
   ContextRunner(const LlamaModel& model, const ResidentUnits& units);
+  const ModelConfig& config() const { return config_; }
   // Prefills `ids` at positions 0.. into a full cache, collecting H2O scores.
   ContextCache prefill(const std::vector<int32_t>& ids);
   // KVzip scores of every context pair ([layer][head][slot], row-major): teacher-forced
@@ -90,15 +108,8 @@ class ContextRunner {
   int64_t last_own_bytes() const { return last_own_bytes_; }
 
  private:
-  // One forward over the batch: rows of every sequence, views per layer; logits of each
-  // sequence's last row.
-  void forward(const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
-               const std::vector<SeqSpan>& seqs, const std::vector<std::vector<KvSeqView>>& views,
-               const KvSlotPolicy* policy, std::vector<float>& logits);
-
-  const LlamaModel& model_;
-  const ResidentUnits& units_;
-  LlamaScratch scratch_;
+  ModelConfig config_;
+  ContextForward forward_;
   int64_t last_own_bytes_ = 0;
 };
 

@@ -228,18 +228,22 @@ int64_t KvPolicyConfig::compact_slots(int64_t prompt, int64_t max_tokens) const 
 }
 
 std::string KvPolicyConfig::describe() const {
-  if (!evicts()) return name;
+  if (name == "full") return name;
   const std::string b = budget <= 1 ? fmt::format("{:g}", budget)
                                     : std::to_string(static_cast<int64_t>(budget));
   return fmt::format("{}@{}{}", name, b, scope == "prompt" ? " (prompt)" : "");
 }
 
 std::vector<std::string> kv_policy_names() {
-  return {"full", "window", "sinks", "h2o", "tova", "snapkv"};
+  return {"full", "window", "sinks", "h2o", "tova", "snapkv", "kvzip", "kvzip-uniform"};
 }
 
 std::unique_ptr<KvPolicy> make_kv_policy(const KvPolicyConfig& c) {
   c.validate();
+  OFFGEN_CHECK(!c.context_only(), kConfig,
+               "--kv-policy {} compresses a shared context once; it is not an eviction policy for "
+               "a sequence's own KV (give requests a context, or use h2o, snapkv, ...)",
+               c.name);
   if (c.name == "window") return std::make_unique<WindowPolicy>();
   if (c.name == "sinks") return std::make_unique<SinksPolicy>(c.sinks);
   if (c.name == "h2o") return std::make_unique<H2oPolicy>(c.recent_fraction);

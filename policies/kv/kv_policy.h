@@ -1,4 +1,5 @@
-// KV eviction policies (full, window, sinks, h2o, tova, snapkv) as pure decisions over one
+// KV eviction policies (full, window, sinks, h2o, tova, snapkv; kvzip names a shared-context
+// compression, see context_only()) as pure decisions over one
 // (sequence, layer, KV head) slot table — which slots survive a compaction and which slot a new
 // token overwrites in a full table. Policies never touch memory; scores are fp32 attention
 // statistics already aggregated (summed) over the KV head's query group.
@@ -34,7 +35,10 @@ struct KvPolicyConfig {
   // prompt chunk is compacted to (KvStep's compact_to).
   int64_t table_slots(int64_t prompt, int64_t max_tokens) const;
   int64_t compact_slots(int64_t prompt, int64_t max_tokens) const;
-  bool evicts() const { return name != "full"; }
+  // kvzip / kvzip-uniform compress a shared context once (scheduler/context_compression.h) and
+  // never evict from a sequence's own table.
+  bool context_only() const { return name == "kvzip" || name == "kvzip-uniform"; }
+  bool evicts() const { return name != "full" && !context_only(); }
   std::string describe() const;  // e.g. "h2o@0.2" or "window@256"
 };
 
@@ -43,7 +47,8 @@ class KvPolicy : public KvSlotPolicy {
   virtual std::string name() const = 0;
 };
 
-// Throws offgen::Error(kConfig) for unknown names (listing the known ones) or bad settings.
+// Throws offgen::Error(kConfig) for unknown names (listing the known ones), bad settings or a
+// context-only policy (kvzip is not a slot policy).
 std::unique_ptr<KvPolicy> make_kv_policy(const KvPolicyConfig& config);
 std::vector<std::string> kv_policy_names();
 

@@ -25,6 +25,12 @@ TEST_CASE("simple request lines parse with overrides", "[job_io]") {
   CHECK(numeric.id == "12");
   auto noid = parse_request_line(R"({"prompt": "hi"})", 9, d, false);
   CHECK(noid.id == "line-9");
+  auto ctx = parse_request_line(R"({"id": "q", "context": "Ann is 4.", "prompt": "Ann?"})", 2, d,
+                                true);
+  REQUIRE(ctx.request);
+  CHECK(ctx.request->context == "Ann is 4.");
+  CHECK(ctx.request->has_context());
+  CHECK(ctx.request->chat);
 }
 
 TEST_CASE("each request gets its own seed unless it sets one", "[job_io]") {
@@ -124,6 +130,8 @@ TEST_CASE("bad lines carry a kind and the field's JSON path", "[job_io]") {
       {R"({"id": "x", "prompt": "p", "seed": -1})", "invalid_value", "seed", "x"},
       {R"({"id": "x", "prompt": "p", "max_tokens": 18446744073709551615})", "invalid_value", "max_tokens", "x"},
       {R"({"id": "x", "prompt": ""})", "invalid_value", "prompt", "x"},
+      {R"({"id": "x", "prompt": "p", "context": ""})", "invalid_value", "context", "x"},
+      {R"({"id": "x", "prompt": "p", "context": ["a"]})", "wrong_type", "context", "x"},
       {R"({"id": "x", "prompt": "p", "stop": ["a", ""]})", "invalid_value", "stop[1]", "x"},
       {R"({"id": "x", "messages": [{"role": "wizard", "content": "c"}]})", "invalid_value", "messages[0].role", "x"},
       {R"({"id": "x", "messages": [{"role": "user", "content": 3}]})", "wrong_type", "messages[0].content", "x"},

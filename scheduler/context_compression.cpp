@@ -1,0 +1,103 @@
+// Context compression policies over a prefilled shared context.
+#include "scheduler/context_compression.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "policies/kv/kvzip.h"
+#include "runtime/core/error.h"
+
+namespace offgen {
+namespace {
+
+// Per (layer, head) kept lists from a per-head slot policy over the evictable slots [P, n).
+std::vector<std::vector<int32_t>> keep_per_head(const ModelConfig& c, int64_t n, int64_t P,
+                                                double ratio, const KvSlotPolicy& policy,
+                                                const std::vector<std::vector<float>>& score) {
+  const int64_t k = std::llround(ratio * static_cast<double>(n - P));
+  std::vector<std::vector<int32_t>> kept(c.n_layers * c.n_kv_heads);
+  std::vector<int32_t> pos(n - P);
+  for (int64_t i = 0; i < n - P; ++i) pos[i] = static_cast<int32_t>(P + i);
+  std::vector<float> zero(n - P, 0.0f);
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (int64_t h = 0; h < c.n_kv_heads; ++h) {
+      const float* s = score.empty() ? zero.data() : score[l].data() + h * n + P;
+      std::vector<int32_t> out;
+      const std::span<const float> sv(s, static_cast<size_t>(n - P));
+      policy.keep(SlotTable{pos, sv, sv}, k, out);
+      auto& dst = kept[l * c.n_kv_heads + h];
+      for (int64_t i = 0; i < P; ++i) dst.push_back(static_cast<int32_t>(i));
+      for (int32_t j : out) dst.push_back(static_cast<int32_t>(P + j));
+      std::sort(dst.begin() + P, dst.end());
+    }
+  return kept;
+}
+
+}  // namespace
+
+const std::vector<std::string>& context_policy_names() {
+  static const std::vector<std::string> names = {"full",   "kvzip",  "kvzip-uniform",
+                                                 "h2o",    "snapkv", "sinks"};
+  return names;
+}
+
+bool is_context_policy(const std::string& name) {
+  const auto& n = context_policy_names();
+  return std::find(n.begin(), n.end(), name) != n.end();
+}
+
+KvzipRepeat KvzipRepeat::from(const Tokenizer& tok) {
+  return {tok.encode("\n\nRepeat the previous context exactly.", true),
+          tok.encode("\n\nRepeat the part of the previous context exactly, starting with ", true)};
+}
+
+ContextCompressor::ContextCompressor(ContextRunner& runner, const ContextCache& cache,
+                                     const MultiqueryPrompt& p, const KvzipRepeat& repeat,
+                                     const KvPolicyConfig& base)
+    : runner_(runner), cache_(cache), prompt_(p), repeat_(repeat), base_(base) {}
+
+double ContextCompressor::ratio_of_budget(double budget) const {
+  if (budget <= 1.0) return budget;
+  const int64_t evictable = cache_.n - prompt_.protected_len;
+  return evictable <= 0 ? 1.0 : std::min(1.0, budget / static_cast<double>(evictable));
+}
+
+std::vector<std::vector<int32_t>> ContextCompressor::keep(const std::string& policy,
+                                                          double ratio) {
+  OFFGEN_CHECK(is_context_policy(policy), kConfig,
+               "--kv-policy {} cannot compress a shared context (use one of: {})", policy,
+               fmt::join(context_policy_names(), ", "));
+  OFFGEN_CHECK(ratio > 0 && ratio <= 1, kConfig,
+               "a shared context's retained ratio must be in (0, 1] (got {})", ratio);
+  const ModelConfig& c = runner_.config();
+  const int64_t n = cache_.n, P = prompt_.protected_len;
+  if (policy == "full" || ratio >= 1.0) {
+    std::vector<int32_t> all(n);
+    for (int64_t i = 0; i < n; ++i) all[i] = static_cast<int32_t>(i);
+    return std::vector<std::vector<int32_t>>(c.n_layers * c.n_kv_heads, all);
+  }
+  if (policy == "kvzip" || policy == "kvzip-uniform") {
+    if (kvzip_.empty()) kvzip_ = runner_.kvzip_scores(cache_, prompt_, repeat_.first, repeat_.later);
+    const KvzipScores s{c.n_layers, c.n_kv_heads, n, P, kvzip_};
+    return kvzip_select(s, ratio, policy == "kvzip" ? KvzipBudget::kGlobal
+                                                    : KvzipBudget::kUniformHead);
+  }
+  KvPolicyConfig pc = base_;
+  pc.name = policy;
+  pc.budget = 1.0;
+  pc.scope = "all";
+  const auto pol = make_kv_policy(pc);
+  if (policy == "snapkv" && !per_head_.count(policy)) {
+    OFFGEN_CHECK(!prompt_.question_ids.empty(), kInternal, "snapkv needs the first question");
+    per_head_[policy] = runner_.question_scores(cache_, prompt_.question_ids.front(), *pol);
+  }
+  static const std::vector<std::vector<float>> kNone;
+  const auto& score = policy == "h2o"      ? cache_.h2o_score
+                      : policy == "snapkv" ? per_head_[policy]
+                                           : kNone;
+  return keep_per_head(c, n, P, ratio, *pol, score);
+}
+
+}  // namespace offgen
