@@ -10,13 +10,20 @@
 namespace offgen {
 
 KvStore::KvStore(const ModelConfig& config, double ram_percent, NvmeStore* disk, bool with_meta,
-                 bool compress)
+                 bool compress, KvDeviceHomes homes)
     : n_layers_(config.n_layers),
       kv_dim_(config.kv_dim()),
       n_kv_heads_(config.n_kv_heads),
       with_meta_(with_meta),
+      homes_(homes),
+      gpu_homes_(homes.backend && !homes.backend->device_is_host()),
       ram_percent_(ram_percent),
       disk_(disk) {
+  OFFGEN_CHECK(!gpu_homes_ || (ram_percent >= 100 && !compress), kConfig,
+               "on the {} backend the KV cache lives wholly in GPU memory, or wholly in host memory "
+               "with --cpu-cache-compute: disk shares and --compress-cache are not supported there "
+               "yet",
+               homes.backend ? homes.backend->name() : std::string());
   OFFGEN_CHECK(ram_percent >= 0 && ram_percent <= 100, kConfig, "cache RAM percent {} out of range",
                ram_percent);
   OFFGEN_CHECK(ram_percent >= 100 || disk != nullptr, kInternal,
@@ -45,20 +52,29 @@ int64_t KvStore::meta_bytes(int64_t capacity) const {
   return with_meta_ ? n_layers_ * 3 * n_kv_heads_ * capacity * 4 : 0;
 }
 
+Buffer KvStore::alloc_home(int64_t bytes) const {
+  if (!homes_.backend) return Buffer(static_cast<int64_t>(align_up(static_cast<uint64_t>(bytes))));
+  return homes_.backend->alloc(bytes, gpu_homes_ && homes_.on_device ? Tier::kDevice : Tier::kHost);
+}
+
+Buffer KvStore::alloc_meta(int64_t bytes) const {
+  return homes_.backend ? homes_.backend->alloc(bytes, Tier::kHost) : Buffer(bytes);
+}
+
 int64_t KvStore::add(int64_t capacity, int64_t compact_to) {
   OFFGEN_CHECK(capacity > 0, kInternal, "KV capacity must be positive");
   auto s = std::make_unique<Seq>();
   s->capacity = capacity;
   s->compact_to = compact_to > 0 ? std::min(compact_to, capacity) : capacity;
   s->ram_slots = ram_slots(capacity);
-  if (s->ram_slots > 0) s->ram = AlignedHostBuffer(n_layers_ * 2 * s->ram_slots * row_bytes());
-  s->meta.assign(meta_bytes(capacity) / 4, 0);  // all-zero bits: position 0, scores 0.0f
+  if (s->ram_slots > 0) s->ram = alloc_home(n_layers_ * 2 * s->ram_slots * row_bytes());
+  s->meta = alloc_meta(meta_bytes(capacity));  // zeroed: position 0, scores 0.0f
   if (s->ram_slots < capacity) {
     s->disk_segment =
         static_cast<int64_t>(align_up(static_cast<uint64_t>((capacity - s->ram_slots) * row_bytes())));
     s->disk = take_extent(static_cast<uint64_t>(n_layers_ * 2 * s->disk_segment));
   }
-  stats_.ram_bytes += static_cast<int64_t>(s->ram.capacity()) + meta_bytes(capacity);
+  stats_.ram_bytes += home_bytes(*s) + meta_bytes(capacity);
   stats_.disk_bytes += static_cast<int64_t>(s->disk.bytes);
   stats_.peak_ram_bytes = std::max(stats_.peak_ram_bytes, stats_.ram_bytes);
   stats_.peak_disk_bytes = std::max(stats_.peak_disk_bytes, stats_.disk_bytes);
@@ -77,7 +93,7 @@ int64_t KvStore::add(int64_t capacity, int64_t compact_to) {
 
 void KvStore::remove(int64_t handle) {
   auto& s = seqs_[handle];
-  stats_.ram_bytes -= static_cast<int64_t>(s->ram.capacity()) + meta_bytes(s->capacity);
+  stats_.ram_bytes -= home_bytes(*s) + meta_bytes(s->capacity);
   stats_.disk_bytes -= static_cast<int64_t>(s->disk.bytes);
   --stats_.sequences;
   // The NVMe store allocates by bumping; finished sequences' extents are reused by later ones.
@@ -131,6 +147,7 @@ KvSeqView KvStore::home_view(int64_t handle, int64_t layer) const {
   OFFGEN_DCHECK(s.ram_slots == s.capacity);
   KvSeqView v{ram_slot0(s, layer, 0), ram_slot0(s, layer, 1), s.capacity};
   attach_meta(handle, layer, v);
+  v.host = gpu_homes_ && !homes_.on_device;
   return v;
 }
 
@@ -138,7 +155,7 @@ void KvStore::attach_meta(int64_t handle, int64_t layer, KvSeqView& v) const {
   if (!with_meta_) return;
   Seq& s = *seqs_[handle];
   const int64_t table = n_kv_heads_ * s.capacity;
-  int32_t* base = s.meta.data() + layer * 3 * table;
+  int32_t* base = s.meta.as<int32_t>() + layer * 3 * table;
   v.compact_to = s.compact_to;
   v.pos = base;
   v.sum = reinterpret_cast<float*>(base + table);

@@ -22,6 +22,14 @@
 
 namespace offgen {
 
+// Where the homes live on a backend whose device memory is not host memory (a GPU): every slot
+// in device memory (on_device), or every slot in pinned host memory with the attention on the
+// CPU (cpu_cache_compute; views carry KvSeqView::host). Default: plain RAM (the CPU backend).
+struct KvDeviceHomes {
+  Backend* backend = nullptr;  // allocates the homes and metadata; null: plain RAM
+  bool on_device = true;
+};
+
 struct KvStoreStats {
   int64_t ram_bytes = 0, disk_bytes = 0;            // current homes
   int64_t peak_ram_bytes = 0, peak_disk_bytes = 0;
@@ -35,8 +43,10 @@ class KvStore {
   // compress: homes (RAM and disk) hold KvRowCodec rows; no sequence is then used in place
   // (resident() is false), load() decodes into the fp32 staging rows and store()/store_slots()
   // encode exactly the slots given, so untouched slots keep their bytes across steps.
+  // homes: see KvDeviceHomes; with a GPU backend ram_percent must be 100 (no disk share) and the
+  // store uncompressed (Error(kConfig) otherwise), every sequence is then used in place.
   KvStore(const ModelConfig& config, double ram_percent, NvmeStore* disk, bool with_meta = false,
-          bool compress = false);
+          bool compress = false, KvDeviceHomes homes = {});
 
   // Bytes of one staging buffer (K or V) for a sequence of this capacity (4 KiB multiple):
   // capacity fp32 rows; compressed, followed (at a 4 KiB boundary) by the disk image of the
@@ -60,6 +70,8 @@ class KvStore {
   bool resident(int64_t handle) const {
     return !codec_ && seqs_[handle]->ram_slots == seqs_[handle]->capacity;
   }
+  // Whether wholly resident sequences' views point into host memory computed on by the CPU.
+  bool host_compute() const { return gpu_homes_ && !homes_.on_device; }
   int64_t capacity(int64_t handle) const { return seqs_[handle]->capacity; }
   int64_t compact_to(int64_t handle) const { return seqs_[handle]->compact_to; }
   // The in-place view of a wholly resident sequence's layer (with its metadata).
@@ -85,8 +97,8 @@ class KvStore {
   struct Seq {
     int64_t capacity = 0, ram_slots = 0, compact_to = 0;
     int64_t disk_segment = 0;  // bytes of one layer's K (or V) disk part, 4 KiB multiple
-    AlignedHostBuffer ram;     // [layer][K|V][ram_slots][row_bytes()]
-    std::vector<int32_t> meta;  // [layer][pos|sum|max][n_kv_heads][capacity] (floats as bits)
+    Buffer ram;                // [layer][K|V][ram_slots][row_bytes()], 4 KiB aligned
+    Buffer meta;               // [layer][pos|sum|max][n_kv_heads][capacity] (floats as bits)
     Extent disk;               // [layer][K|V][disk_segment]
   };
   int64_t stage_row_bytes() const { return kv_dim_ * 4; }
@@ -104,8 +116,15 @@ class KvStore {
 
   void write_disk(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
                   float* stage);
+  Buffer alloc_home(int64_t bytes) const;
+  static int64_t home_bytes(const Seq& s) {
+    return static_cast<int64_t>(align_up(static_cast<uint64_t>(s.ram.bytes())));
+  }
+  Buffer alloc_meta(int64_t bytes) const;
   int64_t n_layers_, kv_dim_, n_kv_heads_;
   bool with_meta_;
+  KvDeviceHomes homes_;
+  bool gpu_homes_ = false;  // homes_ on a backend whose device memory is not host memory
   std::optional<KvRowCodec> codec_;
   int64_t granule_;  // slots per 4 KiB-aligned step of the RAM/disk split
   double ram_percent_;

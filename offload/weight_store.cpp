@@ -8,58 +8,110 @@
 
 namespace offgen {
 
-WeightStore::WeightStore(int64_t num_units, const std::function<int64_t(int64_t)>& unit_bytes,
-                         const std::function<void(int64_t, void*)>& build, double ram_percent,
-                         NvmeStore* disk, int staging_slots)
-    : units_(num_units), disk_(disk) {
-  OFFGEN_CHECK(ram_percent >= 0 && ram_percent <= 100, kConfig,
-               "weight RAM percent {} out of range", ram_percent);
-  int64_t max_bytes = 0;
-  AlignedHostBuffer tmp;
+WeightStore::WeightStore(Backend& backend, int64_t num_units,
+                         const std::function<int64_t(int64_t)>& unit_bytes,
+                         const std::function<void(int64_t, void*)>& build, double device_percent,
+                         double host_percent, NvmeStore* disk, int staging_slots)
+    : backend_(backend), units_(num_units), disk_(disk) {
+  OFFGEN_CHECK(device_percent >= 0 && host_percent >= 0 && device_percent + host_percent <= 100,
+               kConfig, "weight percents {} (device) + {} (host) out of range", device_percent,
+               host_percent);
+  // One RAM share where device memory is host memory.
+  const bool split = split_ = !backend_.device_is_host();
+  const double dev_pct = split ? device_percent : 0.0;
+  const double mem_pct = device_percent + host_percent;
+  auto share = [](int64_t bytes, double pct) {
+    return static_cast<int64_t>(
+        align_down(static_cast<uint64_t>(static_cast<double>(bytes) * pct / 100.0)));
+  };
+  int64_t max_bytes = 0, max_disk = 0;
+  Buffer tmp;
   for (int64_t u = 0; u < num_units; ++u) {
     Unit& x = units_[u];
     x.bytes = unit_bytes(u);
     OFFGEN_CHECK(x.bytes % kDiskAlign == 0, kInternal, "unit {} blob size {} not 4 KiB aligned", u,
                  x.bytes);
-    x.ram_bytes = static_cast<int64_t>(
-        align_down(static_cast<uint64_t>(static_cast<double>(x.bytes) * ram_percent / 100.0)));
-    x.disk_bytes = x.bytes - x.ram_bytes;
+    x.device_bytes = share(x.bytes, dev_pct);
+    x.ram_bytes = share(x.bytes, mem_pct) - x.device_bytes;
+    x.disk_bytes = x.bytes - x.device_bytes - x.ram_bytes;
     max_bytes = std::max(max_bytes, x.bytes);
-    if (x.disk_bytes == 0) {
-      x.ram = AlignedHostBuffer(x.bytes);
-      build(u, x.ram.data());
-    } else {
-      OFFGEN_CHECK(disk_ != nullptr, kInternal, "weights placed on disk without an NVMe store");
-      if (static_cast<int64_t>(tmp.capacity()) < x.bytes) tmp = AlignedHostBuffer(x.bytes);
-      build(u, tmp.data());
-      if (x.ram_bytes > 0) {
-        x.ram = AlignedHostBuffer(x.ram_bytes);
-        std::memcpy(x.ram.data(), tmp.data(), x.ram_bytes);
-      }
-      x.disk = disk_->allocate(x.disk_bytes);
-      disk_->write(x.disk, tmp.data() + x.ram_bytes, x.disk_bytes);
+    max_disk = std::max(max_disk, x.disk_bytes);
+    if (tmp.bytes() < x.bytes) tmp = backend_.alloc(x.bytes, Tier::kHost);
+    build(u, tmp.data());
+    if (x.device_bytes > 0) {
+      x.device = backend_.alloc(x.device_bytes, Tier::kDevice);
+      backend_.copy(x.device.data(), tmp.data(), x.device_bytes);
+      backend_.synchronize();  // tmp is reused for the next unit
     }
+    if (x.ram_bytes > 0) {
+      x.ram = backend_.alloc(x.ram_bytes, Tier::kHost);
+      std::memcpy(x.ram.data(), static_cast<std::byte*>(tmp.data()) + x.device_bytes, x.ram_bytes);
+    }
+    if (x.disk_bytes > 0) {
+      OFFGEN_CHECK(disk_ != nullptr, kInternal, "weights placed on disk without an NVMe store");
+      x.disk = disk_->allocate(x.disk_bytes);
+      disk_->write(x.disk, static_cast<std::byte*>(tmp.data()) + x.device_bytes + x.ram_bytes,
+                   x.disk_bytes);
+    }
+    x.in_place = split ? x.device_bytes == x.bytes : x.disk_bytes == 0;
+    any_staged_ = any_staged_ || !x.in_place;
+    stats_.device_bytes += x.device_bytes;
     stats_.ram_bytes += x.ram_bytes;
     stats_.disk_bytes += x.disk_bytes;
   }
-  if (stats_.disk_bytes > 0) {
-    for (int i = 0; i < staging_slots; ++i) staging_.emplace_back(max_bytes);
-    stats_.staging_bytes = max_bytes * staging_slots;
+  if (!any_staged_) return;
+  for (int i = 0; i < staging_slots; ++i) {
+    staging_.push_back(backend_.alloc(max_bytes, Tier::kDevice));
+    loaded_.push_back(backend_.make_event());
+    free_.push_back(backend_.make_event());
   }
+  stats_.staging_bytes = max_bytes * staging_slots;
+  if (split && max_disk > 0)
+    for (int i = 0; i < 2; ++i) {
+      bounce_.push_back(backend_.alloc(max_disk, Tier::kHost));
+      bounce_free_.push_back(backend_.make_event());
+      stats_.bounce_bytes += max_disk;
+    }
 }
 
-void WeightStore::load(int64_t unit, int slot) {
+void WeightStore::load(int64_t unit, int slot, Stream& stream) {
   Unit& x = units_[unit];
-  if (x.disk_bytes == 0) return;
-  std::byte* dst = staging_[slot].data();
-  if (x.ram_bytes > 0) std::memcpy(dst, x.ram.data(), x.ram_bytes);
-  disk_->read(x.disk, dst + x.ram_bytes, x.disk_bytes);
+  if (x.in_place) return;
+  auto* dst = static_cast<std::byte*>(staging_[slot].data());
+  stream.wait(*free_[slot]);  // the compute that read this slot last
+  if (x.device_bytes > 0) stream.copy(dst, x.device.data(), x.device_bytes);
+  if (x.ram_bytes > 0) {
+    stream.copy(dst + x.device_bytes, x.ram.data(), x.ram_bytes);
+    if (!backend_.device_is_host()) h2d_bytes_ += x.ram_bytes;
+  }
+  if (x.disk_bytes > 0) {
+    std::byte* at = dst + x.device_bytes + x.ram_bytes;
+    if (backend_.device_is_host()) {
+      free_[slot]->synchronize();  // the read below writes the slot from this thread
+      disk_->read(x.disk, at, x.disk_bytes);
+    } else {
+      const int b = next_bounce_;
+      next_bounce_ ^= 1;
+      bounce_free_[b]->synchronize();  // its previous copy to the device has finished
+      disk_->read(x.disk, bounce_[b].data(), x.disk_bytes);
+      stream.copy(at, bounce_[b].data(), x.disk_bytes);
+      stream.record(*bounce_free_[b]);
+      h2d_bytes_ += x.disk_bytes;
+    }
+  }
+  stream.record(*loaded_[slot]);
 }
 
-const void* WeightStore::blob(int64_t unit, int slot) const {
+const void* WeightStore::acquire(int64_t unit, int slot) {
   const Unit& x = units_[unit];
-  return x.disk_bytes == 0 ? static_cast<const void*>(x.ram.data())
-                           : static_cast<const void*>(staging_[slot].data());
+  if (x.in_place) return split_ ? x.device.data() : x.ram.data();
+  backend_.compute_stream().wait(*loaded_[slot]);
+  return staging_[slot].data();
+}
+
+void WeightStore::release(int64_t unit, int slot) {
+  if (units_[unit].in_place) return;
+  backend_.compute_stream().record(*free_[slot]);
 }
 
 }  // namespace offgen

@@ -1,55 +1,79 @@
-// WeightStore: the homes of the model's unit blobs under a placement — the first ram share of
-// each blob (4 KiB-aligned) in RAM, the rest on the NVMe store — staged once at start-up, and
-// staging slots into which a whole blob is assembled for compute (double buffering).
+// WeightStore: the homes of the model's unit blobs under a placement — per blob the first
+// device share (4 KiB-aligned) in the backend's device memory, the next host share in host memory
+// (pinned on a GPU), the rest on the NVMe store — staged once at start-up, and device staging
+// slots into which a whole blob is assembled for compute (double buffering). On a backend whose
+// device memory is host memory (the CPU) the device and host shares are one RAM share, used in
+// place. Loads run on a stream of the schedule's load lane and are ordered with compute by events.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "offload/aligned_buffer.h"
 #include "offload/nvme_store.h"
+#include "runtime/backend/backend.h"
 
 namespace offgen {
 
 struct WeightStoreStats {
-  int64_t ram_bytes = 0;   // blob bytes homed in RAM
-  int64_t disk_bytes = 0;  // blob bytes homed on disk
-  int64_t staging_bytes = 0;
+  int64_t device_bytes = 0;  // blob bytes homed in device memory (0 on the CPU backend)
+  int64_t ram_bytes = 0;     // blob bytes homed in host RAM (pinned on a GPU)
+  int64_t disk_bytes = 0;    // blob bytes homed on disk
+  int64_t staging_bytes = 0;  // device staging slots
+  int64_t bounce_bytes = 0;   // host bounce buffers for disk reads (GPU backends)
 };
 
 class WeightStore {
  public:
-  // Builds every unit with build(u, dst) (dst: unit_bytes(u) bytes, 4 KiB aligned) and homes it:
-  // round_down(bytes * ram_percent / 100) in RAM, the rest written to `disk` (required when any
-  // byte goes there). Only one unit's blob is held in a temporary at a time, so a model larger
-  // than RAM can be placed on disk. staging_slots buffers of the largest blob are allocated when
-  // any unit has disk bytes.
-  WeightStore(int64_t num_units, const std::function<int64_t(int64_t)>& unit_bytes,
-              const std::function<void(int64_t, void*)>& build, double ram_percent, NvmeStore* disk,
-              int staging_slots = 2);
+  // Builds every unit with build(u, dst) (dst: unit_bytes(u) bytes of host memory, 4 KiB
+  // aligned) and homes it: round_down(bytes * device_percent / 100) on the device, then
+  // round_down(bytes * (device + host percent) / 100) - that in host memory, the rest written to
+  // `disk` (required when any byte goes there). Only one unit's blob is held in a temporary at a
+  // time, so a model larger than RAM can be placed on disk. staging_slots device buffers of the
+  // largest blob are allocated when any unit is not wholly on the device.
+  WeightStore(Backend& backend, int64_t num_units, const std::function<int64_t(int64_t)>& unit_bytes,
+              const std::function<void(int64_t, void*)>& build, double device_percent,
+              double host_percent, NvmeStore* disk, int staging_slots = 2);
 
   int64_t num_units() const { return static_cast<int64_t>(units_.size()); }
-  bool needs_load() const { return stats_.disk_bytes > 0; }
+  bool needs_load() const { return any_staged_; }
   int64_t disk_bytes(int64_t unit) const { return units_[unit].disk_bytes; }
-  // Assembles unit u into staging slot `slot` (RAM part copied, disk part read). Blocking; call
-  // from one thread at a time per slot. A no-op for units held wholly in RAM.
-  void load(int64_t unit, int slot);
-  // Where unit u's blob is for compute: its RAM home when wholly resident, else the slot it was
-  // loaded into.
-  const void* blob(int64_t unit, int slot) const;
+  // Load lane: assembles unit u into staging slot `slot` on `stream` — after the compute that
+  // last read the slot has finished (release()) — from its device, host and disk parts (disk
+  // reads block the caller; on a GPU they go through a host bounce buffer), then marks the slot
+  // loaded. A no-op for units used in place. One thread per slot at a time.
+  void load(int64_t unit, int slot, Stream& stream);
+  // Compute lane: where unit u's blob is for compute in `slot`; orders the backend's compute
+  // stream after the slot's load. release() after the compute reading it has been issued.
+  const void* acquire(int64_t unit, int slot);
+  void release(int64_t unit, int slot);
   const WeightStoreStats& stats() const { return stats_; }
+  int64_t h2d_bytes() const { return h2d_bytes_.load(); }  // host/disk -> device copies so far
 
  private:
   struct Unit {
-    int64_t bytes = 0, ram_bytes = 0, disk_bytes = 0;
-    AlignedHostBuffer ram;
+    int64_t bytes = 0, device_bytes = 0, ram_bytes = 0, disk_bytes = 0;
+    Buffer device;  // device part (whole blob when used in place on the device)
+    Buffer ram;     // host part (whole blob when used in place on the CPU backend)
     Extent disk;
+    // Used where it lives: wholly on the device (a GPU), or with no disk part (the CPU backend).
+    bool in_place = false;
   };
+  Backend& backend_;
   std::vector<Unit> units_;
-  std::vector<AlignedHostBuffer> staging_;
+  std::vector<Buffer> staging_;                 // device memory
+  std::vector<std::unique_ptr<Event>> loaded_, free_;  // per slot
+  std::vector<Buffer> bounce_;                  // host memory for disk reads (GPU backends)
+  std::vector<std::unique_ptr<Event>> bounce_free_;
+  int next_bounce_ = 0;
   NvmeStore* disk_;
+  bool any_staged_ = false;
+  bool split_ = false;  // device memory is not host memory: shares on both
   WeightStoreStats stats_;
+  std::atomic<int64_t> h2d_bytes_{0};
 };
 
 }  // namespace offgen

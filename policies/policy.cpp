@@ -49,9 +49,9 @@ void Policy::validate() const {
 
 std::string Policy::weight_storage(const std::string& weight_dtype) const {
   if (!compress_weight) return weight_dtype;
-  OFFGEN_CHECK(weight_dtype == "f32", kConfig,
-               "--compress-weight stores 4-bit groups and computes in fp32: it does not combine "
-               "with --weight-dtype {}", weight_dtype);
+  OFFGEN_CHECK(weight_dtype == "f32" || weight_dtype == "f16", kConfig,
+               "--compress-weight stores 4-bit groups, dequantised for an fp32 (CPU) or fp16 (GPU) "
+               "matmul: it does not combine with --weight-dtype {}", weight_dtype);
   return "q4g64";
 }
 

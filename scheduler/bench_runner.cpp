@@ -66,12 +66,16 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.decode_throughput = b * (o.gen_len - 1) / s.decode_seconds;
   r.total_throughput = b * o.gen_len / (s.prefill_seconds + s.decode_seconds);
   // CPU backend: the device tier is host RAM, so every resident byte is reported as host.
-  const auto& ws = engine.weight_store().stats();
-  const auto& ks = engine.kv_store().stats();
-  r.peak_host = engine.weight_bytes() - ws.disk_bytes + ws.staging_bytes + ks.peak_ram_bytes;
-  r.peak_disk = ws.disk_bytes + ks.peak_disk_bytes;
+  const TierBytes peak = engine.peak_bytes();
+  r.peak_device = peak.device;
+  r.peak_host = peak.host;
+  r.peak_disk = peak.disk;
   r.disk_read = static_cast<int64_t>(s.io.bytes_read);
   r.disk_write = static_cast<int64_t>(s.io.bytes_written);
+  r.h2d = s.h2d_bytes;
+  r.d2h = s.d2h_bytes;
+  r.backend = engine.backend().name();
+  r.weight_dtype = engine.options().weight_dtype;
   r.lanes = s.lanes;
   const double busiest = std::max({s.lanes.load, s.lanes.compute, s.lanes.store});
   r.overlap_efficiency = s.lanes.wall > 0 ? busiest / s.lanes.wall : 0.0;
@@ -86,6 +90,8 @@ nlohmann::json BenchReport::to_json() const {
       {"prefill_seconds", prefill_seconds},
       {"decode_seconds", decode_seconds},
       {"batch_size", batch_size},
+      {"backend", backend},
+      {"weight_dtype", weight_dtype},
       {"batch_limited_by", batch_limited_by},
       {"kv_policy", kv_policy},
       {"kv_slots_per_seq", kv_slots_per_seq},
@@ -105,13 +111,14 @@ std::string BenchReport::summary() const {
       "  prefill {:10.1f} tok/s  ({:.3f} s)\n"
       "  decode  {:10.1f} tok/s  ({:.3f} s)\n"
       "  total   {:10.1f} tok/s\n"
-      "  peak memory: host {}, disk {}\n"
+      "  peak memory: device {}, host {}, disk {}\n"
       "  disk I/O: read {}, written {}\n"
       "  lanes busy: load {:.3f} s, compute {:.3f} s, store {:.3f} s of {:.3f} s; overlap "
       "efficiency {:.2f}",
       batch_size, prompt_len, gen_len, batch_limited_by, kv_policy, kv_slots_per_seq,
       format_bytes(kv_bytes_per_seq), prefill_throughput, prefill_seconds, decode_throughput,
-      decode_seconds, total_throughput, format_bytes(peak_host), format_bytes(peak_disk),
+      decode_seconds, total_throughput, format_bytes(peak_device), format_bytes(peak_host),
+      format_bytes(peak_disk),
       format_bytes(disk_read), format_bytes(disk_write), lanes.load, lanes.compute, lanes.store,
       lanes.wall, overlap_efficiency);
 }

@@ -32,6 +32,7 @@ struct BenchReport {
   double prefill_throughput = 0, decode_throughput = 0, total_throughput = 0;
   int64_t peak_device = 0, peak_host = 0, peak_disk = 0;
   int64_t disk_read = 0, disk_write = 0, h2d = 0, d2h = 0;
+  std::string backend, weight_dtype;
   LaneTimes lanes;
   double overlap_efficiency = 0;
   nlohmann::json to_json() const;

@@ -24,6 +24,7 @@ BlockExecutor::BlockExecutor(const LlamaModel& model, WeightStore& weights, KvSt
                              bool overlap, double act_ram_percent, NvmeStore* disk,
                              const KvSlotPolicy* policy)
     : model_(model),
+      backend_(model.backend()),
       weights_(weights),
       kv_(kv),
       overlap_(overlap),
@@ -32,6 +33,11 @@ BlockExecutor::BlockExecutor(const LlamaModel& model, WeightStore& weights, KvSt
       policy_(policy) {
   OFFGEN_CHECK(act_ram_percent >= 100 || disk != nullptr, kInternal,
                "activations placed on disk without an NVMe store");
+  OFFGEN_CHECK(act_ram_percent >= 100 || backend_.device_is_host(), kConfig,
+               "on the {} backend activations stay in GPU memory (--percent ... 100 0): "
+               "offloading them is not supported there yet",
+               backend_.name());
+  load_stream_ = backend_.make_stream();
 }
 
 void BlockExecutor::prepare_activations(const std::vector<BatchInput>& batches) {
@@ -85,11 +91,11 @@ std::vector<KvSeqView> BlockExecutor::kv_views(const BatchInput& b, int64_t laye
   return views;
 }
 
-void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batches, float* logits) {
+void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batches) {
   const ModelConfig& c = model_.config();
   switch (t.kind) {
     case TaskKind::kLoadWeight:
-      weights_.load(t.unit, t.slot);
+      weights_.load(t.unit, t.slot, *load_stream_);
       return;
     case TaskKind::kLoadCache: {
       const BatchInput& b = batches[t.batch];
@@ -102,19 +108,22 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
     case TaskKind::kCompute: {
       const BatchInput& b = batches[t.batch];
       const int64_t rows = static_cast<int64_t>(b.ids.size());
-      if (!offload_act_ && t.unit == 0) hidden_[t.batch].resize(rows * c.d_model);
+      if (!offload_act_ && t.unit == 0) hidden_[t.batch].reserve(backend_, rows * c.d_model);
       float* h = hidden(t.unit, t.batch);
-      if (t.unit == 0) model_.embed(b.ids, b.positions.data(), h);
+      if (t.unit == 0) model_.embed(b.ids, b.positions.data(), h, scratch_);
       std::vector<KvSeqView> views;
       if (LlamaModel::unit_has_cache(t.unit))
         views = kv_views(b, LlamaModel::unit_layer(t.unit), t.slot);
       const UnitBatch ub{rows, b.spans, b.positions.data(), views,
                          b.external ? b.external_policy : policy_};
-      model_.run_unit(t.unit, weights_.blob(t.unit, t.unit % 2), h, ub, scratch_);
+      const int wslot = static_cast<int>(t.unit % 2);
+      model_.run_unit(t.unit, weights_.acquire(t.unit, wslot), h, ub, scratch_);
+      weights_.release(t.unit, wslot);
       if (t.unit + 1 == model_.num_units()) {
         std::vector<int64_t> last;
         for (const auto& sp : b.spans) last.push_back(sp.row_begin + sp.n_new - 1);
-        model_.output_step(h, last, logits + logits_offset_[t.batch] * c.vocab_size, scratch_);
+        model_.output_step(h, last, logits_out_ + logits_offset_[t.batch] * c.vocab_size,
+                           scratch_);
       }
       return;
     }
@@ -168,7 +177,7 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
   }
 }
 
-void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits) {
+void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, int32_t* argmax) {
   const auto t_wall = Clock::now();
   const int64_t K = static_cast<int64_t>(batches.size());
   StepShape shape;
@@ -200,18 +209,44 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits) {
     }
     stage_bytes_ = std::max(stage_bytes_, need);
   }
+  OFFGEN_CHECK(!shape.load_cache || backend_.device_is_host(), kInternal,
+               "KV staging on the {} backend", backend_.name());
+  // Logits straight into the caller's rows where device memory is host memory.
+  const int64_t n_logits = off * model_.config().vocab_size;
+  if (backend_.device_is_host() && logits) {
+    logits_out_ = logits;
+  } else {
+    logits_.reserve(backend_, n_logits);
+    logits_out_ = logits_.data();
+  }
   prepare_activations(batches);
   shape.load_hidden = offload_act_;
   const std::vector<Task> plan = plan_step(shape);
 
+  // The results to the host once everything ran (waits for the device).
+  auto finish = [&] {
+    if (argmax) backend_.argmax_rows(logits_out_, off, model_.config().vocab_size, argmax);
+    if (logits && logits_out_ != logits) backend_.copy(logits, logits_out_, n_logits * 4);
+    if (!backend_.device_is_host())
+      d2h_bytes_ += (argmax ? off * 4 : 0) + (logits ? n_logits * 4 : 0);
+    backend_.synchronize();
+    load_stream_->synchronize();
+  };
   const bool lanes = overlap_ && (shape.load_weights || shape.load_cache || shape.load_hidden);
   if (!lanes) {
     for (const Task& t : plan) {
       const auto t0 = Clock::now();
-      execute(t, batches, logits);
+      try {
+        execute(t, batches);
+      } catch (...) {  // nothing may still be reading or writing the buffers of this run
+        backend_.synchronize();
+        load_stream_->synchronize();
+        throw;
+      }
       const double dt = since(t0);
       (t.lane == Lane::kLoad ? times_.load : t.lane == Lane::kStore ? times_.store : times_.compute) += dt;
     }
+    finish();
     times_.wall += since(t_wall);
     return;
   }
@@ -238,7 +273,7 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits) {
       }
       const auto t0 = Clock::now();
       try {
-        execute(t, batches, logits);
+        execute(t, batches);
       } catch (...) {
         std::lock_guard lock(mu);
         if (!failed) error = std::current_exception();
@@ -258,6 +293,14 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits) {
   lane_fn(Lane::kCompute, compute_busy);
   load_thread.join();
   store_thread.join();
+  if (!error) {
+    const auto t0 = Clock::now();
+    finish();
+    compute_busy += since(t0);
+  } else {  // nothing may still be reading or writing the buffers of this run
+    backend_.synchronize();
+    load_stream_->synchronize();
+  }
   times_.load += load_busy;
   times_.store += store_busy;
   times_.compute += compute_busy;

@@ -8,6 +8,7 @@
 
 #include "offload/kv_store.h"
 #include "offload/weight_store.h"
+#include "runtime/backend/backend_array.h"
 #include "runtime/model/llama.h"
 #include "scheduler/block_plan.h"
 
@@ -42,23 +43,30 @@ class BlockExecutor {
                 double act_ram_percent = 100, NvmeStore* disk = nullptr,
                 const KvSlotPolicy* policy = nullptr);
   // Runs every unit over every batch; writes the last row's logits of each sequence, batches in
-  // order, into logits ([total sequences, vocab]). Rethrows the first task failure.
-  void run(const std::vector<BatchInput>& batches, float* logits);
+  // order, into logits ([total sequences, vocab], host memory; may be null) and, when `argmax` is
+  // given, each row's greedy token there ([total sequences], sampled on the device). Rethrows the
+  // first task failure. Everything it issued on the device has finished when it returns.
+  void run(const std::vector<BatchInput>& batches, float* logits, int32_t* argmax = nullptr);
   const LaneTimes& times() const { return times_; }  // accumulated over all runs
+  int64_t d2h_bytes() const { return d2h_bytes_; }   // logits / tokens copied back from a GPU
 
  private:
-  void execute(const Task& t, const std::vector<BatchInput>& batches, float* logits);
+  void execute(const Task& t, const std::vector<BatchInput>& batches);
   std::vector<KvSeqView> kv_views(const BatchInput& b, int64_t layer, int slot);
   float* hidden(int64_t unit, int64_t batch);  // where compute(unit, batch) finds its activations
   void prepare_activations(const std::vector<BatchInput>& batches);
   float* stage(int slot, size_t seq, int which);
 
   const LlamaModel& model_;
+  Backend& backend_;
   WeightStore& weights_;
   KvStore& kv_;
   bool overlap_;
   LlamaScratch scratch_;
-  std::vector<std::vector<float>> hidden_;         // per batch (activations wholly in RAM)
+  std::unique_ptr<Stream> load_stream_;            // the load lane's copies
+  std::vector<BackendArray<float>> hidden_;        // per batch, device memory (no offloading)
+  BackendArray<float> logits_;                     // device memory (not on the CPU backend)
+  float* logits_out_ = nullptr;                    // where output_step writes this run
   // Activation offloading: per batch a RAM home (the first act_ram_ share, page aligned) and a
   // disk extent for the rest; two staging slots hold whole batches during compute.
   double act_ram_percent_;
@@ -77,6 +85,7 @@ class BlockExecutor {
   const KvSlotPolicy* policy_;
   int64_t stage_bytes_ = 0;
   LaneTimes times_;
+  int64_t d2h_bytes_ = 0;
 };
 
 }  // namespace offgen

@@ -25,14 +25,32 @@ double seconds_since(Clock::time_point t0) {
 
 
 void EngineOptions::validate() const {
-  OFFGEN_CHECK(backend == "cpu", kConfig, "--backend {}: this build supports only 'cpu'", backend);
+  OFFGEN_CHECK(backend == "cpu" || backend == "cuda" || backend == "cpu-emulated-device", kConfig,
+               "--backend {}: expected cpu or cuda", backend);
   OFFGEN_CHECK(threads >= 0 && threads <= 1024, kConfig, "--threads {} must be in [0, 1024]", threads);
-  OFFGEN_CHECK(weight_dtype == "f32" || weight_dtype == "bf16", kConfig,
-               "--weight-dtype {}: expected f32 or bf16", weight_dtype);
+  OFFGEN_CHECK(weight_dtype == "f32" || weight_dtype == "bf16" || weight_dtype == "f16", kConfig,
+               "--weight-dtype {}: expected f32, bf16 or f16", weight_dtype);
+  OFFGEN_CHECK(weight_dtype != "f16" || backend == "cuda", kConfig,
+               "--weight-dtype f16 is a GPU storage (--backend cuda); the CPU GEMM takes f32 or bf16");
   policy.validate();
   policy.weight_storage(weight_dtype);  // throws for an impossible combination
+  if (backend != "cpu") {
+    // What a backend whose device memory is not host memory supports so far.
+    const Policy& p = policy;
+    OFFGEN_CHECK(p.act_gpu_percent >= 100, kConfig,
+                 "--backend {}: activations stay in GPU memory (--percent WG WC CG CC 100 0)",
+                 backend);
+    OFFGEN_CHECK(p.cache_gpu_percent >= 100 || (p.cache_cpu_percent >= 100 && p.cpu_cache_compute),
+                 kConfig,
+                 "--backend {}: the KV cache goes wholly to the GPU (--percent WG WC 100 0 ...) or "
+                 "wholly to the CPU with --cpu-cache-compute (--percent WG WC 0 100 ...); cache "
+                 "splits and cache on disk are not supported on a GPU yet (got {} {})",
+                 backend, p.cache_gpu_percent, p.cache_cpu_percent);
+    OFFGEN_CHECK(!p.compress_cache, kConfig,
+                 "--backend {}: --compress-cache is not supported on a GPU yet", backend);
+  }
 
-  OFFGEN_CHECK(prefill_chunk >= 1, kConfig, "prefill chunk {} must be >= 1", prefill_chunk);
+  OFFGEN_CHECK(prefill_chunk >= 0, kConfig, "prefill chunk {} must be >= 0", prefill_chunk);
   OFFGEN_CHECK(max_context >= 0, kConfig, "max context {} must be >= 0", max_context);
 }
 
@@ -60,8 +78,11 @@ struct Engine::Sequence {
 
 Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   options_.validate();
+  if (options_.prefill_chunk == 0) options_.prefill_chunk = options_.backend == "cuda" ? 65536 : 2048;
   const std::string storage = options_.policy.weight_storage(options_.weight_dtype);
-  backend_ = make_cpu_backend(options_.threads, dtype_from_name(storage));
+  backend_ = options_.backend == "cpu-emulated-device"
+                 ? make_emulated_device_backend(options_.threads, dtype_from_name(storage))
+                 : make_backend(options_.backend, options_.threads, dtype_from_name(storage));
   OpenedModel opened = open_model(options_.model);
   tokenizer_ = std::make_unique<Tokenizer>(std::move(opened.vocab));
   const auto t0 = Clock::now();
@@ -84,12 +105,13 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
     nvme_ = std::make_unique<NvmeStore>(no);
   }
   weights_ = std::make_unique<WeightStore>(
-      model_->num_units(), [&](int64_t u) { return model_->unit_bytes(u); },
-      [&](int64_t u, void* dst) { model_->build_unit(u, dst); },
-      p.weight_gpu_percent + p.weight_cpu_percent, nvme_.get());
+      *backend_, model_->num_units(), [&](int64_t u) { return model_->unit_bytes(u); },
+      [&](int64_t u, void* dst) { model_->build_unit(u, dst); }, p.weight_gpu_percent,
+      p.weight_cpu_percent, nvme_.get());
   if (p.kv.evicts()) kv_policy_ = make_kv_policy(p.kv);
   kv_ = std::make_unique<KvStore>(model_->config(), p.cache_gpu_percent + p.cache_cpu_percent,
-                                  nvme_.get(), kv_policy_ != nullptr, p.compress_cache);
+                                  nvme_.get(), kv_policy_ != nullptr, p.compress_cache,
+                                  KvDeviceHomes{backend_.get(), p.cache_gpu_percent >= 100});
   executor_ = std::make_unique<BlockExecutor>(*model_, *weights_, *kv_, p.overlap,
                                               p.act_gpu_percent + p.act_cpu_percent, nvme_.get(),
                                               kv_policy_.get());
@@ -123,7 +145,22 @@ Engine::~Engine() = default;
 const ModelConfig& Engine::config() const { return model_->config(); }
 const Tokenizer& Engine::tokenizer() const { return *tokenizer_; }
 int64_t Engine::weight_bytes() const {
-  return model_->resident_bytes() + weights_->stats().ram_bytes + weights_->stats().disk_bytes;
+  const WeightStoreStats& w = weights_->stats();
+  return model_->resident_bytes() + w.device_bytes + w.ram_bytes + w.disk_bytes;
+}
+
+TierBytes Engine::peak_bytes() const {
+  const WeightStoreStats& w = weights_->stats();
+  const KvStoreStats& k = kv_->stats();
+  const int64_t resident = model_->resident_bytes();
+  if (backend_->device_is_host())
+    return {0, resident + w.ram_bytes + w.staging_bytes + k.peak_ram_bytes + stats_.context_peak_bytes,
+            w.disk_bytes + k.peak_disk_bytes};
+  const bool kv_on_device = !kv_->host_compute();
+  return {resident + w.device_bytes + w.staging_bytes + (kv_on_device ? k.peak_ram_bytes : 0),
+          w.ram_bytes + w.bounce_bytes + (kv_on_device ? 0 : k.peak_ram_bytes) +
+              stats_.context_peak_bytes,
+          w.disk_bytes + k.peak_disk_bytes};
 }
 
 std::vector<int32_t> encode_request(const Tokenizer& tokenizer, const Request& r) {
@@ -158,6 +195,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
   const ModelConfig& c = model_->config();
   const LaneTimes lanes0 = executor_->times();
   const IoStats io0 = nvme_ ? nvme_->stats() : IoStats{};
+  const int64_t h2d0 = weights_->h2d_bytes(), d2h0 = executor_->d2h_bytes();
   std::vector<Result> results(requests.size());
   std::deque<size_t> waiting;
   for (size_t i = 0; i < requests.size(); ++i) waiting.push_back(i);
@@ -335,6 +373,8 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
                               seconds_since(t0)});
   }
   stats_.wall_seconds = seconds_since(t0);
+  stats_.h2d_bytes = weights_->h2d_bytes() - h2d0;
+  stats_.d2h_bytes = executor_->d2h_bytes() - d2h0;
   const LaneTimes& l = executor_->times();
   stats_.lanes = LaneTimes{l.load - lanes0.load, l.compute - lanes0.compute,
                            l.store - lanes0.store, l.wall - lanes0.wall};
@@ -369,8 +409,17 @@ void Engine::forward(std::vector<Sequence*>& seqs, const std::vector<std::vector
       b.positions.push_back(static_cast<int32_t>(n_pos + static_cast<int64_t>(t)));
     b.kv.push_back(seqs[i]->kv);
   }
-  logits_.resize(seqs.size() * model_->config().vocab_size);
-  executor_->run(batches, logits_.data());
+  // Greedy requests sample on the device (only the token ids come back) unless logits are wanted.
+  greedy_ = !(callbacks_ && callbacks_->on_logits);
+  for (const Sequence* s : seqs)
+    greedy_ = greedy_ && s->req->sampling.temperature == 0.0f && s->req->forced.empty();
+  if (greedy_) {
+    argmax_.resize(seqs.size());
+    executor_->run(batches, nullptr, argmax_.data());
+  } else {
+    logits_.resize(seqs.size() * model_->config().vocab_size);
+    executor_->run(batches, logits_.data());
+  }
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& s = *seqs[i];
     const auto n = static_cast<int64_t>(chunks[i].size());
@@ -379,7 +428,9 @@ void Engine::forward(std::vector<Sequence*>& seqs, const std::vector<std::vector
   }
 }
 
-int32_t Engine::sample(Sequence& s, const float* row) {
+int32_t Engine::sample(Sequence& s, size_t g) {
+  if (greedy_) return argmax_[g];  // the device's argmax (the sampler's greedy choice)
+  const float* row = logits_.data() + g * model_->config().vocab_size;
   const std::span<const float> logits(row, static_cast<size_t>(model_->config().vocab_size));
   if (callbacks_ && callbacks_->on_logits)
     callbacks_->on_logits(s.index, static_cast<int64_t>(s.result.tokens.size()), logits);
@@ -525,11 +576,10 @@ void Engine::run_prefill(std::vector<Sequence*>& seqs) {
       else break;  // the rest of this prompt goes in the next forward
     }
     forward(group, chunks);
-    const ModelConfig& c = model_->config();
     for (size_t g = 0; g < group.size(); ++g) {
       Sequence* s = group[g];
       if (s->prefilling()) continue;
-      accept(*s, sample(*s, logits_.data() + g * c.vocab_size));
+      accept(*s, sample(*s, g));
     }
   }
   stats_.prefill_seconds += seconds_since(t0);
@@ -541,9 +591,8 @@ void Engine::run_decode(std::vector<Sequence*>& seqs) {
   for (Sequence* s : seqs) chunks.push_back({s->pending});
   forward(seqs, chunks);
   stats_.decode_tokens += static_cast<int64_t>(seqs.size());
-  const ModelConfig& c = model_->config();
   for (size_t g = 0; g < seqs.size(); ++g)
-    accept(*seqs[g], sample(*seqs[g], logits_.data() + g * c.vocab_size));
+    accept(*seqs[g], sample(*seqs[g], g));
   stats_.decode_seconds += seconds_since(t0);
 }
 

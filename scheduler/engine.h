@@ -24,13 +24,16 @@ namespace offgen {
 
 struct EngineOptions {
   std::string model;              // path to a .gguf file
-  std::string backend = "cpu";
+  std::string backend = "cpu";    // cpu, cuda (or cpu-emulated-device: tests of the GPU paths)
   int threads = 0;                // 0 = all cores
-  std::string weight_dtype = "f32";  // matmul storage: f32 (exact) or bf16 (faster, ~1e-2 logits)
+  // Matmul storage: f32 (exact) or bf16 (faster, ~1e-2 logits); f16 on the GPU.
+  std::string weight_dtype = "f32";
   // Placement and batch split: up to gpu_batch_size x num_gpu_batches sequences decode together,
   // split into num_gpu_batches batches that share each unit's weight load.
   Policy policy;
-  int64_t prefill_chunk = 2048;   // max prompt tokens per prefill forward
+  // Max prompt tokens per prefill forward; 0 = 2048 on the CPU, 65536 on a GPU (a whole block
+  // of FlexGen's workload in one forward, so weights streamed to the GPU move once for it).
+  int64_t prefill_chunk = 0;
   int64_t max_context = 0;        // 0 = the model's context length
   void validate() const;          // throws offgen::Error(kConfig)
   int64_t batch_size() const { return policy.block_size(); }
@@ -47,6 +50,7 @@ struct GenerationStats {
   double wall_seconds = 0;
   LaneTimes lanes;                // busy time per lane over the forwards
   IoStats io;                     // NVMe traffic during generate()
+  int64_t h2d_bytes = 0, d2h_bytes = 0;  // host <-> GPU copies (0 on the CPU backend)
   // Shared contexts (requests with a context): built once each — prefilled (its tokens count in
   // prefill_tokens, its time in prefill_seconds) and compressed — and held once for all of them.
   int64_t contexts = 0;           // contexts built
@@ -89,6 +93,10 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   int64_t max_context() const { return max_context_; }
   int64_t weight_bytes() const;
+  // Memory by tier now: weights (model tensors, homes, staging), KV homes at their peak and the
+  // shared contexts' peak — device = GPU memory (on the CPU backend everything but disk is host).
+  TierBytes peak_bytes() const;
+  const Backend& backend() const { return *backend_; }
   const WeightStore& weight_store() const { return *weights_; }
   const KvStore& kv_store() const { return *kv_; }
   const NvmeStore* nvme() const { return nvme_.get(); }
@@ -130,7 +138,7 @@ class Engine {
   ContextForward executor_forward();
   void run_prefill(std::vector<Sequence*>& seqs);
   void run_decode(std::vector<Sequence*>& seqs);
-  int32_t sample(Sequence& s, const float* logits_row);
+  int32_t sample(Sequence& s, size_t row);  // row g of the last forward
 
   void accept(Sequence& s, int32_t token);  // appends a sampled token; marks finished
   void forward(std::vector<Sequence*>& seqs, const std::vector<std::vector<int32_t>>& chunks);
@@ -153,6 +161,8 @@ class Engine {
   ModelFacts facts_;                               // the layout the memory accounting reads
   TierBytes weight_need_;                          // weights' bytes per tier
   std::vector<float> logits_;
+  std::vector<int32_t> argmax_;  // the last forward's greedy tokens (when greedy_)
+  bool greedy_ = false;
   std::unordered_set<int32_t> end_of_generation_;
 };
 

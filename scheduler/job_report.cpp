@@ -22,7 +22,10 @@ nlohmann::json job_report(const Engine& engine, const GenerateJobOptions& job,
   // resident byte is host; the disk tier holds offloaded weight and KV extents.
   const WeightStoreStats& ws = engine.weight_store().stats();
   const KvStoreStats& ks = engine.kv_store().stats();
-  const int64_t weights_host = engine.weight_bytes() - ws.disk_bytes;
+  const TierBytes peak = engine.peak_bytes();
+  const bool gpu = !engine.backend().device_is_host();
+  const int64_t weights_device = gpu ? engine.weight_bytes() - ws.disk_bytes - ws.ram_bytes : 0;
+  const int64_t weights_host = engine.weight_bytes() - ws.disk_bytes - weights_device;
   const double busiest = std::max({s.lanes.load, s.lanes.compute, s.lanes.store});
   json disk = nullptr;
   if (const NvmeStore* nvme = engine.nvme()) {
@@ -68,17 +71,18 @@ nlohmann::json job_report(const Engine& engine, const GenerateJobOptions& job,
                                                static_cast<double>(s.context_pairs)
                                          : 1.0},
         {"peak_bytes", s.context_peak_bytes}}},
-      {"peak_bytes",
-       {{"device", 0},
-        {"host", weights_host + ws.staging_bytes + ks.peak_ram_bytes + s.context_peak_bytes},
-        {"disk", ws.disk_bytes + ks.peak_disk_bytes}}},
-      {"weight_bytes", {{"host", weights_host}, {"disk", ws.disk_bytes}}},
-      {"kv_peak_bytes", {{"host", ks.peak_ram_bytes}, {"disk", ks.peak_disk_bytes}}},
+      {"peak_bytes", {{"device", peak.device}, {"host", peak.host}, {"disk", peak.disk}}},
+      {"weight_bytes",
+       {{"device", weights_device}, {"host", weights_host}, {"disk", ws.disk_bytes}}},
+      {"kv_peak_bytes",
+       {{"device", gpu && !engine.kv_store().host_compute() ? ks.peak_ram_bytes : 0},
+        {"host", gpu && !engine.kv_store().host_compute() ? 0 : ks.peak_ram_bytes},
+        {"disk", ks.peak_disk_bytes}}},
       {"io_bytes",
        {{"disk_read", s.io.bytes_read},
         {"disk_write", s.io.bytes_written},
-        {"h2d", 0},
-        {"d2h", 0}}},
+        {"h2d", s.h2d_bytes},
+        {"d2h", s.d2h_bytes}}},
       {"disk_io", disk},
       {"lane_busy_seconds",
        {{"load", s.lanes.load}, {"compute", s.lanes.compute}, {"store", s.lanes.store}}},

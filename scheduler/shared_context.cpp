@@ -97,7 +97,7 @@ ContextForward resident_forward(const LlamaModel& model, const ResidentUnits& un
     const ModelConfig& c = model.config();
     const int64_t rows = static_cast<int64_t>(ids.size());
     std::vector<float> hidden(rows * c.d_model);
-    model.embed(ids, positions.data(), hidden.data());
+    model.embed(ids, positions.data(), hidden.data(), *scratch);
     for (int64_t u = 0; u < model.num_units(); ++u) {
       const bool attn = LlamaModel::unit_has_cache(u);
       const UnitBatch b{rows, seqs, positions.data(),

@@ -1,13 +1,17 @@
 // Backend interface: the ops the models need (matmul over prepared weights, RMS/layer norms, RoPE,
-// SwiGLU/ReLU/GELU, biases, embedding gather, attention over a KV slot view). Pointers are in the backend's device memory;
-// the CPU backend's device memory is host RAM. Ops are synchronous on the calling thread's
-// context; an op is thread-safe only with respect to other calls on distinct outputs.
+// SwiGLU/ReLU/GELU, biases, embedding gather, attention over a KV slot view, greedy sampling),
+// the backend's memory tiers and the streams and events that order copies between them.
+// Tensor pointers are in the backend's device memory (host RAM on the CPU backend); index
+// arguments (ids, positions, rows, descriptors) are host memory. Ops and Backend::copy* run in
+// order on the backend's compute stream: asynchronous to the host on CUDA (results are ready
+// after synchronize() or an event), immediate on the CPU. One thread issues ops at a time.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "runtime/core/buffer.h"
 #include "runtime/core/dtype.h"
@@ -60,7 +64,7 @@ struct KvSharedPrefix {
 };
 
 struct KvSeqView {
-  float* k = nullptr;
+  float* k = nullptr;  // device memory, or host memory when `host` (cpu_cache_compute)
   float* v = nullptr;
   int64_t capacity = 0;
   int32_t* pos = nullptr;   // null: the table never evicts (no metadata)
@@ -69,6 +73,10 @@ struct KvSeqView {
   int32_t* written = nullptr;  // out, [n_kv_heads]: the slot each head's new token went to
   int64_t compact_to = 0;      // slots a multi-token chunk that overflows keeps (0: capacity)
   const KvSharedPrefix* prefix = nullptr;  // a shared context before the slots (null: none)
+  // The table lives in host memory: a GPU backend runs this sequence's attention on the CPU
+  // (FlexGen's cpu_cache_compute). Metadata (pos/sum/max) is always host memory the device can
+  // write (pinned on CUDA).
+  bool host = false;
 };
 
 // Attention-score statistics of one sequence for the KV policies: for each KV head and slot, the
@@ -92,22 +100,85 @@ struct AttentionArgs {
   std::span<const AttentionStats> stats;  // one per seq, or empty for none
 };
 
+struct DeviceInfo {
+  std::string name;
+  int64_t total_bytes = 0, free_bytes = 0;  // device memory (RAM for the CPU backend)
+};
+
+// Completion of the work enqueued on a stream before it was recorded. Thread-safe.
+class Event {
+ public:
+  virtual ~Event() = default;
+  // Blocks the calling thread until that work has finished (at once if never recorded).
+  virtual void synchronize() = 0;
+};
+
+// An ordered queue of copies (a CUDA stream; the calling thread on the CPU backend). Work on
+// different streams runs concurrently unless ordered by events. Stream-ordered: a copy's source
+// must stay valid and unchanged, and its destination untouched, until an event recorded after
+// it has completed. One thread enqueues on a stream at a time.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // Copies `bytes` between any two tiers' memory (device, host; pageable host memory works but
+  // serialises on CUDA).
+  virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
+  virtual void record(Event& e) = 0;  // e completes once everything enqueued so far has
+  virtual void wait(Event& e) = 0;    // later work here waits for e's latest recording
+  virtual void synchronize() = 0;     // blocks the caller until this stream is idle
+};
+
+// One head slice copied by copy_heads: row dst_row of the destination takes row src_row's head.
+struct HeadCopy {
+  int64_t dst_row = 0, src_row = 0, head = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual ThreadContext& threads() = 0;
 
+  // --- memory, copies and ordering ---
+  // Whether device memory is host memory (the CPU backend): then the host may touch device
+  // buffers directly and tier copies are plain memcpy.
+  virtual bool device_is_host() const = 0;
+  virtual DeviceInfo device_info() const = 0;
+  // Zeroed memory, 4 KiB aligned: kDevice (where ops read and write: GPU memory on CUDA) or kHost
+  // (host memory the device can read and write and copies run asynchronously from: pinned on
+  // CUDA). Throws Error(kResource) when out of memory.
+  virtual Buffer alloc(int64_t bytes, Tier tier) = 0;
+  // A device buffer holding a copy of `bytes` of host memory (ready when this returns).
+  Buffer upload(const void* src, int64_t bytes);
+  // Copies on the compute stream, in order with the ops: bytes between any tiers; `rows` rows of
+  // row_bytes with their own strides (bytes); dst row i = src row rows[i] (fp32 rows of `width`);
+  // head slices of fp32 slot rows (strides in floats). Index lists are host memory.
+  virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
+  virtual void copy_rows(void* dst, int64_t dst_stride, const void* src, int64_t src_stride,
+                         int64_t rows, int64_t row_bytes) = 0;
+  virtual void gather_rows(float* dst, const float* src, std::span<const int64_t> rows,
+                           int64_t width) = 0;
+  virtual void copy_heads(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                          int64_t head_dim, std::span<const HeadCopy> copies) = 0;
+  // The stream the ops run on, new streams for the schedule's load and store lanes, and events.
+  virtual Stream& compute_stream() = 0;
+  virtual std::unique_ptr<Stream> make_stream() = 0;
+  virtual std::unique_ptr<Event> make_event() = 0;
+  // Blocks until every op and copy issued so far on the compute stream has finished.
+  void synchronize() { compute_stream().synchronize(); }
+
   // Bytes of matmul storage for a rows x cols weight (a multiple of 64).
   virtual int64_t weight_bytes(int64_t rows, int64_t cols) const = 0;
   // Converts rows x cols elements of `src` (type `src_type`, row-major, rows contiguous) into the
-  // backend's matmul storage at `dst` (64-byte aligned, weight_bytes() long; host memory on the
-  // CPU backend). Returns the view of dst. Deterministic: the same input gives the same bytes.
+  // backend's matmul storage at `dst` (64-byte aligned, weight_bytes() long, HOST memory on every
+  // backend: unit blobs are built on the host and moved to the device as bytes). Returns the view
+  // of dst. Deterministic: the same input gives the same bytes.
   virtual WeightView prepare_weight_into(DType src_type, const void* src, int64_t rows,
                                          int64_t cols, void* dst) = 0;
-  // Owning convenience over prepare_weight_into.
+  // Owning convenience over prepare_weight_into; the weight ends up in device memory.
   Weight prepare_weight(DType src_type, const void* src, int64_t rows, int64_t cols);
-  // Keeps a table for embedding gathers in its source storage (e.g. q8_0 rows).
+  // A table for embedding gathers in device memory (the CPU backend keeps its source storage,
+  // e.g. q8_0 rows).
   virtual Weight prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) = 0;
 
   // y[m, w.rows] = x[m, w.cols] · Wᵀ.
@@ -138,9 +209,25 @@ class Backend {
   virtual void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
   // Causal attention of q[rows][n_heads][head_dim] over each sequence's KV slots; out has q's shape.
   virtual void attention(const float* q, const AttentionArgs& args, float* out) = 0;
+  // Greedy sampling on the device: out[i] = the lowest id among the largest logits of row i
+  // (NaN ranks lowest), for n rows of `vocab`; out is host memory, filled when this returns.
+  virtual void argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out) = 0;
 };
 
 // weight_dtype: the matmul storage, kF32, kBF16 or kQ4G64 (see cpu/cpu_backend.h).
 std::unique_ptr<Backend> make_cpu_backend(int threads, DType weight_dtype = DType::kF32);
+// The CPU backend posing as a device with memory of its own (tests of the host-side paths of a
+// GPU backend): device_is_host() is false, kDevice memory is separate host memory only reached
+// through copies, and streams made by make_stream() run their copies on a worker thread, so
+// every tier transfer, event and stream wait a GPU backend needs happens — and results must be
+// bitwise those of the plain CPU backend.
+std::unique_ptr<Backend> make_emulated_device_backend(int threads,
+                                                      DType weight_dtype = DType::kF32);
+// Backend by name: "cpu", or "cuda" (GPU `device`; Error(kConfig) when this build has no CUDA
+// backend, Error(kResource) when no usable GPU is present, with the reason).
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads, DType weight_dtype,
+                                      int device = 0);
+// Whether the CUDA backend was compiled in and a GPU is usable; `why` gets the reason if not.
+bool cuda_backend_available(std::string* why = nullptr);
 
 }  // namespace offgen

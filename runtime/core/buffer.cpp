@@ -28,22 +28,55 @@ Buffer::Buffer(int64_t bytes, Tier tier) : bytes_(bytes), tier_(tier) {
   std::memset(data_, 0, rounded);
 }
 
-Buffer::~Buffer() { std::free(data_); }
+Buffer Buffer::adopt(void* data, int64_t bytes, Tier tier, Release release, void* context,
+                     bool host_accessible) {
+  Buffer b;
+  b.data_ = data;
+  b.bytes_ = bytes;
+  b.tier_ = tier;
+  b.release_ = release;
+  b.context_ = context;
+  b.host_accessible_ = host_accessible;
+  return b;
+}
+
+void Buffer::reset() noexcept {
+  if (data_) {
+    if (release_)
+      release_(data_, context_);
+    else
+      std::free(data_);
+  }
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+Buffer::~Buffer() { reset(); }
 
 Buffer::Buffer(Buffer&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)), tier_(o.tier_) {}
+    : data_(std::exchange(o.data_, nullptr)),
+      bytes_(std::exchange(o.bytes_, 0)),
+      tier_(o.tier_),
+      release_(std::exchange(o.release_, nullptr)),
+      context_(std::exchange(o.context_, nullptr)),
+      host_accessible_(std::exchange(o.host_accessible_, true)) {}
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {
-    std::free(data_);
+    reset();
     data_ = std::exchange(o.data_, nullptr);
     bytes_ = std::exchange(o.bytes_, 0);
     tier_ = o.tier_;
+    release_ = std::exchange(o.release_, nullptr);
+    context_ = std::exchange(o.context_, nullptr);
+    host_accessible_ = std::exchange(o.host_accessible_, true);
   }
   return *this;
 }
 
 Buffer Buffer::clone() const {
+  OFFGEN_CHECK(host_accessible_, kInternal, "clone() of a buffer the host cannot read ({} tier)",
+               tier_name(tier_));
   Buffer b(bytes_, tier_);
   if (bytes_) std::memcpy(b.data_, data_, bytes_);
   return b;

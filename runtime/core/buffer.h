@@ -19,19 +19,28 @@ struct BufferView {
   T* as() const { return static_cast<T*>(data); }
 };
 
-// Owns `bytes` of 64-byte-aligned host memory (zero-initialised). Not thread-safe; moving
-// transfers ownership. The CPU backend uses it for both the kDevice and kHost tiers.
+// Owns `bytes` of memory on a tier. The plain constructor allocates 64-byte-aligned host memory
+// (zero-initialised; the CPU backend uses it for the kDevice and kHost tiers); a backend hands out
+// its own memory (GPU memory, pinned host memory) through adopt(), with the function that frees
+// it. Not thread-safe; moving transfers ownership.
 class Buffer {
  public:
+  using Release = void (*)(void* data, void* context);  // must not throw
   Buffer() = default;
   explicit Buffer(int64_t bytes, Tier tier = Tier::kHost);
+  // Takes ownership of `data` (freed by release(data, context)). host_accessible: the host may
+  // read and write it directly (false for GPU memory).
+  static Buffer adopt(void* data, int64_t bytes, Tier tier, Release release, void* context,
+                      bool host_accessible);
   ~Buffer();
   Buffer(Buffer&& o) noexcept;
   Buffer& operator=(Buffer&& o) noexcept;
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
+  // A deep copy in plain host memory; only for host-accessible buffers (throws kInternal).
   Buffer clone() const;
+  bool host_accessible() const { return host_accessible_; }
   void* data() const { return data_; }
   template <class T>
   T* as() const { return static_cast<T*>(data_); }
@@ -43,9 +52,13 @@ class Buffer {
   bool empty() const { return bytes_ == 0; }
 
  private:
+  void reset() noexcept;
   void* data_ = nullptr;
   int64_t bytes_ = 0;
   Tier tier_ = Tier::kHost;
+  Release release_ = nullptr;  // null: std::free
+  void* context_ = nullptr;
+  bool host_accessible_ = true;
 };
 
 }  // namespace offgen

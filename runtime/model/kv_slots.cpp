@@ -16,8 +16,6 @@ SlotTable table(const KvSeqView& v, int64_t head, int64_t n) {
           {v.max + off, static_cast<size_t>(n)}};
 }
 
-void copy_head(float* dst, const float* src, int64_t hd) { std::memcpy(dst, src, hd * sizeof(float)); }
-
 int64_t compact_target(int64_t capacity, int64_t compact_to) {
   return compact_to > 0 ? std::min(compact_to, capacity) : capacity;
 }
@@ -47,11 +45,12 @@ int64_t kv_slots_after(int64_t n_old, int64_t n_new, int64_t capacity, int64_t c
   return capacity;
 }
 
-KvStep::KvStep(int64_t n_kv_heads, int64_t head_dim, std::span<const SeqSpan> seqs,
-               std::span<const KvSeqView> kv, const KvSlotPolicy* policy, const float* qkv,
-               int64_t row_stride, int64_t k_offset, int64_t v_offset, const int32_t* positions,
-               std::vector<KvOverflow>& overflow)
-    : heads_(n_kv_heads), hd_(head_dim), kv_(kv), policy_(policy), overflow_(overflow) {
+KvStep::KvStep(Backend& backend, int64_t n_kv_heads, int64_t head_dim,
+               std::span<const SeqSpan> seqs, std::span<const KvSeqView> kv,
+               const KvSlotPolicy* policy, const float* qkv, int64_t row_stride, int64_t k_offset,
+               int64_t v_offset, const int32_t* positions, std::vector<KvOverflow>& overflow)
+    : be_(backend), heads_(n_kv_heads), hd_(head_dim), kv_(kv), policy_(policy),
+      overflow_(overflow) {
   const size_t n = seqs.size();
   const int64_t kvd = heads_ * hd_;
   mode_.resize(n);
@@ -59,65 +58,71 @@ KvStep::KvStep(int64_t n_kv_heads, int64_t head_dim, std::span<const SeqSpan> se
   views_.assign(kv.begin(), kv.end());
   stats_.resize(n);
   if (overflow_.size() < n) overflow_.resize(n);
-  bool any_stats = false;
+  bool any_stats = false, synced = false;
+  std::vector<HeadCopy> copies;
   for (size_t i = 0; i < n; ++i) {
     const SeqSpan& sp = seqs[i];
     const KvSeqView& view = kv[i];
     const int64_t cap = view.capacity, n_old = sp.n_past, n_new = sp.n_new;
     const bool meta = view.pos != nullptr;
-    auto row = [&](int64_t t) { return qkv + (sp.row_begin + t) * row_stride; };
+    const float* rows = qkv + sp.row_begin * row_stride;  // this sequence's first new row
+    // The new tokens' K and V as slots [at, at + n_new) of a table with `kvd`-float rows.
+    auto put_rows = [&](float* k, float* v, int64_t at) {
+      be_.copy_rows(k + at * kvd, kvd * 4, rows + k_offset, row_stride * 4, n_new, kvd * 4);
+      be_.copy_rows(v + at * kvd, kvd * 4, rows + v_offset, row_stride * 4, n_new, kvd * 4);
+    };
     mode_[i] = kv_write_kind(n_old, n_new, cap, view.compact_to, meta && policy_);
     if (mode_[i] == KvWrite::kAppend) {
-      for (int64_t t = 0; t < n_new; ++t) {
-        std::memcpy(view.k + (n_old + t) * kvd, row(t) + k_offset, kvd * sizeof(float));
-        std::memcpy(view.v + (n_old + t) * kvd, row(t) + v_offset, kvd * sizeof(float));
-        if (!meta) continue;
-        for (int64_t h = 0; h < heads_; ++h) {
-          const int64_t m = h * cap + n_old + t;
-          view.pos[m] = positions[sp.row_begin + t];
-          view.sum[m] = view.max[m] = 0.0f;
-        }
-      }
+      put_rows(view.k, view.v, n_old);
+      if (meta)
+        for (int64_t t = 0; t < n_new; ++t)
+          for (int64_t h = 0; h < heads_; ++h) {
+            const int64_t m = h * cap + n_old + t;
+            view.pos[m] = positions[sp.row_begin + t];
+            view.sum[m] = view.max[m] = 0.0f;
+          }
     } else if (mode_[i] == KvWrite::kReplace) {
-      // A full table and one new token: each head overwrites the slot its policy gives up.
+      // A full table and one new token: each head overwrites the slot its policy gives up, chosen
+      // from statistics the device may still be writing.
+      if (!synced) be_.synchronize(), synced = true;
       const int32_t p = positions[sp.row_begin];
+      copies.clear();
       for (int64_t h = 0; h < heads_; ++h) {
         const int64_t s = policy_->victim(table(view, h, cap), p);
         OFFGEN_CHECK(s >= 0 && s < cap, kInternal, "KV policy chose slot {} of {}", s, cap);
-        copy_head(view.k + s * kvd + h * hd_, row(0) + k_offset + h * hd_, hd_);
-        copy_head(view.v + s * kvd + h * hd_, row(0) + v_offset + h * hd_, hd_);
+        copies.push_back({s, 0, h});
         view.pos[h * cap + s] = p;
         view.sum[h * cap + s] = view.max[h * cap + s] = 0.0f;
         if (view.written) view.written[h] = static_cast<int32_t>(s);
       }
+      be_.copy_heads(view.k, kvd, rows + k_offset, row_stride, hd_, copies);
+      be_.copy_heads(view.v, kvd, rows + v_offset, row_stride, hd_, copies);
       spans_[i].n_past = cap - 1;  // every slot is visible to the one new row
     } else {
       // The chunk does not fit: attend over old + new slots in a scratch table, compact after
       // to compact_to slots.
       const int64_t total = n_old + n_new;
       KvOverflow& o = overflow_[i];
-      o.k.resize(total * kvd);
-      o.v.resize(total * kvd);
+      o.k.reserve(be_, total * kvd);
+      o.v.reserve(be_, total * kvd);
       o.pos.resize(heads_ * total);
-      o.sum.resize(heads_ * total);
-      o.max.resize(heads_ * total);
-      std::memcpy(o.k.data(), view.k, n_old * kvd * sizeof(float));
-      std::memcpy(o.v.data(), view.v, n_old * kvd * sizeof(float));
-      for (int64_t t = 0; t < n_new; ++t) {
-        std::memcpy(o.k.data() + (n_old + t) * kvd, row(t) + k_offset, kvd * sizeof(float));
-        std::memcpy(o.v.data() + (n_old + t) * kvd, row(t) + v_offset, kvd * sizeof(float));
-      }
+      o.sum.reserve(be_, heads_ * total);
+      o.max.reserve(be_, heads_ * total);
+      be_.copy(o.k.data(), view.k, n_old * kvd * 4);
+      be_.copy(o.v.data(), view.v, n_old * kvd * 4);
+      put_rows(o.k.data(), o.v.data(), n_old);
       for (int64_t h = 0; h < heads_; ++h) {
         std::copy_n(view.pos + h * cap, n_old, o.pos.data() + h * total);
         std::copy_n(view.sum + h * cap, n_old, o.sum.data() + h * total);
         std::copy_n(view.max + h * cap, n_old, o.max.data() + h * total);
         for (int64_t t = 0; t < n_new; ++t) {
           o.pos[h * total + n_old + t] = positions[sp.row_begin + t];
-          o.sum[h * total + n_old + t] = o.max[h * total + n_old + t] = 0.0f;
+          o.sum.data()[h * total + n_old + t] = o.max.data()[h * total + n_old + t] = 0.0f;
         }
       }
       views_[i] = KvSeqView{o.k.data(), o.v.data(), total, o.pos.data(), o.sum.data(),
                             o.max.data(), nullptr};
+      views_[i].prefix = view.prefix;
     }
     if (meta && policy_) {
       const KvSeqView& w = views_[i];
@@ -125,8 +130,8 @@ KvStep::KvStep(int64_t n_kv_heads, int64_t head_dim, std::span<const SeqSpan> se
         std::fill_n(w.sum, heads_ * w.capacity, 0.0f);
         std::fill_n(w.max, heads_ * w.capacity, 0.0f);
       }
-      const int64_t rows = std::clamp<int64_t>(policy_->stats_rows(n_new), 1, n_new);
-      stats_[i] = AttentionStats{w.sum, w.max, w.capacity, n_new - rows};
+      const int64_t rows_in = std::clamp<int64_t>(policy_->stats_rows(n_new), 1, n_new);
+      stats_[i] = AttentionStats{w.sum, w.max, w.capacity, n_new - rows_in};
       any_stats = true;
     }
   }
@@ -135,13 +140,17 @@ KvStep::KvStep(int64_t n_kv_heads, int64_t head_dim, std::span<const SeqSpan> se
 
 void KvStep::finish() {
   const int64_t kvd = heads_ * hd_;
+  bool synced = false;
   for (size_t i = 0; i < mode_.size(); ++i) {
     if (mode_[i] != KvWrite::kCompact) continue;
+    if (!synced) be_.synchronize(), synced = true;  // the attention's statistics
     const KvSeqView& src = views_[i];
     const KvSeqView& dst = kv_[i];
     const int64_t total = src.capacity;
     const int64_t cap = compact_target(dst.capacity, dst.compact_to);
     std::vector<int32_t>& kept = overflow_[i].kept;
+    std::vector<HeadCopy>& copies = overflow_[i].copies;
+    copies.clear();
     for (int64_t h = 0; h < heads_; ++h) {
       kept.clear();
       policy_->keep(table(src, h, total), cap, kept);
@@ -152,14 +161,15 @@ void KvStep::finish() {
         const int64_t s = kept[j];
         OFFGEN_CHECK(s >= 0 && s < total && (j == 0 || kept[j - 1] != s), kInternal,
                      "KV policy kept an invalid or repeated slot {}", s);
-        copy_head(dst.k + j * kvd + h * hd_, src.k + s * kvd + h * hd_, hd_);
-        copy_head(dst.v + j * kvd + h * hd_, src.v + s * kvd + h * hd_, hd_);
+        copies.push_back({j, s, h});
         const int64_t m = h * dst.capacity + j;
         dst.pos[m] = src.pos[h * total + s];
         dst.sum[m] = src.sum[h * total + s];
         dst.max[m] = src.max[h * total + s];
       }
     }
+    be_.copy_heads(dst.k, kvd, src.k, kvd, hd_, copies);
+    be_.copy_heads(dst.v, kvd, src.v, kvd, hd_, copies);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/backend/backend.h"
+#include "runtime/backend/backend_array.h"
 
 namespace offgen {
 
@@ -47,11 +48,14 @@ int64_t kv_slots_after(int64_t n_old, int64_t n_new, int64_t capacity, int64_t c
                        bool evicts);
 
 // A table that grows past its capacity within one chunk is assembled here for the attention and
-// compacted back. One per sequence of a batch; reused across units.
+// compacted back. One per sequence of a batch; reused across units. K/V in device memory, the
+// statistics in host memory the device writes, positions on the host.
 struct KvOverflow {
-  std::vector<float> k, v, sum, max;
+  BackendArray<float> k, v;
+  BackendArray<float> sum{Tier::kHost}, max{Tier::kHost};
   std::vector<int32_t> pos;
   std::vector<int32_t> kept;
+  std::vector<HeadCopy> copies;
 };
 
 // One attention unit's cache update for a ragged batch. Per sequence: a chunk of several tokens
@@ -59,10 +63,12 @@ struct KvOverflow {
 // appended, and a single token arriving at a full table replaces each head's victim.
 // The constructor writes the new tokens'
 // K/V (rows of `qkv`, stride `row_stride`, K at `k_offset`, V at `v_offset`) into each sequence's
-// table and sets up `args` for the attention op; finish() compacts the overflowing tables.
+// table and sets up `args` for the attention op; finish() compacts the overflowing tables. K/V
+// move through the backend's copies (device memory); the policy reads the tables' metadata on the
+// host after waiting for the device where a decision needs the latest statistics.
 class KvStep {
  public:
-  KvStep(int64_t n_kv_heads, int64_t head_dim, std::span<const SeqSpan> seqs,
+  KvStep(Backend& backend, int64_t n_kv_heads, int64_t head_dim, std::span<const SeqSpan> seqs,
          std::span<const KvSeqView> kv, const KvSlotPolicy* policy, const float* qkv,
          int64_t row_stride, int64_t k_offset, int64_t v_offset, const int32_t* positions,
          std::vector<KvOverflow>& overflow);
@@ -72,6 +78,7 @@ class KvStep {
   void finish();
 
  private:
+  Backend& be_;
   int64_t heads_, hd_;
   std::span<const KvSeqView> kv_;
   const KvSlotPolicy* policy_;

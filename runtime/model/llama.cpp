@@ -73,9 +73,9 @@ int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
 }  // namespace
 
-void LlamaScratch::reserve(const ModelConfig& c, int64_t rows) {
-  auto grow = [rows](std::vector<float>& v, int64_t width) {
-    if (static_cast<int64_t>(v.size()) < rows * width) v.resize(rows * width);
+void LlamaScratch::reserve(Backend& be, const ModelConfig& c, int64_t rows) {
+  auto grow = [&be, rows](BackendArray<float>& v, int64_t width) {
+    if (v.size() < rows * width) v.reserve(be, rows * width);
   };
   grow(x, c.d_model);
   grow(qkv, c.q_dim() + 2 * c.kv_dim());
@@ -105,8 +105,12 @@ LlamaModel::LlamaModel(const WeightSource& src, Backend& backend)
     proj_out_ = load_stacked(backend_, src, {"proj_out.weight"}, {e}, d);
   }
   if (c.final_norm) {
-    out_norm_ = load_vector(src, "output_norm.weight", d);
-    if (c.norm == NormKind::kLayer) out_norm_b_ = load_vector(src, "output_norm.bias", d);
+    const auto g = load_vector(src, "output_norm.weight", d);
+    out_norm_ = backend_.upload(g.data(), d * 4);
+    if (c.norm == NormKind::kLayer) {
+      const auto b = load_vector(src, "output_norm.bias", d);
+      out_norm_b_ = backend_.upload(b.data(), d * 4);
+    }
   }
   const bool tied = !src.has_tensor("output.weight");
   config_.tied_embeddings = tied;
@@ -148,7 +152,7 @@ int64_t LlamaModel::unit_bytes(int64_t unit) const { return layout(unit).bytes; 
 
 int64_t LlamaModel::resident_bytes() const {
   return tok_embd_.bytes() + pos_embd_.bytes() + proj_in_.bytes() + proj_out_.bytes() +
-         lm_head_.bytes() + static_cast<int64_t>(out_norm_.size() + out_norm_b_.size()) * 4;
+         lm_head_.bytes() + out_norm_.bytes() + out_norm_b_.bytes();
 }
 
 void LlamaModel::build_unit(int64_t unit, void* dst) const {
@@ -197,16 +201,16 @@ void LlamaModel::build_unit(int64_t unit, void* dst) const {
   backend_.prepare_weight_into(dt, stacked.data(), L.w1_rows, L.w1_cols, base + L.w1);
 }
 
-void LlamaModel::embed(std::span<const int32_t> ids, const int32_t* positions,
-                       float* hidden) const {
+void LlamaModel::embed(std::span<const int32_t> ids, const int32_t* positions, float* hidden,
+                       LlamaScratch& s) const {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(ids.size());
+  s.reserve(backend_, c, n);
   if (c.embed_width() == c.d_model) {
     backend_.embedding(tok_embd_, ids.data(), n, hidden);
   } else {
-    std::vector<float> e(n * c.embed_width());
-    backend_.embedding(tok_embd_, ids.data(), n, e.data());
-    backend_.matmul(e.data(), n, proj_in_, hidden);
+    backend_.embedding(tok_embd_, ids.data(), n, s.emb.data());
+    backend_.matmul(s.emb.data(), n, proj_in_, hidden);
   }
   if (!c.learned_pos) return;
   std::vector<int32_t> rows(n);
@@ -216,9 +220,8 @@ void LlamaModel::embed(std::span<const int32_t> ids, const int32_t* positions,
                  positions[i], c.context_length);
     rows[i] = static_cast<int32_t>(positions[i] + c.pos_offset);
   }
-  std::vector<float> p(n * c.d_model);
-  backend_.embedding(pos_embd_, rows.data(), n, p.data());
-  backend_.add(hidden, p.data(), n * c.d_model);
+  backend_.embedding(pos_embd_, rows.data(), n, s.proj.data());
+  backend_.add(hidden, s.proj.data(), n * c.d_model);
 }
 
 // hidden = norm(hidden) in place (post-norm), or x = norm(hidden) (pre-norm), per the config.
@@ -244,7 +247,7 @@ void LlamaModel::run_unit(int64_t unit, const void* blob, float* hidden, const U
   const WeightView w0{L.w0_rows, L.w0_cols, DType::kF32, base + L.w0};
   const WeightView w1{L.w1_rows, L.w1_cols, DType::kF32, base + L.w1};
   const int64_t rows = b.rows;
-  s.reserve(c, rows);
+  s.reserve(backend_, c, rows);
   // Pre-norm: the sublayer reads norm(hidden); post-norm: it reads hidden, normalised after.
   const float* in = hidden;
   if (c.pre_norm) {
@@ -277,16 +280,15 @@ void LlamaModel::run_unit(int64_t unit, const void* blob, float* hidden, const U
   backend_.matmul(in, rows, w0, s.qkv.data());
   if (L.b0 >= 0) backend_.add_bias(s.qkv.data(), vec(L.b0), rows, wqkv);
   // Split Q out (contiguous rows for attention) and rotate Q and K in place.
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(s.q.data() + r * qd, s.qkv.data() + r * wqkv, qd * 4);
+  backend_.copy_rows(s.q.data(), qd * 4, s.qkv.data(), wqkv * 4, rows, qd * 4);
   if (!c.learned_pos) {
     backend_.rope(s.q.data(), rows, c.n_heads, hd, b.positions, c.rope_theta, c.rope_style);
     backend_.rope(s.qkv.data() + qd, rows, c.n_kv_heads, hd, b.positions, c.rope_theta,
                   c.rope_style, wqkv);
   }
   // New K/V into each sequence's slot table (evicting where a policy says so), then attention.
-  KvStep step(c.n_kv_heads, hd, b.seqs, b.kv, b.policy, s.qkv.data(), wqkv, qd, qd + kvd,
-              b.positions, s.overflow);
+  KvStep step(backend_, c.n_kv_heads, hd, b.seqs, b.kv, b.policy, s.qkv.data(), wqkv, qd,
+              qd + kvd, b.positions, s.overflow);
   AttentionArgs args;
   args.n_heads = c.n_heads;
   args.n_kv_heads = c.n_kv_heads;
@@ -305,13 +307,12 @@ void LlamaModel::output_step(const float* hidden, std::span<const int64_t> rows,
                              LlamaScratch& s) const {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(rows.size());
-  s.reserve(c, n);
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(s.proj.data() + i * c.d_model, hidden + rows[i] * c.d_model, c.d_model * 4);
+  s.reserve(backend_, c, n);
+  backend_.gather_rows(s.proj.data(), hidden, rows, c.d_model);
   const float* h = s.proj.data();
   if (c.final_norm) {
-    apply_norm(backend_, c, s.proj.data(), out_norm_.data(),
-               out_norm_b_.empty() ? nullptr : out_norm_b_.data(), n, s.x.data());
+    apply_norm(backend_, c, s.proj.data(), out_norm_.as<float>(),
+               out_norm_b_.empty() ? nullptr : out_norm_b_.as<float>(), n, s.x.data());
     h = s.x.data();
   }
   if (proj_out_.rows > 0) {
@@ -325,8 +326,9 @@ void LlamaModel::forward(std::span<const int32_t> ids, const int32_t* positions,
                          std::span<const SeqSpan> seqs, const KvViewFn& kv, const BlobFn& blob,
                          float* logits, LlamaScratch& s) const {
   const int64_t rows = static_cast<int64_t>(ids.size());
-  std::vector<float> hidden(rows * config_.d_model);
-  embed(ids, positions, hidden.data());
+  BackendArray<float> hidden;
+  hidden.reserve(backend_, rows * config_.d_model);
+  embed(ids, positions, hidden.data(), s);
   for (int64_t u = 0; u < num_units(); ++u) {
     UnitBatch b{rows, seqs, positions,
                 unit_has_cache(u) ? kv(unit_layer(u)) : std::span<const KvSeqView>()};
@@ -339,10 +341,12 @@ void LlamaModel::forward(std::span<const int32_t> ids, const int32_t* positions,
 }
 
 ResidentUnits::ResidentUnits(const LlamaModel& model) {
+  Backend& be = model.backend();
   blobs_.resize(model.num_units());
   for (int64_t u = 0; u < model.num_units(); ++u) {
-    blobs_[u] = Buffer(model.unit_bytes(u), Tier::kDevice);
-    model.build_unit(u, blobs_[u].data());
+    Buffer host(model.unit_bytes(u), Tier::kHost);  // blobs are built on the host
+    model.build_unit(u, host.data());
+    blobs_[u] = be.device_is_host() ? std::move(host) : be.upload(host.data(), host.bytes());
   }
 }
 

@@ -10,17 +10,19 @@
 #include <vector>
 
 #include "runtime/backend/backend.h"
+#include "runtime/backend/backend_array.h"
 #include "runtime/model/config.h"
 #include "runtime/model/kv_slots.h"
 #include "runtime/model/weight_source.h"
 
 namespace offgen {
 
-// Scratch activations for one ragged batch; grown on demand. One per concurrently running batch.
+// Scratch activations for one ragged batch, in the backend's device memory; grown on demand. One
+// per concurrently running batch.
 struct LlamaScratch {
-  std::vector<float> x, qkv, q, attn, proj, gate_up, act, emb;
+  BackendArray<float> x, qkv, q, attn, proj, gate_up, act, emb;
   std::vector<KvOverflow> overflow;  // per sequence, for chunks that overflow their table
-  void reserve(const ModelConfig& c, int64_t rows);
+  void reserve(Backend& be, const ModelConfig& c, int64_t rows);
 };
 
 // The rows of one ragged batch as a unit sees them.
@@ -54,18 +56,21 @@ class LlamaModel {
   void build_unit(int64_t unit, void* dst) const;
   int64_t resident_bytes() const;  // embedding + output head + norms
 
-  // hidden[rows, d_model] = embedding of ids at their positions (learned position tables).
-  void embed(std::span<const int32_t> ids, const int32_t* positions, float* hidden) const;
+  // hidden[rows, d_model] (device memory) = embedding of ids at their positions (learned position
+  // tables); ids and positions are host memory.
+  void embed(std::span<const int32_t> ids, const int32_t* positions, float* hidden,
+             LlamaScratch& s) const;
   // Attention unit: hidden += attention(norm(hidden)), writing the new tokens' K/V into the
   // batch's KV views after their n_past used slots — or, in tables that evict, where the policy
   // makes room (see KvStep). MLP unit: hidden += mlp(norm(hidden)).
   void run_unit(int64_t unit, const void* blob, float* hidden, const UnitBatch& batch,
                 LlamaScratch& s) const;
-  // logits[i, vocab] for hidden rows rows[i].
+  // logits[i, vocab] (device memory) for hidden rows rows[i].
   void output_step(const float* hidden, std::span<const int64_t> rows, float* logits,
                    LlamaScratch& s) const;
 
-  // All units in order; logits for the last token of each sequence: [seqs.size(), vocab].
+  // All units in order; logits for the last token of each sequence: [seqs.size(), vocab] in
+  // device memory (the KV views' too).
   void forward(std::span<const int32_t> ids, const int32_t* positions,
                std::span<const SeqSpan> seqs, const KvViewFn& kv, const BlobFn& blob,
                float* logits, LlamaScratch& s) const;
@@ -83,11 +88,11 @@ class LlamaModel {
   Weight tok_embd_;  // gather table [vocab, embed_width]
   Weight pos_embd_;  // learned positions [pos_offset + context, d_model] (empty with RoPE)
   Weight proj_in_, proj_out_;  // embed_width <-> d_model projections (empty when equal)
-  std::vector<float> out_norm_, out_norm_b_;  // empty without a final norm
+  Buffer out_norm_, out_norm_b_;  // device memory; empty without a final norm
   Weight lm_head_;   // [vocab, embed_width]
 };
 
-// Every unit blob built once in RAM: the all-resident placement.
+// Every unit blob built once and held in the backend's device memory: the all-resident placement.
 class ResidentUnits {
  public:
   explicit ResidentUnits(const LlamaModel& model);

@@ -18,16 +18,6 @@ void SamplingParams::validate() const {
   for (const auto& s : stop) OFFGEN_CHECK(!s.empty(), kConfig, "stop strings must not be empty");
 }
 
-int32_t argmax(std::span<const float> logits) {
-  OFFGEN_CHECK(!logits.empty(), kInput, "cannot sample from an empty row of logits");
-  // NaN never wins (it compares false); a NaN at index 0 must not either.
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[best] || (std::isnan(logits[best]) && !std::isnan(logits[i])))
-      best = static_cast<int32_t>(i);
-  return best;
-}
-
 Sampler::Sampler(const SamplingParams& p) : p_(p), state_(p.seed ^ 0x9e3779b97f4a7c15ull) {}
 
 double Sampler::next_uniform() {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/argmax.h"
+
 namespace offgen {
 
 struct SamplingParams {
@@ -35,7 +37,5 @@ class Sampler {
   std::vector<std::pair<float, int32_t>> cand_;
 };
 
-// Lowest id among the largest logits (NaN ranks lowest); throws kInput on an empty row.
-int32_t argmax(std::span<const float> logits);
 
 }  // namespace offgen

@@ -45,7 +45,7 @@ class Runner {
     for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(past_ + i);
     const SeqSpan span{0, n, past_};
     std::vector<float> hidden(n * c_.d_model);
-    m_.embed(ids, pos.data(), hidden.data());
+    m_.embed(ids, pos.data(), hidden.data(), scratch_);
     for (int64_t u = 0; u < m_.num_units(); ++u) {
       const UnitBatch b{n, {&span, 1}, pos.data(),
                         LlamaModel::unit_has_cache(u)

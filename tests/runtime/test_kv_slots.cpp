@@ -52,6 +52,8 @@ std::vector<float> rows(int64_t n, int64_t first) {
 
 float k_of(const Table& t, int64_t slot, int64_t head) { return t.k[slot * kKvd + head * kHd]; }
 
+const std::unique_ptr<Backend> be = make_cpu_backend(1);
+
 }  // namespace
 
 TEST_CASE("KvStep appends, replaces per head and compacts per head", "[kv_slots]") {
@@ -63,7 +65,7 @@ TEST_CASE("KvStep appends, replaces per head and compacts per head", "[kv_slots]
   SeqSpan sp{0, 2, 0};
   KvSeqView view = t.view();
   {
-    KvStep step(kHeads, kHd, {&sp, 1}, {&view, 1}, &policy, r.data(), 2 * kKvd, 0, kKvd,
+    KvStep step(*be, kHeads, kHd, {&sp, 1}, {&view, 1}, &policy, r.data(), 2 * kKvd, 0, kKvd,
                 positions.data(), overflow);
     CHECK(step.spans()[0].n_past == 0);
     CHECK(step.views()[0].k == t.k.data());  // in place
@@ -79,7 +81,7 @@ TEST_CASE("KvStep appends, replaces per head and compacts per head", "[kv_slots]
   positions = {2};
   r = rows(1, 2);
   sp = {0, 1, 2};
-  KvStep(kHeads, kHd, {&sp, 1}, {&view, 1}, &policy, r.data(), 2 * kKvd, 0, kKvd,
+  KvStep(*be, kHeads, kHd, {&sp, 1}, {&view, 1}, &policy, r.data(), 2 * kKvd, 0, kKvd,
          positions.data(), overflow)
       .finish();
   t.sum = {5, 1, 3, /* head 1 */ 0, 4, 2};
@@ -87,7 +89,7 @@ TEST_CASE("KvStep appends, replaces per head and compacts per head", "[kv_slots]
   r = rows(1, 3);
   sp = {0, 1, kCap};
   {
-    KvStep step(kHeads, kHd, {&sp, 1}, {&view, 1}, &policy, r.data(), 2 * kKvd, 0, kKvd,
+    KvStep step(*be, kHeads, kHd, {&sp, 1}, {&view, 1}, &policy, r.data(), 2 * kKvd, 0, kKvd,
                 positions.data(), overflow);
     CHECK(step.spans()[0].n_past == kCap - 1);  // all slots visible to the new row
     step.finish();
@@ -105,7 +107,7 @@ TEST_CASE("KvStep appends, replaces per head and compacts per head", "[kv_slots]
   sp = {0, 3, kCap};
   t.sum = {9, 0, 1, /* head 1 */ 0, 9, 1};
   {
-    KvStep step(kHeads, kHd, {&sp, 1}, {&view, 1}, &policy, r.data(), 2 * kKvd, 0, kKvd,
+    KvStep step(*be, kHeads, kHd, {&sp, 1}, {&view, 1}, &policy, r.data(), 2 * kKvd, 0, kKvd,
                 positions.data(), overflow);
     const KvSeqView& w = step.views()[0];
     REQUIRE(w.capacity == 6);
@@ -134,10 +136,10 @@ TEST_CASE("KvStep without metadata never evicts and emits no statistics", "[kv_s
   std::vector<int32_t> positions = {0, 1, 2};
   auto r = rows(3, 0);
   SeqSpan sp{0, 2, 0};
-  KvStep ok(kHeads, kHd, {&sp, 1}, {&view, 1}, nullptr, r.data(), 2 * kKvd, 0, kKvd,
+  KvStep ok(*be, kHeads, kHd, {&sp, 1}, {&view, 1}, nullptr, r.data(), 2 * kKvd, 0, kKvd,
             positions.data(), overflow);
   CHECK(ok.stats().empty());
   sp = {0, 3, 0};
-  CHECK_THROWS(KvStep(kHeads, kHd, {&sp, 1}, {&view, 1}, nullptr, r.data(), 2 * kKvd, 0, kKvd,
+  CHECK_THROWS(KvStep(*be, kHeads, kHd, {&sp, 1}, {&view, 1}, nullptr, r.data(), 2 * kKvd, 0, kKvd,
                       positions.data(), overflow));
 }

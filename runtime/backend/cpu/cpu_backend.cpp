@@ -5,15 +5,21 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "runtime/backend/cpu/gemm.h"
 #include "runtime/core/error.h"
+#include "runtime/core/argmax.h"
 
 namespace offgen {
 
-CpuBackend::CpuBackend(int threads, DType weight_dtype) : ctx_(threads), weight_dtype_(weight_dtype) {
+CpuBackend::CpuBackend(int threads, DType weight_dtype, bool emulate_device)
+    : ctx_(threads), weight_dtype_(weight_dtype), emulate_device_(emulate_device) {
   OFFGEN_CHECK(weight_dtype == DType::kF32 || weight_dtype == DType::kBF16 ||
                    weight_dtype == DType::kQ4G64,
                kConfig, "cpu backend: weight dtype {} is not supported (f32, bf16 or q4g64)",
@@ -24,6 +30,75 @@ CpuBackend::CpuBackend(int threads, DType weight_dtype) : ctx_(threads), weight_
 
 std::unique_ptr<Backend> make_cpu_backend(int threads, DType weight_dtype) {
   return std::make_unique<CpuBackend>(threads, weight_dtype);
+}
+
+std::unique_ptr<Backend> make_emulated_device_backend(int threads, DType weight_dtype) {
+  return std::make_unique<CpuBackend>(threads, weight_dtype, true);
+}
+
+namespace {
+
+void free_aligned(void* p, void*) { std::free(p); }
+
+}  // namespace
+
+DeviceInfo CpuBackend::device_info() const {
+  DeviceInfo d;
+  d.name = name();
+  const long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  d.total_bytes = static_cast<int64_t>(pages) * page;
+  d.free_bytes = static_cast<int64_t>(avail) * page;
+  return d;
+}
+
+Buffer CpuBackend::alloc(int64_t bytes, Tier tier) {
+  OFFGEN_CHECK(bytes >= 0, kInternal, "negative allocation {}", bytes);
+  if (bytes == 0) return Buffer();
+  const size_t rounded = (static_cast<size_t>(bytes) + 4095) / 4096 * 4096;
+  void* p = std::aligned_alloc(4096, rounded);
+  OFFGEN_CHECK(p != nullptr, kResource, "out of memory allocating {} bytes ({} tier)", bytes,
+               tier_name(tier));
+  std::memset(p, 0, rounded);
+  // Emulated device memory is not for the host to touch: clone() refuses it.
+  return Buffer::adopt(p, bytes, tier, free_aligned, nullptr,
+                       !(emulate_device_ && tier == Tier::kDevice));
+}
+
+void CpuBackend::copy(void* dst, const void* src, int64_t bytes) {
+  compute_.copy(dst, src, bytes);
+}
+
+void CpuBackend::copy_rows(void* dst, int64_t dst_stride, const void* src, int64_t src_stride,
+                           int64_t rows, int64_t row_bytes) {
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(static_cast<std::byte*>(dst) + r * dst_stride,
+                static_cast<const std::byte*>(src) + r * src_stride, row_bytes);
+}
+
+void CpuBackend::gather_rows(float* dst, const float* src, std::span<const int64_t> rows,
+                             int64_t width) {
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(dst + static_cast<int64_t>(i) * width, src + rows[i] * width, width * 4);
+}
+
+void CpuBackend::copy_heads(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                            int64_t head_dim, std::span<const HeadCopy> copies) {
+  for (const HeadCopy& c : copies)
+    std::memcpy(dst + c.dst_row * dst_stride + c.head * head_dim,
+                src + c.src_row * src_stride + c.head * head_dim, head_dim * 4);
+}
+
+std::unique_ptr<Stream> CpuBackend::make_stream() {
+  if (emulate_device_) return std::make_unique<cpu::WorkerStream>();
+  return std::make_unique<cpu::SyncStream>();
+}
+
+std::unique_ptr<Event> CpuBackend::make_event() { return std::make_unique<cpu::CpuEvent>(); }
+
+void CpuBackend::argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out) {
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = argmax({logits + i * vocab, static_cast<size_t>(vocab)});
 }
 
 int64_t CpuBackend::weight_bytes(int64_t rows, int64_t cols) const {

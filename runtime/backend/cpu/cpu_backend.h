@@ -3,6 +3,7 @@
 #pragma once
 
 #include "runtime/backend/backend.h"
+#include "runtime/backend/cpu/cpu_streams.h"
 
 namespace offgen {
 
@@ -10,9 +11,25 @@ class CpuBackend final : public Backend {
  public:
   // weight_dtype: kF32 (exact, default) or kBF16 (half the bytes, ~2x GEMM; needs AVX512-BF16)
   // or kQ4G64 (FlexGen 4-bit groups, ~1/7 of f32; dequantised to fp32 inside matmul, see gemm.h).
-  explicit CpuBackend(int threads, DType weight_dtype = DType::kF32);
-  std::string name() const override { return "cpu"; }
+  // emulate_device: see make_emulated_device_backend (backend.h).
+  explicit CpuBackend(int threads, DType weight_dtype = DType::kF32, bool emulate_device = false);
+  std::string name() const override { return emulate_device_ ? "cpu-emulated-device" : "cpu"; }
   ThreadContext& threads() override { return ctx_; }
+
+  bool device_is_host() const override { return !emulate_device_; }
+  DeviceInfo device_info() const override;
+  Buffer alloc(int64_t bytes, Tier tier) override;
+  void copy(void* dst, const void* src, int64_t bytes) override;
+  void copy_rows(void* dst, int64_t dst_stride, const void* src, int64_t src_stride, int64_t rows,
+                 int64_t row_bytes) override;
+  void gather_rows(float* dst, const float* src, std::span<const int64_t> rows,
+                   int64_t width) override;
+  void copy_heads(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                  int64_t head_dim, std::span<const HeadCopy> copies) override;
+  Stream& compute_stream() override { return compute_; }
+  std::unique_ptr<Stream> make_stream() override;
+  std::unique_ptr<Event> make_event() override;
+  void argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out) override;
 
   int64_t weight_bytes(int64_t rows, int64_t cols) const override;
   WeightView prepare_weight_into(DType src_type, const void* src, int64_t rows, int64_t cols,
@@ -38,6 +55,8 @@ class CpuBackend final : public Backend {
  private:
   ThreadContext ctx_;
   DType weight_dtype_;
+  bool emulate_device_;
+  cpu::SyncStream compute_;
 };
 
 }  // namespace offgen

@@ -1,0 +1,263 @@
+// CudaBackend: construction, the factory, element-wise op dispatch, attention (on the device, or
+// on the CPU for host-resident KV tables: cpu_cache_compute) and greedy sampling on the device.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/backend/cuda/cuda_backend.h"
+#include "runtime/backend/cuda/cuda_backend_cuda.h"
+#include "runtime/backend/cuda/cuda_common_cuda.h"
+#include "runtime/core/error.h"
+
+namespace offgen {
+
+bool cuda_compiled() { return true; }
+
+bool cuda_available(std::string* why, int device) {
+  auto fail = [&](const std::string& reason) {
+    if (why) *why = reason;
+    cudaGetLastError();  // clear the sticky error of the failed query
+    return false;
+  };
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess)
+    return fail(fmt::format("no usable CUDA device: {} ({})", cudaGetErrorString(e),
+                            cudaGetErrorName(e)));
+  if (n == 0) return fail("no CUDA device is present");
+  if (device < 0 || device >= n)
+    return fail(fmt::format("CUDA device {} does not exist ({} present)", device, n));
+  e = cuda::probe_kernels(device);
+  if (e != cudaSuccess)
+    return fail(fmt::format("this build's kernels do not run on CUDA device {}: {} (rebuild with "
+                            "CMAKE_CUDA_ARCHITECTURES for it)",
+                            device, cudaGetErrorString(e)));
+  return true;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device, int threads, DType weight_dtype) {
+  std::string why;
+  OFFGEN_CHECK(cuda_available(&why, device), kResource, "--backend cuda: {}", why);
+  return std::make_unique<cuda::CudaBackend>(device, threads, weight_dtype);
+}
+
+namespace cuda {
+
+CudaBackend::CudaBackend(int device, int threads, DType weight_dtype)
+    : device_(device), weight_dtype_(weight_dtype) {
+  OFFGEN_CHECK(weight_dtype == DType::kF32 || weight_dtype == DType::kF16 ||
+                   weight_dtype == DType::kBF16 || weight_dtype == DType::kQ4G64,
+               kConfig, "cuda backend: weight dtype {} is not supported (f32, f16, bf16 or q4g64)",
+               dtype_name(weight_dtype));
+  OFFGEN_CUDA_CHECK(cudaSetDevice(device_));
+  compute_ = std::make_unique<CudaStream>(device_);
+  cublas_create(&cublas_, stream());
+  cpu_ = make_cpu_backend(threads, DType::kF32);
+  attention_init();
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  if (compute_) cudaStreamSynchronize(compute_->get());
+  if (cublas_) cublasDestroy(cublas_);
+}
+
+void* CudaBackend::scratch(Buffer& b, int64_t bytes, Tier tier) {
+  if (b.bytes() < bytes) {
+    compute_->synchronize();  // queued work may still use the old buffer
+    b = Buffer();
+    b = alloc(std::max<int64_t>(bytes, 4096), tier);
+  }
+  return b.data();
+}
+
+const int32_t* CudaBackend::device_positions(const int32_t* host, int64_t n) {
+  if (static_cast<int64_t>(positions_host_.size()) == n &&
+      std::memcmp(positions_host_.data(), host, static_cast<size_t>(n) * 4) == 0)
+    return positions_.as<int32_t>();
+  // Stream order keeps kernels queued before this copy reading the previous positions.
+  auto* dst = static_cast<int32_t*>(scratch(positions_, n * 4));
+  const void* staged = ring_.put(host, static_cast<size_t>(n) * 4, stream());
+  OFFGEN_CUDA_CHECK(cudaMemcpyAsync(dst, staged, static_cast<size_t>(n) * 4,
+                                    cudaMemcpyDeviceToDevice, stream()));
+  positions_host_.assign(host, host + n);
+  return dst;
+}
+
+const float* CudaBackend::device_inv_freq(float theta, int64_t head_dim) {
+  if (inv_freq_theta_ == theta && inv_freq_dim_ == head_dim) return inv_freq_.as<float>();
+  const int64_t half = head_dim / 2;
+  std::vector<float> f(half);
+  for (int64_t i = 0; i < half; ++i)  // as the CPU backend computes them
+    f[i] = static_cast<float>(1.0 / std::pow(static_cast<double>(theta),
+                                             static_cast<double>(2 * i) / head_dim));
+  compute_->synchronize();
+  inv_freq_ = upload(f.data(), half * 4);
+  inv_freq_theta_ = theta;
+  inv_freq_dim_ = head_dim;
+  return inv_freq_.as<float>();
+}
+
+void CudaBackend::rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
+                           float* y) {
+  cuda::rms_norm(x, gamma, m, d, eps, y, stream());
+}
+
+void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                       const int32_t* positions, float theta, RopeStyle style,
+                       int64_t token_stride) {
+  if (n_tokens == 0) return;
+  if (token_stride == 0) token_stride = n_heads * head_dim;
+  const float* inv = device_inv_freq(theta, head_dim);
+  cuda::rope(x, n_tokens, n_heads, head_dim, device_positions(positions, n_tokens), inv, style,
+             token_stride, stream());
+}
+
+void CudaBackend::swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
+                         float* out) {
+  cuda::swiglu(gate, up, m, n, stride, out, stream());
+}
+
+void CudaBackend::layer_norm(const float* x, const float* gamma, const float* beta, int64_t m,
+                             int64_t d, float eps, float* y) {
+  cuda::layer_norm(x, gamma, beta, m, d, eps, y, stream());
+}
+
+void CudaBackend::relu(float* x, int64_t n) { cuda::relu(x, n, stream()); }
+void CudaBackend::gelu(float* x, int64_t n) { cuda::gelu(x, n, stream()); }
+void CudaBackend::add(float* y, const float* x, int64_t n) { cuda::add(y, x, n, stream()); }
+
+void CudaBackend::add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride) {
+  cuda::add_bias(y, bias, m, n, stride == 0 ? n : stride, stream());
+}
+
+void CudaBackend::embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) {
+  OFFGEN_CHECK(table.dtype == DType::kF32 || table.dtype == DType::kF16 ||
+                   table.dtype == DType::kBF16,
+               kInternal, "cuda embedding: table dtype {} (tables are f32, f16 or bf16)",
+               dtype_name(table.dtype));
+  for (int64_t i = 0; i < n; ++i)
+    OFFGEN_CHECK(ids[i] >= 0 && ids[i] < table.rows, kInput, "token id {} outside vocabulary of {}",
+                 ids[i], table.rows);
+  if (n == 0) return;
+  const auto* dev_ids = static_cast<const int32_t*>(ring_.put(ids, static_cast<size_t>(n) * 4, stream()));
+  cuda::embedding(table.data, table.dtype, table.cols, dev_ids, n, out, stream());
+}
+
+void CudaBackend::attention(const float* q, const AttentionArgs& a, float* out) {
+  OFFGEN_CHECK(a.head_dim >= 1 && a.head_dim <= 256, kConfig,
+               "cuda attention: head size {} is outside 1..256", a.head_dim);
+  std::vector<size_t> on_device, on_host;
+  for (size_t s = 0; s < a.seqs.size(); ++s) (a.kv[s].host ? on_host : on_device).push_back(s);
+  if (!on_device.empty()) attention_on_device(q, a, on_device, out);
+  if (!on_host.empty()) attention_on_host(q, a, on_host, out);
+}
+
+void CudaBackend::attention_on_device(const float* q, const AttentionArgs& a,
+                                      std::span<const size_t> idx, float* out) {
+  const int64_t group = a.n_heads / a.n_kv_heads;
+  // Tiles of at most kAttnPairs (row, head) pairs: the whole group over a few rows, or (groups
+  // larger than a tile) one row and part of the group.
+  const int64_t ng_max = std::min<int64_t>(group, kAttnPairs);
+  const int64_t rows_per = std::max<int64_t>(1, kAttnPairs / group);
+  std::vector<AttnSeq> seqs;
+  std::vector<PrefixHead> prefix;
+  std::vector<AttnTile> tiles;
+  std::vector<StatTile> stat_tiles;
+  int64_t rows_end = 0;
+  for (size_t si = 0; si < idx.size(); ++si) {
+    const size_t s = idx[si];
+    const SeqSpan& sp = a.seqs[s];
+    const KvSeqView& kv = a.kv[s];
+    AttnSeq d;
+    d.row_begin = sp.row_begin, d.n_new = sp.n_new, d.n_past = sp.n_past;
+    d.k = kv.k, d.v = kv.v;
+    if (kv.prefix) {
+      d.prefix_at = static_cast<int64_t>(prefix.size());
+      for (int64_t h = 0; h < a.n_kv_heads; ++h)
+        prefix.push_back({kv.prefix->k[h], kv.prefix->v[h], kv.prefix->len[h]});
+    }
+    if (!a.stats.empty() && a.stats[s].col_sum) {
+      const AttentionStats& st = a.stats[s];
+      d.col_sum = st.col_sum, d.col_max = st.col_max;
+      d.capacity = st.capacity, d.first_row = st.first_row;
+      for (int64_t j0 = 0; j0 < sp.n_past + sp.n_new; j0 += kStatCols)
+        stat_tiles.push_back({static_cast<int32_t>(si), static_cast<int32_t>(j0)});
+    }
+    seqs.push_back(d);
+    for (int64_t g0 = 0; g0 < group; g0 += ng_max)
+      for (int64_t t0 = 0; t0 < sp.n_new; t0 += rows_per)
+        tiles.push_back({static_cast<int32_t>(si), static_cast<int32_t>(t0),
+                         static_cast<int32_t>(std::min(rows_per, sp.n_new - t0)),
+                         static_cast<int32_t>(g0), static_cast<int32_t>(std::min(ng_max, group - g0))});
+    rows_end = std::max(rows_end, sp.row_begin + sp.n_new);
+  }
+  if (tiles.empty()) return;
+  float* ml = stat_tiles.empty()
+                  ? nullptr
+                  : static_cast<float*>(scratch(ml_, rows_end * a.n_heads * 2 * 4));
+  const auto* d_seqs = ring_.put(seqs, stream());
+  const auto* d_prefix = prefix.empty() ? nullptr : ring_.put(prefix, stream());
+  const auto* d_tiles = ring_.put(tiles, stream());
+  cuda::attention(q, out, ml, d_tiles, static_cast<int64_t>(tiles.size()), d_seqs, d_prefix,
+                  a.n_heads, a.n_kv_heads, a.head_dim, a.scale, stream());
+  if (!stat_tiles.empty()) {
+    const auto* d_stat = ring_.put(stat_tiles, stream());
+    cuda::attention_stats(q, ml, d_stat, static_cast<int64_t>(stat_tiles.size()), d_seqs,
+                          a.n_heads, a.n_kv_heads, a.head_dim, a.scale, stream());
+  }
+}
+
+void CudaBackend::attention_on_host(const float* q, const AttentionArgs& a,
+                                    std::span<const size_t> idx, float* out) {
+  // FlexGen's cpu_cache_compute: the KV tables live in host memory, so the rows' queries come to
+  // the host, the CPU backend attends over the tables in place, and the outputs go back.
+  const int64_t row_floats = a.n_heads * a.head_dim;
+  int64_t rows = 0;
+  for (size_t s : idx) rows += a.seqs[s].n_new;
+  auto* hq = static_cast<float*>(scratch(host_q_, rows * row_floats * 4, Tier::kHost));
+  auto* ho = static_cast<float*>(scratch(host_out_, rows * row_floats * 4, Tier::kHost));
+  std::vector<SeqSpan> spans;
+  std::vector<KvSeqView> views;
+  std::vector<AttentionStats> stats;
+  int64_t r = 0;
+  for (size_t s : idx) {
+    const SeqSpan& sp = a.seqs[s];
+    OFFGEN_CUDA_CHECK(cudaMemcpyAsync(hq + r * row_floats, q + sp.row_begin * row_floats,
+                                      static_cast<size_t>(sp.n_new * row_floats) * 4,
+                                      cudaMemcpyDeviceToHost, stream()));
+    spans.push_back({r, sp.n_new, sp.n_past});
+    views.push_back(a.kv[s]);
+    if (!a.stats.empty()) stats.push_back(a.stats[s]);
+    r += sp.n_new;
+  }
+  // The queries, and the new K/V rows written into the host tables before this op, are there.
+  compute_->synchronize();
+  AttentionArgs h = a;
+  h.seqs = spans;
+  h.kv = views;
+  h.stats = stats;
+  cpu_->attention(hq, h, ho);
+  r = 0;
+  for (size_t s : idx) {
+    const SeqSpan& sp = a.seqs[s];
+    OFFGEN_CUDA_CHECK(cudaMemcpyAsync(out + sp.row_begin * row_floats, ho + r * row_floats,
+                                      static_cast<size_t>(sp.n_new * row_floats) * 4,
+                                      cudaMemcpyHostToDevice, stream()));
+    r += sp.n_new;
+  }
+}
+
+void CudaBackend::argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out) {
+  if (n == 0) return;
+  auto* dev = static_cast<int32_t*>(scratch(argmax_dev_, n * 4));
+  auto* host = static_cast<int32_t*>(scratch(argmax_host_, n * 4, Tier::kHost));
+  cuda::argmax_rows(logits, n, vocab, dev, stream());
+  OFFGEN_CUDA_CHECK(cudaMemcpyAsync(host, dev, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost,
+                                    stream()));
+  compute_->synchronize();
+  std::memcpy(out, host, static_cast<size_t>(n) * 4);
+}
+
+}  // namespace cuda
+}  // namespace offgen

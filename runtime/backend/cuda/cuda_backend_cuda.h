@@ -1,0 +1,143 @@
+// CudaBackend: the Backend on one GPU. Device memory is cudaMalloc'd, host memory pinned and
+// mapped (the device reads and writes it: KV statistics, cpu_cache_compute tables); ops run on
+// one non-blocking compute stream; small host inputs (ids, positions, descriptors) go through a
+// pinned upload ring; GEMMs through cuBLAS. Only *_cuda.* files include this header.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "runtime/backend/backend.h"
+#include "runtime/backend/cuda/cuda_kernels_cuda.h"
+
+namespace offgen::cuda {
+
+class CudaEvent final : public Event {
+ public:
+  explicit CudaEvent(int device);
+  ~CudaEvent() override;
+  void synchronize() override;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  int device_;
+  cudaEvent_t event_ = nullptr;
+};
+
+class CudaStream final : public Stream {
+ public:
+  explicit CudaStream(int device);
+  ~CudaStream() override;
+  void copy(void* dst, const void* src, int64_t bytes) override;
+  void record(Event& e) override;
+  void wait(Event& e) override;
+  void synchronize() override;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+};
+
+// Host inputs for kernels, staged in pinned memory and copied on the compute stream; a slot is
+// reused only after the stream has drained past it (the ring synchronises when it wraps).
+class UploadRing {
+ public:
+  UploadRing() = default;
+  ~UploadRing();
+  UploadRing(const UploadRing&) = delete;
+  UploadRing& operator=(const UploadRing&) = delete;
+  // The device address of a copy of `bytes` of host memory, valid for the work enqueued on
+  // `stream` after this call until the ring wraps. 256-byte aligned.
+  void* put(const void* src, size_t bytes, cudaStream_t stream);
+  template <class T>
+  const T* put(const std::vector<T>& v, cudaStream_t stream) {
+    return static_cast<const T*>(put(v.data(), v.size() * sizeof(T), stream));
+  }
+
+ private:
+  void release();
+  char* host_ = nullptr;
+  char* device_ = nullptr;
+  size_t capacity_ = 0, offset_ = 0;
+};
+
+// A cuBLAS handle on `stream` (fp32 GEMMs without TF32). Throws Error(kInternal).
+void cublas_create(cublasHandle_t* handle, cudaStream_t stream);
+// Whether this build's kernels run on `device` (cudaSuccess) or why not.
+cudaError_t probe_kernels(int device);
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, int threads, DType weight_dtype);
+  ~CudaBackend() override;
+  std::string name() const override { return "cuda"; }
+  ThreadContext& threads() override { return cpu_->threads(); }
+
+  bool device_is_host() const override { return false; }
+  DeviceInfo device_info() const override;
+  Buffer alloc(int64_t bytes, Tier tier) override;
+  void copy(void* dst, const void* src, int64_t bytes) override;
+  void copy_rows(void* dst, int64_t dst_stride, const void* src, int64_t src_stride, int64_t rows,
+                 int64_t row_bytes) override;
+  void gather_rows(float* dst, const float* src, std::span<const int64_t> rows,
+                   int64_t width) override;
+  void copy_heads(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                  int64_t head_dim, std::span<const HeadCopy> copies) override;
+  Stream& compute_stream() override { return *compute_; }
+  std::unique_ptr<Stream> make_stream() override;
+  std::unique_ptr<Event> make_event() override;
+
+  int64_t weight_bytes(int64_t rows, int64_t cols) const override;
+  WeightView prepare_weight_into(DType src_type, const void* src, int64_t rows, int64_t cols,
+                                 void* dst) override;
+  Weight prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) override;
+  void matmul(const float* x, int64_t m, const WeightView& w, float* y) override;
+  void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
+                float* y) override;
+  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+            const int32_t* positions, float theta, RopeStyle style,
+            int64_t token_stride = 0) override;
+  void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
+              float* out) override;
+  void layer_norm(const float* x, const float* gamma, const float* beta, int64_t m, int64_t d,
+                  float eps, float* y) override;
+  void relu(float* x, int64_t n) override;
+  void gelu(float* x, int64_t n) override;
+  void add(float* y, const float* x, int64_t n) override;
+  void add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride = 0) override;
+  void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) override;
+  void attention(const float* q, const AttentionArgs& args, float* out) override;
+  void argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out) override;
+
+ private:
+  cudaStream_t stream() const { return compute_->get(); }
+  // Device scratch grown on demand (contents not kept); only the compute stream uses it.
+  void* scratch(Buffer& b, int64_t bytes, Tier tier = Tier::kDevice);
+  const int32_t* device_positions(const int32_t* host, int64_t n);
+  const float* device_inv_freq(float theta, int64_t head_dim);
+  void attention_on_device(const float* q, const AttentionArgs& a, std::span<const size_t> seqs,
+                           float* out);
+  void attention_on_host(const float* q, const AttentionArgs& a, std::span<const size_t> seqs,
+                         float* out);
+
+  int device_;
+  DType weight_dtype_;
+  std::unique_ptr<CudaStream> compute_;
+  cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<Backend> cpu_;  // host threads; attention over host-resident KV
+  UploadRing ring_;
+  Buffer gemm_x_, gemm_w_, ml_, argmax_dev_, argmax_host_, host_q_, host_out_;
+  Buffer cublas_workspace_;
+  // The last uploaded positions (the model passes the same ones to every unit of a forward).
+  Buffer positions_;
+  std::vector<int32_t> positions_host_;
+  Buffer inv_freq_;
+  float inv_freq_theta_ = 0;
+  int64_t inv_freq_dim_ = 0;
+};
+
+}  // namespace offgen::cuda

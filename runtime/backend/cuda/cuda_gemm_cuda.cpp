@@ -1,0 +1,140 @@
+// CudaBackend's weights: host-side conversion of a matrix into the GPU storage (row-major f32,
+// f16 or bf16; or FlexGen's 4-bit groups of 64 along each row), the embedding tables, and the
+// matmul through cuBLAS with fp32 accumulation (16-bit and 4-bit weights: activations cast to the
+// weight's 16-bit type; 4-bit weights dequantised to f16 just before the GEMM, as FlexGen does).
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "runtime/backend/cuda/cuda_backend_cuda.h"
+#include "runtime/backend/cuda/cuda_common_cuda.h"
+#include "runtime/core/error.h"
+
+#define OFFGEN_CUBLAS_CHECK(call)                                                            \
+  do {                                                                                       \
+    const cublasStatus_t offgen_cublas_st_ = (call);                                         \
+    OFFGEN_CHECK(offgen_cublas_st_ == CUBLAS_STATUS_SUCCESS, kInternal, "cuBLAS error {} in {} at {}:{}", \
+                 cublasGetStatusString(offgen_cublas_st_), #call, __FILE__, __LINE__);        \
+  } while (0)
+
+namespace offgen::cuda {
+namespace {
+
+int64_t groups_of(int64_t cols) { return (cols + kQ4G64Block - 1) / kQ4G64Block; }
+
+int64_t round64(int64_t b) { return (b + 63) / 64 * 64; }
+
+cudaDataType_t cuda_type(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F; }
+
+}  // namespace
+
+void cublas_create(cublasHandle_t* h, cudaStream_t stream) {
+  OFFGEN_CUBLAS_CHECK(cublasCreate(h));
+  OFFGEN_CUBLAS_CHECK(cublasSetStream(*h, stream));
+  // No TF32 for fp32 weights: --weight-dtype f32 stays an fp32 GEMM.
+  OFFGEN_CUBLAS_CHECK(cublasSetMathMode(*h, CUBLAS_DEFAULT_MATH));
+}
+
+int64_t CudaBackend::weight_bytes(int64_t rows, int64_t cols) const {
+  switch (weight_dtype_) {
+    case DType::kF16:
+    case DType::kBF16: return round64(rows * cols * 2);
+    case DType::kQ4G64: return round64(rows * groups_of(cols) * kQ4G64Bytes);
+    case DType::kF32:
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1: break;
+  }
+  return round64(rows * cols * 4);
+}
+
+WeightView CudaBackend::prepare_weight_into(DType src_type, const void* src, int64_t rows,
+                                            int64_t cols, void* dst) {
+  const int64_t row_bytes = dtype_bytes(src_type, cols);
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  const int64_t g = groups_of(cols);
+  cpu_->threads().parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
+    std::vector<float> tmp(g * kQ4G64Block);
+    for (int64_t r = r0; r < r1; ++r) {
+      dequantize_row(src_type, s + r * row_bytes, tmp.data(), cols);
+      switch (weight_dtype_) {
+        case DType::kF16: {
+          auto* o = reinterpret_cast<uint16_t*>(d) + r * cols;
+          for (int64_t c = 0; c < cols; ++c) o[c] = f32_to_fp16(tmp[c]);
+          break;
+        }
+        case DType::kBF16: {
+          auto* o = reinterpret_cast<uint16_t*>(d) + r * cols;
+          for (int64_t c = 0; c < cols; ++c) o[c] = f32_to_bf16(tmp[c]);
+          break;
+        }
+        case DType::kQ4G64: {
+          // A partial last group repeats its own first value (so the pad widens nothing).
+          const int64_t last = (g - 1) * kQ4G64Block;
+          std::fill(tmp.begin() + cols, tmp.end(), tmp[last]);
+          quantize_row(DType::kQ4G64, tmp.data(), d + r * g * kQ4G64Bytes, g * kQ4G64Block);
+          break;
+        }
+        case DType::kF32:
+        case DType::kQ8_0:
+        case DType::kQ4_0:
+        case DType::kQ4_1:
+          std::memcpy(reinterpret_cast<float*>(d) + r * cols, tmp.data(), cols * 4);
+          break;
+      }
+    }
+  });
+  return WeightView{rows, cols, src_type, dst};
+}
+
+Weight CudaBackend::prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) {
+  Weight w;
+  w.rows = rows;
+  w.cols = cols;
+  if (src_type == DType::kF32 || src_type == DType::kF16 || src_type == DType::kBF16) {
+    w.dtype = src_type;
+    w.data = upload(src, dtype_bytes(src_type, cols) * rows);
+    return w;
+  }
+  // Quantised tables (GGUF q8_0, q4_1, ...) are dequantised once, exactly, to fp32.
+  w.dtype = DType::kF32;
+  std::vector<float> host(static_cast<size_t>(rows * cols));
+  const int64_t row_bytes = dtype_bytes(src_type, cols);
+  cpu_->threads().parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      dequantize_row(src_type, static_cast<const uint8_t*>(src) + r * row_bytes,
+                     host.data() + r * cols, cols);
+  });
+  w.data = upload(host.data(), rows * cols * 4);
+  return w;
+}
+
+void CudaBackend::matmul(const float* x, int64_t m, const WeightView& w, float* y) {
+  if (m == 0) return;
+  const float alpha = 1.0f, beta = 0.0f;
+  const int M = static_cast<int>(w.rows), N = static_cast<int>(m), K = static_cast<int>(w.cols);
+  // Row-major y[m][rows] = x[m][cols] W^T is, column-major, C (M x N) = A^T B with A = W read as
+  // a column-major K x M matrix and B = x read as a column-major K x N matrix.
+  if (weight_dtype_ == DType::kF32) {
+    OFFGEN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &alpha,
+                                    static_cast<const float*>(w.data), K, x, K, &beta, y, M));
+    return;
+  }
+  const DType half = weight_dtype_ == DType::kBF16 ? DType::kBF16 : DType::kF16;
+  void* xh = scratch(gemm_x_, m * w.cols * 2);
+  cast_f32(x, m * w.cols, half, xh, stream());
+  const void* wh = w.data;
+  if (weight_dtype_ == DType::kQ4G64) {
+    void* deq = scratch(gemm_w_, w.rows * w.cols * 2);
+    dequantize_q4g64_f16(w.data, w.rows, w.cols, deq, stream());
+    wh = deq;
+  }
+  OFFGEN_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &alpha, wh,
+                                   cuda_type(half), K, xh, cuda_type(half), K, &beta, y, CUDA_R_32F,
+                                   M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace offgen::cuda

@@ -1,0 +1,86 @@
+// Launchers of the CUDA backend's kernels (element-wise ops, norms, RoPE, embedding gathers,
+// copies by index, casts and 4-bit dequantisation, greedy argmax, attention). Every launcher is
+// asynchronous on `stream`; pointers are device memory (or pinned host memory the device maps)
+// unless a parameter says host.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "runtime/backend/rope_style.h"
+#include "runtime/core/dtype.h"
+
+namespace offgen::cuda {
+
+void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps, float* y,
+              cudaStream_t stream);
+void layer_norm(const float* x, const float* gamma, const float* beta, int64_t m, int64_t d,
+                float eps, float* y, cudaStream_t stream);
+// positions: device int32 [n_tokens]; inv_freq: device fp32 [head_dim / 2].
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+          const float* inv_freq, RopeStyle style, int64_t token_stride, cudaStream_t stream);
+void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride, float* out,
+            cudaStream_t stream);
+void relu(float* x, int64_t n, cudaStream_t stream);
+void gelu(float* x, int64_t n, cudaStream_t stream);
+void add(float* y, const float* x, int64_t n, cudaStream_t stream);
+void add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride, cudaStream_t stream);
+// out[i] = table[ids[i]] as fp32; table rows of `cols` in dtype kF32, kF16 or kBF16 (others:
+// nothing is launched).
+void embedding(const void* table, DType dtype, int64_t cols, const int32_t* ids, int64_t n,
+               float* out, cudaStream_t stream);
+// dst row i = src row rows[i], rows of `width` floats.
+void gather_rows(float* dst, const float* src, const int64_t* rows, int64_t n, int64_t width,
+                 cudaStream_t stream);
+// copies: device int64 triples (dst_row, src_row, head), n of them.
+void copy_heads(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                int64_t head_dim, const int64_t* copies, int64_t n, cudaStream_t stream);
+// fp32 -> fp16 / bf16 (dtype kF16 or kBF16), n elements.
+void cast_f32(const float* x, int64_t n, DType dtype, void* out, cudaStream_t stream);
+// kQ4G64 weight [rows][ceil(cols / 64) blocks] -> fp16 [rows][cols].
+void dequantize_q4g64_f16(const void* w, int64_t rows, int64_t cols, void* out,
+                          cudaStream_t stream);
+// out[i] = lowest index of the largest value of row i (NaN lowest), n rows of `vocab`.
+void argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out, cudaStream_t stream);
+
+// Attention over slot tables (see cuda_attention_cuda.cu for the tiling).
+struct AttnSeq {
+  int64_t row_begin = 0, n_new = 0, n_past = 0;
+  const float* k = nullptr;  // own slots, rows of n_kv_heads * head_dim
+  const float* v = nullptr;
+  int64_t prefix_at = -1;    // first of its n_kv_heads PrefixHead entries, -1: none
+  float* col_sum = nullptr;  // statistics [n_kv_heads][capacity] (null: none)
+  float* col_max = nullptr;
+  int64_t capacity = 0, first_row = 0;
+};
+struct PrefixHead {
+  const float* k = nullptr;  // [len][head_dim]
+  const float* v = nullptr;
+  int64_t len = 0;
+};
+// Rows [t0, t0 + nt) of sequence `seq`, query heads g0 .. g0 + ng of each KV head's group.
+struct AttnTile {
+  int32_t seq = 0, t0 = 0, nt = 0, g0 = 0, ng = 0;
+};
+// Own-slot columns [j0, j0 + kStatCols) of sequence `seq`.
+struct StatTile {
+  int32_t seq = 0, j0 = 0;
+};
+inline constexpr int kAttnWarps = 4;
+inline constexpr int kAttnPairsPerWarp = 4;
+inline constexpr int kAttnPairs = kAttnWarps * kAttnPairsPerWarp;  // (row, head) pairs per block
+inline constexpr int kStatCols = 64;
+// Sets the kernels' shared-memory limits for head sizes up to 256 (once per device).
+void attention_init();
+// ml: device float2 [rows][n_heads] receiving each row's softmax max and sum (null: not kept).
+// head_dim must be in 1..256.
+void attention(const float* q, float* out, float* ml, const AttnTile* tiles, int64_t n_tiles,
+               const AttnSeq* seqs, const PrefixHead* prefix, int64_t n_heads, int64_t n_kv_heads,
+               int64_t head_dim, float scale, cudaStream_t stream);
+// Accumulates col_sum (+=) and col_max (max=) of the sequences' own slots from q and ml.
+void attention_stats(const float* q, const float* ml, const StatTile* tiles, int64_t n_tiles,
+                     const AttnSeq* seqs, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                     float scale, cudaStream_t stream);
+
+}  // namespace offgen::cuda

@@ -1,0 +1,18 @@
+// Catch2 main for the [cuda] tests: exits 77 (CTest "skipped") and prints why when this build
+// has no CUDA backend or no usable GPU is present, instead of passing silently.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "runtime/backend/backend.h"
+
+int main(int argc, char** argv) {
+  std::string why;
+  if (!offgen::cuda_backend_available(&why)) {
+    std::printf("SKIP: %s\n", why.c_str());
+    return 77;
+  }
+  return Catch::Session().run(argc, argv);
+}
