@@ -28,17 +28,22 @@ using namespace offgen;
 struct CommonFlags {
   std::string model;
   int threads = 0;
-  std::string weight_dtype = "f32";
+  std::string weight_dtype;  // empty: f32 on the CPU, f16 on a GPU (resolve_dtype)
   std::string backend = "cpu";
+  void resolve_dtype() {
+    if (weight_dtype.empty()) weight_dtype = backend == "cuda" ? "f16" : "f32";
+  }
 };
 
 void add_common(CLI::App* app, CommonFlags& f) {
   app->add_option("--model", f.model, "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET")->required();
   app->add_option("--threads", f.threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
-  app->add_option("--backend", f.backend, "Compute backend")->check(CLI::IsMember({"cpu", "cuda"}));
+  app->add_option("--backend", f.backend, "Compute backend: cpu (default) or cuda (GPU 0)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app->add_option("--weight-dtype", f.weight_dtype,
-                  "Matmul weight storage: f32 (exact, default) or bf16 (half the bytes, faster)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+                  "Matmul weight storage: f32 (exact; the CPU default) or bf16 (half the bytes, "
+                  "faster); on the GPU also f16 (its default)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
 }
 
 void add_sampling(CLI::App* app, SamplingParams& s) {
@@ -51,6 +56,14 @@ void add_sampling(CLI::App* app, SamplingParams& s) {
       ->check(CLI::NonNegativeNumber);
   app->add_option("--seed", s.seed, "Sampling seed (mixed with each request's id unless the request sets one)");
   app->add_option("--stop", s.stop, "Stop string (repeatable)");
+}
+
+// The planner's hardware profile is the CPU backend's (offgen calibrate).
+void check_auto_backend(const CommonFlags& f, const PolicyFlags& pf) {
+  OFFGEN_CHECK(!pf.auto_policy() || f.backend == "cpu", kConfig,
+               "--policy auto plans with the CPU backend's calibrated profile; on "
+               "--backend {} give the placement (--percent, --gpu-batch-size, ...) yourself",
+               f.backend);
 }
 
 // `generate --policy auto`: plans for the job's longest prompt and largest max_tokens (every
@@ -89,6 +102,7 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
   };
   EngineOptions eo;
   eo.policy = pf.resolve();
+  check_auto_backend(f, pf);
   if (pf.auto_policy()) eo.policy = plan_for_job(f, job, eo.policy, max_context);
   eo.max_context = max_context;
   eo.model = f.model;
@@ -118,6 +132,9 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
 int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& bo,
               const std::string& json_path, bool predict_flag) {
   // One run per KV variant (--kv-policy full,h2o ...), in one process so ratios share conditions.
+  check_auto_backend(f, pf);
+  OFFGEN_CHECK(!predict_flag || f.backend == "cpu", kConfig,
+               "--predict uses the CPU backend's calibrated profile (not --backend {})", f.backend);
   nlohmann::json runs = nlohmann::json::array();
   const std::vector<Policy> variants = pf.resolve_variants();
   Workload w;
@@ -282,6 +299,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);  // prints help/version, or the error and a --help hint
     return rc == 0 ? 0 : 2;
   }
+  for (CommonFlags* f : {&gen_common, &ins_common, &bench_common}) f->resolve_dtype();
   try {
     if (gen->parsed()) return cmd_generate(gen_common, job, gen_policy, max_context, quiet);
     if (ins->parsed()) return cmd_inspect(ins_common);

@@ -28,13 +28,17 @@ void PolicyFlags::add_to(CLI::App* app) {
   app->add_flag("--compress-cache", compress_cache_,
                 "Keep the KV cache as 4-bit groups (q4g64 per head) in RAM and on disk, dequantised "
                 "to fp32 just before attention");
+  app->add_flag("--cpu-cache-compute", cpu_cache_compute_,
+                "GPU: keep the KV cache in host memory and run decode attention on the CPU "
+                "(FlexGen's cpu_cache_compute; with --percent WG WC 0 100 ...)");
   app->add_option("--io-queue-depth", io_queue_depth_, "io_uring queue depth (default 64)")
       ->check(CLI::Range(1, 4096));
   app->add_option("--gpu-mem", gpu_mem_, "Device tier capacity (e.g. 16G)");
   app->add_option("--cpu-mem", cpu_mem_, "Host RAM tier capacity (e.g. 64G)");
   app->add_option("--disk-mem", disk_mem_, "Disk tier capacity (e.g. 500G)");
   app->add_option("--kv-policy", kv_policy_,
-                  "KV eviction policy: full (default), window, sinks, h2o, tova, snapkv");
+                  "KV eviction policy: full (default), window, sinks, h2o, tova, snapkv; for shared "
+                  "contexts also kvzip, kvzip-uniform");
   app->add_option("--kv-budget", kv_budget_,
                   "KV kept per sequence: a fraction of prompt + generated tokens in (0, 1], or a "
                   "token count (default 1 = everything)");
@@ -113,6 +117,7 @@ Policy PolicyFlags::resolve() const {
   if (no_overlap_opt_->count()) p.overlap = false;
   if (compress_weight_) p.compress_weight = true;
   if (compress_cache_) p.compress_cache = true;
+  if (cpu_cache_compute_) p.cpu_cache_compute = true;
   if (io_queue_depth_ > 0) p.io_queue_depth = io_queue_depth_;
   if (!gpu_mem_.empty()) p.gpu_mem = parse_size(gpu_mem_, "--gpu-mem");
   if (!cpu_mem_.empty()) p.cpu_mem = parse_size(cpu_mem_, "--cpu-mem");

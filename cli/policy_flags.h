@@ -37,7 +37,7 @@ class PolicyFlags {
   std::string offload_dir_;
   bool overlap_ = true;
   bool no_overlap_ = false;
-  bool compress_weight_ = false, compress_cache_ = false;
+  bool compress_weight_ = false, compress_cache_ = false, cpu_cache_compute_ = false;
   int io_queue_depth_ = 0;
   std::string gpu_mem_, cpu_mem_, disk_mem_;
   std::string kv_policy_;

@@ -258,6 +258,7 @@ std::string policy_toml(const Policy& p) {
   out += fmt::format("overlap = {}\n", p.overlap);
   if (p.compress_weight) out += "compress_weight = true\n";
   if (p.compress_cache) out += "compress_cache = true\n";
+  if (p.cpu_cache_compute) out += "cpu_cache_compute = true\n";
   if (!p.offload_dir.empty()) {
     std::string dir;  // a TOML basic string
     for (char ch : p.offload_dir) {

@@ -213,6 +213,10 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
     std::map<std::vector<int32_t>, int64_t> index;
     for (size_t i = 0; i < requests.size(); ++i) {
       if (!requests[i].has_context()) continue;
+      OFFGEN_CHECK(backend_->device_is_host(), kConfig,
+                   "request '{}' has a shared context: shared contexts run on the CPU backend "
+                   "only so far (not --backend {})",
+                   requests[i].id, options_.backend);
       OFFGEN_CHECK(is_context_policy(options_.policy.kv.name), kConfig,
                    "--kv-policy {} cannot compress a shared context (request '{}' has one); use "
                    "one of: {}",

@@ -144,9 +144,9 @@ class Backend {
   // buffers directly and tier copies are plain memcpy.
   virtual bool device_is_host() const = 0;
   virtual DeviceInfo device_info() const = 0;
-  // Zeroed memory, 4 KiB aligned: kDevice (where ops read and write: GPU memory on CUDA) or kHost
-  // (host memory the device can read and write and copies run asynchronously from: pinned on
-  // CUDA). Throws Error(kResource) when out of memory.
+  // Zeroed memory: kDevice (where ops read and write: GPU memory on CUDA, 256-byte aligned) or
+  // kHost (host memory the device can read and write and copies run asynchronously from: pinned
+  // on CUDA; 4 KiB aligned, as O_DIRECT needs). Throws Error(kResource) when out of memory.
   virtual Buffer alloc(int64_t bytes, Tier tier) = 0;
   // A device buffer holding a copy of `bytes` of host memory (ready when this returns).
   Buffer upload(const void* src, int64_t bytes);

@@ -4,6 +4,7 @@
 // device output that must stay untouched.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -95,7 +96,8 @@ std::vector<float> as_stored(const std::vector<float>& w, int64_t rows, int64_t 
   if (t == DType::kF32) return w;
   if (t == DType::kF16 || t == DType::kBF16) {
     for (size_t i = 0; i < w.size(); ++i)
-      out[i] = t == DType::kF16 ? fp16_to_f32(f32_to_fp16(w[i])) : bf16_to_f32(f32_to_bf16(w[i]));
+      out[i] = t == DType::kF16 ? fp16_to_f32(f32_to_fp16(std::clamp(w[i], -65504.0f, 65504.0f)))
+                                : bf16_to_f32(f32_to_bf16(w[i]));
     return out;
   }
   const int64_t g = (cols + 63) / 64;
@@ -106,7 +108,8 @@ std::vector<float> as_stored(const std::vector<float>& w, int64_t rows, int64_t 
     std::fill(row.begin() + cols, row.end(), row[(g - 1) * 64]);
     quantize_row(DType::kQ4G64, row.data(), q.data(), g * 64);
     dequantize_row(DType::kQ4G64, q.data(), row.data(), g * 64);
-    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = fp16_to_f32(f32_to_fp16(row[c]));
+    for (int64_t c = 0; c < cols; ++c)
+      out[r * cols + c] = fp16_to_f32(f32_to_fp16(std::clamp(row[c], -65504.0f, 65504.0f)));
   }
   return out;
 }

@@ -161,4 +161,17 @@ TEST_CASE("emulated device: placements a GPU backend does not support yet are co
   Policy act = placement(100, 0, 100, 0, true, 2, 1);
   act.act_gpu_percent = 50, act.act_cpu_percent = 50;
   expect(act, "activations");
+  // Shared contexts keep their tables in host memory: refused on a GPU-like backend.
+  eo.policy = placement(100, 0, 100, 0, true, 2, 1);
+  Engine e(eo);
+  Request r;
+  r.id = "q";
+  r.prompt = "Code?";
+  r.context = "The code is 4.";
+  try {
+    e.generate({r});
+    FAIL("expected a config error");
+  } catch (const Error& err) {
+    CHECK_THAT(err.what(), Catch::Contains("CPU backend only"));
+  }
 }

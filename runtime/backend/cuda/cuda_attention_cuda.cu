@@ -174,10 +174,13 @@ __global__ void __launch_bounds__(kStatCols)
     ks[c * kstride + d] =
         s < n_keys ? sd.k[s * kv_stride + static_cast<int64_t>(kvh) * hd + d] : 0.0f;
   }
-  float sum = 0.0f, mx = 0.0f;
+  float sum = 0.0f, mx = -INFINITY;
+  bool any = false;
+  // Rows before j0 - n_past see none of this tile's columns (uniform over the block).
+  const int64_t t_begin = max(sd.first_row, static_cast<int64_t>(tile.j0) - sd.n_past);
   for (int g = 0; g < group; ++g) {
     const int h = kvh * group + g;
-    for (int64_t t = sd.first_row; t < sd.n_new; ++t) {
+    for (int64_t t = t_begin; t < sd.n_new; ++t) {
       __syncthreads();  // the keys are loaded / the previous query is consumed
       for (int d = threadIdx.x; d < hd; d += blockDim.x)
         qv[d] = q[(sd.row_begin + t) * row_stride + static_cast<int64_t>(h) * hd + d];
@@ -190,10 +193,11 @@ __global__ void __launch_bounds__(kStatCols)
         const float p = expf(acc * scale - r.x) / r.y;
         sum += p;
         mx = fmaxf(mx, p);
+        any = true;
       }
     }
   }
-  if (j < n_keys) {
+  if (any) {  // columns no row contributed to stay untouched, as on the CPU
     float* cs = sd.col_sum + static_cast<int64_t>(kvh) * sd.capacity + j;
     float* cm = sd.col_max + static_cast<int64_t>(kvh) * sd.capacity + j;
     *cs += sum;
@@ -214,19 +218,34 @@ void launch_main(const float* q, float* out, float* ml, const AttnTile* tiles, i
 
 }  // namespace
 
-void attention_init() {
-  OFFGEN_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<2>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(main_smem(64))));
-  OFFGEN_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<4>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(main_smem(128))));
-  OFFGEN_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<8>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(main_smem(256))));
-  OFFGEN_CUDA_CHECK(cudaFuncSetAttribute(attention_stats_kernel,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(stats_smem(256))));
+int64_t attention_init(int device) {
+  int optin = 0;
+  OFFGEN_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const auto fits = [optin](int64_t hd) {
+    return main_smem(hd) <= static_cast<size_t>(optin) && stats_smem(hd) <= static_cast<size_t>(optin);
+  };
+  int64_t max_hd = 0;
+  for (int64_t hd : {64, 128, 256}) {
+    if (!fits(hd)) break;
+    max_hd = hd;
+  }
+  if (max_hd >= 64)
+    OFFGEN_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<2>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(main_smem(64))));
+  if (max_hd >= 128)
+    OFFGEN_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<4>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(main_smem(128))));
+  if (max_hd >= 256)
+    OFFGEN_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<8>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(main_smem(256))));
+  if (max_hd > 0)
+    OFFGEN_CUDA_CHECK(cudaFuncSetAttribute(attention_stats_kernel,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(stats_smem(max_hd))));
+  return max_hd;
 }
 
 void attention(const float* q, float* out, float* ml, const AttnTile* tiles, int64_t n_tiles,

@@ -51,22 +51,23 @@ CudaBackend::CudaBackend(int device, int threads, DType weight_dtype)
                dtype_name(weight_dtype));
   OFFGEN_CUDA_CHECK(cudaSetDevice(device_));
   compute_ = std::make_unique<CudaStream>(device_);
-  cublas_create(&cublas_, stream());
+  cublas_.reset(cublas_create(stream()));
   cpu_ = make_cpu_backend(threads, DType::kF32);
-  attention_init();
+  max_head_dim_ = attention_init(device_);
+  host_ready_ = std::make_unique<CudaEvent>(device_);
 }
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (compute_) cudaStreamSynchronize(compute_->get());
-  if (cublas_) cublasDestroy(cublas_);
 }
 
 void* CudaBackend::scratch(Buffer& b, int64_t bytes, Tier tier) {
   if (b.bytes() < bytes) {
     compute_->synchronize();  // queued work may still use the old buffer
+    const int64_t grown = std::max<int64_t>({bytes, 2 * b.bytes(), 4096});
     b = Buffer();
-    b = alloc(std::max<int64_t>(bytes, 4096), tier);
+    b = alloc(grown, tier);
   }
   return b.data();
 }
@@ -76,6 +77,7 @@ const int32_t* CudaBackend::device_positions(const int32_t* host, int64_t n) {
       std::memcmp(positions_host_.data(), host, static_cast<size_t>(n) * 4) == 0)
     return positions_.as<int32_t>();
   // Stream order keeps kernels queued before this copy reading the previous positions.
+  positions_host_.clear();  // no stale key if the upload below fails
   auto* dst = static_cast<int32_t*>(scratch(positions_, n * 4));
   const void* staged = ring_.put(host, static_cast<size_t>(n) * 4, stream());
   OFFGEN_CUDA_CHECK(cudaMemcpyAsync(dst, staged, static_cast<size_t>(n) * 4,
@@ -145,12 +147,16 @@ void CudaBackend::embedding(const WeightView& table, const int32_t* ids, int64_t
 }
 
 void CudaBackend::attention(const float* q, const AttentionArgs& a, float* out) {
-  OFFGEN_CHECK(a.head_dim >= 1 && a.head_dim <= 256, kConfig,
-               "cuda attention: head size {} is outside 1..256", a.head_dim);
+  OFFGEN_CHECK(a.head_dim >= 1 && a.head_dim <= max_head_dim_, kConfig,
+               "cuda attention: head size {} is outside 1..{} (this GPU's shared memory)",
+               a.head_dim, max_head_dim_);
   std::vector<size_t> on_device, on_host;
   for (size_t s = 0; s < a.seqs.size(); ++s) (a.kv[s].host ? on_host : on_device).push_back(s);
+  // Host-resident tables: their queries go to the host first, so the CPU attention overlaps the
+  // device's.
+  if (!on_host.empty()) stage_host_queries(q, a, on_host);
   if (!on_device.empty()) attention_on_device(q, a, on_device, out);
-  if (!on_host.empty()) attention_on_host(q, a, on_host, out);
+  if (!on_host.empty()) attention_on_host(a, on_host, out);
 }
 
 void CudaBackend::attention_on_device(const float* q, const AttentionArgs& a,
@@ -196,43 +202,58 @@ void CudaBackend::attention_on_device(const float* q, const AttentionArgs& a,
   float* ml = stat_tiles.empty()
                   ? nullptr
                   : static_cast<float*>(scratch(ml_, rows_end * a.n_heads * 2 * 4));
+  // All descriptors uploaded together: none of them may move before both kernels ran.
+  auto size_of = [](const auto& v) { return UploadRing::rounded(v.size() * sizeof(v[0])); };
+  ring_.reserve(size_of(seqs) + size_of(prefix) + size_of(tiles) + size_of(stat_tiles), stream());
   const auto* d_seqs = ring_.put(seqs, stream());
   const auto* d_prefix = prefix.empty() ? nullptr : ring_.put(prefix, stream());
   const auto* d_tiles = ring_.put(tiles, stream());
+  const auto* d_stat = stat_tiles.empty() ? nullptr : ring_.put(stat_tiles, stream());
   cuda::attention(q, out, ml, d_tiles, static_cast<int64_t>(tiles.size()), d_seqs, d_prefix,
                   a.n_heads, a.n_kv_heads, a.head_dim, a.scale, stream());
-  if (!stat_tiles.empty()) {
-    const auto* d_stat = ring_.put(stat_tiles, stream());
+  if (d_stat)
     cuda::attention_stats(q, ml, d_stat, static_cast<int64_t>(stat_tiles.size()), d_seqs,
                           a.n_heads, a.n_kv_heads, a.head_dim, a.scale, stream());
-  }
 }
 
-void CudaBackend::attention_on_host(const float* q, const AttentionArgs& a,
-                                    std::span<const size_t> idx, float* out) {
+void CudaBackend::stage_host_queries(const float* q, const AttentionArgs& a,
+                                     std::span<const size_t> idx) {
   // FlexGen's cpu_cache_compute: the KV tables live in host memory, so the rows' queries come to
   // the host, the CPU backend attends over the tables in place, and the outputs go back.
   const int64_t row_floats = a.n_heads * a.head_dim;
   int64_t rows = 0;
   for (size_t s : idx) rows += a.seqs[s].n_new;
   auto* hq = static_cast<float*>(scratch(host_q_, rows * row_floats * 4, Tier::kHost));
-  auto* ho = static_cast<float*>(scratch(host_out_, rows * row_floats * 4, Tier::kHost));
-  std::vector<SeqSpan> spans;
-  std::vector<KvSeqView> views;
-  std::vector<AttentionStats> stats;
+  scratch(host_out_, rows * row_floats * 4, Tier::kHost);
   int64_t r = 0;
   for (size_t s : idx) {
     const SeqSpan& sp = a.seqs[s];
     OFFGEN_CUDA_CHECK(cudaMemcpyAsync(hq + r * row_floats, q + sp.row_begin * row_floats,
                                       static_cast<size_t>(sp.n_new * row_floats) * 4,
                                       cudaMemcpyDeviceToHost, stream()));
+    r += sp.n_new;
+  }
+  // Also orders the new K/V rows KvStep copied into the host tables before this op.
+  compute_->record(*host_ready_);
+}
+
+void CudaBackend::attention_on_host(const AttentionArgs& a, std::span<const size_t> idx,
+                                    float* out) {
+  const int64_t row_floats = a.n_heads * a.head_dim;
+  auto* hq = host_q_.as<float>();
+  auto* ho = host_out_.as<float>();
+  std::vector<SeqSpan> spans;
+  std::vector<KvSeqView> views;
+  std::vector<AttentionStats> stats;
+  int64_t r = 0;
+  for (size_t s : idx) {
+    const SeqSpan& sp = a.seqs[s];
     spans.push_back({r, sp.n_new, sp.n_past});
     views.push_back(a.kv[s]);
     if (!a.stats.empty()) stats.push_back(a.stats[s]);
     r += sp.n_new;
   }
-  // The queries, and the new K/V rows written into the host tables before this op, are there.
-  compute_->synchronize();
+  host_ready_->synchronize();
   AttentionArgs h = a;
   h.seqs = spans;
   h.kv = views;
@@ -246,6 +267,7 @@ void CudaBackend::attention_on_host(const float* q, const AttentionArgs& a,
                                       cudaMemcpyHostToDevice, stream()));
     r += sp.n_new;
   }
+  // The next call writes host_out_ only after its stage's event, which follows these copies.
 }
 
 void CudaBackend::argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out) {

@@ -57,16 +57,22 @@ class UploadRing {
   const T* put(const std::vector<T>& v, cudaStream_t stream) {
     return static_cast<const T*>(put(v.data(), v.size() * sizeof(T), stream));
   }
+  // Makes room for uploads of `total` bytes (the sum of rounded() sizes) so that the next puts
+  // neither wrap nor grow: addresses handed out by them stay valid together.
+  void reserve(size_t total, cudaStream_t stream);
+  static size_t rounded(size_t bytes);
 
  private:
+  void make_room(size_t need, cudaStream_t stream);
   void release();
   char* host_ = nullptr;
   char* device_ = nullptr;
   size_t capacity_ = 0, offset_ = 0;
 };
 
-// A cuBLAS handle on `stream` (fp32 GEMMs without TF32). Throws Error(kInternal).
-void cublas_create(cublasHandle_t* handle, cudaStream_t stream);
+// A cuBLAS handle on `stream` (fp32 GEMMs without TF32). Throws Error(kInternal) (and frees a
+// handle it created).
+cublasHandle_t cublas_create(cudaStream_t stream);
 // Whether this build's kernels run on `device` (cudaSuccess) or why not.
 cudaError_t probe_kernels(int device);
 
@@ -114,30 +120,38 @@ class CudaBackend final : public Backend {
   void argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out) override;
 
  private:
-  cudaStream_t stream() const { return compute_->get(); }
+  // The compute stream, with this backend's GPU current on the calling thread.
+  cudaStream_t stream() const {
+    cudaSetDevice(device_);
+    return compute_->get();
+  }
   // Device scratch grown on demand (contents not kept); only the compute stream uses it.
   void* scratch(Buffer& b, int64_t bytes, Tier tier = Tier::kDevice);
   const int32_t* device_positions(const int32_t* host, int64_t n);
   const float* device_inv_freq(float theta, int64_t head_dim);
   void attention_on_device(const float* q, const AttentionArgs& a, std::span<const size_t> seqs,
                            float* out);
-  void attention_on_host(const float* q, const AttentionArgs& a, std::span<const size_t> seqs,
-                         float* out);
+  void stage_host_queries(const float* q, const AttentionArgs& a, std::span<const size_t> seqs);
+  void attention_on_host(const AttentionArgs& a, std::span<const size_t> seqs, float* out);
 
   int device_;
   DType weight_dtype_;
   std::unique_ptr<CudaStream> compute_;
-  cublasHandle_t cublas_ = nullptr;
+  struct CublasDeleter {
+    void operator()(cublasContext* h) const;
+  };
+  std::unique_ptr<cublasContext, CublasDeleter> cublas_;
   std::unique_ptr<Backend> cpu_;  // host threads; attention over host-resident KV
   UploadRing ring_;
   Buffer gemm_x_, gemm_w_, ml_, argmax_dev_, argmax_host_, host_q_, host_out_;
-  Buffer cublas_workspace_;
   // The last uploaded positions (the model passes the same ones to every unit of a forward).
   Buffer positions_;
   std::vector<int32_t> positions_host_;
   Buffer inv_freq_;
   float inv_freq_theta_ = 0;
   int64_t inv_freq_dim_ = 0;
+  int64_t max_head_dim_ = 0;  // what the device's shared memory allows (attention_init)
+  std::unique_ptr<CudaEvent> host_ready_;  // cpu_cache_compute: queries staged / outputs sent
 };
 
 }  // namespace offgen::cuda

@@ -30,12 +30,21 @@ cudaDataType_t cuda_type(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : CUD
 
 }  // namespace
 
-void cublas_create(cublasHandle_t* h, cudaStream_t stream) {
-  OFFGEN_CUBLAS_CHECK(cublasCreate(h));
-  OFFGEN_CUBLAS_CHECK(cublasSetStream(*h, stream));
-  // No TF32 for fp32 weights: --weight-dtype f32 stays an fp32 GEMM.
-  OFFGEN_CUBLAS_CHECK(cublasSetMathMode(*h, CUBLAS_DEFAULT_MATH));
+cublasHandle_t cublas_create(cudaStream_t stream) {
+  cublasHandle_t h = nullptr;
+  OFFGEN_CUBLAS_CHECK(cublasCreate(&h));
+  try {
+    OFFGEN_CUBLAS_CHECK(cublasSetStream(h, stream));
+    // No TF32 for fp32 weights: --weight-dtype f32 stays an fp32 GEMM.
+    OFFGEN_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  } catch (...) {
+    cublasDestroy(h);
+    throw;
+  }
+  return h;
 }
+
+void CudaBackend::CublasDeleter::operator()(cublasContext* h) const { cublasDestroy(h); }
 
 int64_t CudaBackend::weight_bytes(int64_t rows, int64_t cols) const {
   switch (weight_dtype_) {
@@ -119,7 +128,7 @@ void CudaBackend::matmul(const float* x, int64_t m, const WeightView& w, float* 
   // Row-major y[m][rows] = x[m][cols] W^T is, column-major, C (M x N) = A^T B with A = W read as
   // a column-major K x M matrix and B = x read as a column-major K x N matrix.
   if (weight_dtype_ == DType::kF32) {
-    OFFGEN_CUBLAS_CHECK(cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &alpha,
+    OFFGEN_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &alpha,
                                     static_cast<const float*>(w.data), K, x, K, &beta, y, M));
     return;
   }
@@ -132,7 +141,7 @@ void CudaBackend::matmul(const float* x, int64_t m, const WeightView& w, float* 
     dequantize_q4g64_f16(w.data, w.rows, w.cols, deq, stream());
     wh = deq;
   }
-  OFFGEN_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &alpha, wh,
+  OFFGEN_CUBLAS_CHECK(cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &alpha, wh,
                                    cuda_type(half), K, xh, cuda_type(half), K, &beta, y, CUDA_R_32F,
                                    M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }

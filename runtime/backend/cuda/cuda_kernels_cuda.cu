@@ -71,7 +71,8 @@ __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t
     const int64_t h = (idx / half) % n_heads;
     const int64_t t = idx / (half * n_heads);
     const float a = static_cast<float>(positions[t]) * inv_freq[i];
-    const float c = cosf(a), s = sinf(a);
+    float s, c;
+    sincosf(a, &s, &c);
     float* v = x + t * token_stride + h * head_dim;
     const int64_t i0 = interleaved ? 2 * i : i;
     const int64_t i1 = interleaved ? 2 * i + 1 : i + half;
@@ -146,10 +147,13 @@ __global__ void copy_heads_kernel(float* dst, int64_t dst_stride, const float* s
   for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) d[i] = s[i];
 }
 
+// fp16 with saturation: values beyond its range clamp to +-65504 instead of becoming inf.
+__device__ __half to_half_sat(float v) { return __float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f)); }
+
 __global__ void cast_f16_kernel(const float* x, int64_t n, __half* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = __float2half_rn(x[i]);
+    out[i] = to_half_sat(x[i]);
 }
 
 __global__ void cast_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* out) {
@@ -171,8 +175,8 @@ __global__ void dequant_q4g64_kernel(const uint8_t* w, int64_t rows, int64_t col
     const float s = __half2float(__ushort_as_half(static_cast<unsigned short>(blk[2] | (blk[3] << 8))));
     const uint8_t code = blk[4 + j];
     const int64_t c0 = g * 64 + j, c1 = c0 + 32;
-    if (c0 < cols) out[r * cols + c0] = __float2half_rn(fmaf(s, static_cast<float>(code & 15), m));
-    if (c1 < cols) out[r * cols + c1] = __float2half_rn(fmaf(s, static_cast<float>(code >> 4), m));
+    if (c0 < cols) out[r * cols + c0] = to_half_sat(fmaf(s, static_cast<float>(code & 15), m));
+    if (c1 < cols) out[r * cols + c1] = to_half_sat(fmaf(s, static_cast<float>(code >> 4), m));
   }
 }
 

@@ -36,9 +36,9 @@ void gather_rows(float* dst, const float* src, const int64_t* rows, int64_t n, i
 // copies: device int64 triples (dst_row, src_row, head), n of them.
 void copy_heads(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
                 int64_t head_dim, const int64_t* copies, int64_t n, cudaStream_t stream);
-// fp32 -> fp16 / bf16 (dtype kF16 or kBF16), n elements.
+// fp32 -> fp16 / bf16 (dtype kF16 or kBF16), n elements; fp16 saturates at +-65504 (no inf).
 void cast_f32(const float* x, int64_t n, DType dtype, void* out, cudaStream_t stream);
-// kQ4G64 weight [rows][ceil(cols / 64) blocks] -> fp16 [rows][cols].
+// kQ4G64 weight [rows][ceil(cols / 64) blocks] -> fp16 [rows][cols] (saturating at +-65504).
 void dequantize_q4g64_f16(const void* w, int64_t rows, int64_t cols, void* out,
                           cudaStream_t stream);
 // out[i] = lowest index of the largest value of row i (NaN lowest), n rows of `vocab`.
@@ -71,8 +71,9 @@ inline constexpr int kAttnWarps = 4;
 inline constexpr int kAttnPairsPerWarp = 4;
 inline constexpr int kAttnPairs = kAttnWarps * kAttnPairsPerWarp;  // (row, head) pairs per block
 inline constexpr int kStatCols = 64;
-// Sets the kernels' shared-memory limits for head sizes up to 256 (once per device).
-void attention_init();
+// Raises the kernels' shared-memory limits on `device` as far as it allows; returns the largest
+// head size the attention then takes (256 on sm_90; 128 where only 64 KB can be opted into).
+int64_t attention_init(int device);
 // ml: device float2 [rows][n_heads] receiving each row's softmax max and sum (null: not kept).
 // head_dim must be in 1..256.
 void attention(const float* q, float* out, float* ml, const AttnTile* tiles, int64_t n_tiles,

@@ -10,6 +10,7 @@
 namespace offgen::cuda {
 
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  cudaGetLastError();  // a non-sticky error is reported once, here (sticky ones stay)
   const auto cat = err == cudaErrorMemoryAllocation ? ErrorCategory::kResource
                                                     : ErrorCategory::kInternal;
   throw Error(cat, fmt::format("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(err),
@@ -82,20 +83,28 @@ void UploadRing::release() {
   capacity_ = offset_ = 0;
 }
 
-void* UploadRing::put(const void* src, size_t bytes, cudaStream_t stream) {
-  const size_t need = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
-  if (need > capacity_ || offset_ + need > capacity_) {
-    // Everything enqueued so far (which may read the ring) finishes before it is reused.
-    OFFGEN_CUDA_CHECK(cudaStreamSynchronize(stream));
-    offset_ = 0;
-    if (need > capacity_) {
-      release();
-      const size_t cap = std::max<size_t>(size_t{8} << 20, 2 * need);
-      OFFGEN_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_), cap, cudaHostAllocDefault));
-      OFFGEN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_), cap));
-      capacity_ = cap;
-    }
+size_t UploadRing::rounded(size_t bytes) { return (std::max<size_t>(bytes, 1) + 255) / 256 * 256; }
+
+void UploadRing::reserve(size_t total, cudaStream_t stream) {
+  if (offset_ + total > capacity_) make_room(total, stream);
+}
+
+void UploadRing::make_room(size_t need, cudaStream_t stream) {
+  // Everything enqueued so far (which may read the ring) finishes before it is reused.
+  OFFGEN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  offset_ = 0;
+  if (need > capacity_) {
+    release();
+    const size_t cap = std::max<size_t>(size_t{8} << 20, 2 * need);
+    OFFGEN_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_), cap, cudaHostAllocDefault));
+    OFFGEN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&device_), cap));
+    capacity_ = cap;
   }
+}
+
+void* UploadRing::put(const void* src, size_t bytes, cudaStream_t stream) {
+  const size_t need = rounded(bytes);
+  if (offset_ + need > capacity_) make_room(need, stream);
   char* h = host_ + offset_;
   char* d = device_ + offset_;
   offset_ += need;
@@ -122,6 +131,7 @@ Buffer CudaBackend::alloc(int64_t bytes, Tier tier) {
   void* p = nullptr;
   if (tier == Tier::kDevice) {
     const cudaError_t e = cudaMalloc(&p, static_cast<size_t>(bytes));
+    if (e != cudaSuccess) cudaGetLastError();  // not sticky: later launches must not report it
     OFFGEN_CHECK(e == cudaSuccess, kResource, "GPU out of memory allocating {} bytes: {}", bytes,
                  cudaGetErrorString(e));
     Buffer b = Buffer::adopt(p, bytes, tier, free_device,
@@ -133,6 +143,7 @@ Buffer CudaBackend::alloc(int64_t bytes, Tier tier) {
   // Pinned, mapped into the device's address space (unified addressing: the same pointer).
   const size_t rounded = (static_cast<size_t>(bytes) + 4095) / 4096 * 4096;
   const cudaError_t e = cudaHostAlloc(&p, rounded, cudaHostAllocPortable | cudaHostAllocMapped);
+  if (e != cudaSuccess) cudaGetLastError();
   OFFGEN_CHECK(e == cudaSuccess, kResource, "out of pinned host memory allocating {} bytes: {}",
                bytes, cudaGetErrorString(e));
   std::memset(p, 0, rounded);
