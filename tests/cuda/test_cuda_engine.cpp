@@ -8,19 +8,16 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
-#include <map>
 
 #include "scheduler/engine.h"
+#include "tests/engine_run.h"
 #include "tests/model_path.h"
 
 using namespace offgen;
+using offgen::test::EngineRun;
+using offgen::test::run_engine;
 
 namespace {
-
-struct Run {
-  std::vector<Result> results;
-  std::map<std::pair<size_t, int64_t>, std::vector<float>> logits;
-};
 
 std::vector<Request> requests(int64_t max_tokens) {
   std::vector<Request> reqs;
@@ -37,8 +34,8 @@ std::vector<Request> requests(int64_t max_tokens) {
   return reqs;
 }
 
-Run run(const std::string& model, const std::string& backend, const std::string& dtype,
-        const Policy& p, int64_t max_tokens, bool logits) {
+EngineRun run(const std::string& model, const std::string& backend, const std::string& dtype,
+              const Policy& p, int64_t max_tokens, bool logits) {
   const auto dir = std::filesystem::temp_directory_path() / "offgen-test-cuda-engine";
   std::filesystem::create_directories(dir);
   EngineOptions eo;
@@ -48,15 +45,7 @@ Run run(const std::string& model, const std::string& backend, const std::string&
   eo.threads = 2;
   eo.policy = p;
   eo.policy.offload_dir = dir.string();
-  Engine engine(eo);
-  Run out;
-  GenerateCallbacks cb;
-  if (logits)
-    cb.on_logits = [&](size_t i, int64_t step, std::span<const float> row) {
-      if (step == 0) out.logits[{i, step}].assign(row.begin(), row.end());
-    };
-  out.results = engine.generate(requests(max_tokens), cb);
-  return out;
+  return run_engine(eo, requests(max_tokens), logits, 1);  // step-0 rows only
 }
 
 Policy placement(double wg, double wc, double cg, double cc) {
@@ -89,7 +78,7 @@ TEST_CASE("cuda engine: tiny checkpoints give the CPU's greedy tokens in every p
       Policy ref_p = placement(100, 0, 100, 0);
       ref_p.kv.name = kv;
       ref_p.kv.budget = 0.6;
-      const Run ref = run(model, "cpu", "f32", ref_p, 6, true);
+      const EngineRun ref = run(model, "cpu", "f32", ref_p, 6, true);
       for (const Policy& base : {placement(100, 0, 100, 0), placement(0, 100, 100, 0),
                                  placement(40, 30, 100, 0), placement(50, 50, 0, 100)}) {
         Policy p = base;
@@ -97,7 +86,7 @@ TEST_CASE("cuda engine: tiny checkpoints give the CPU's greedy tokens in every p
         INFO("model " << name << " kv " << kv << " placement " << p.weight_gpu_percent << " "
                       << p.weight_cpu_percent << " " << p.cache_gpu_percent << " "
                       << p.cache_cpu_percent);
-        const Run got = run(model, "cuda", "f32", p, 6, true);
+        const EngineRun got = run(model, "cuda", "f32", p, 6, true);
         // The full cache and host-resident KV (the CPU's own attention) must give the CPU's
         // tokens; h2o on the GPU chooses victims from statistics computed in another order,
         // so a near-tie may pick another slot: at most one of the 8 completions may differ.
@@ -122,9 +111,9 @@ TEST_CASE("cuda engine: SmolLM2 greedy text agrees with the CPU backend", "[cuda
     return;
   }
   const Policy p = placement(100, 0, 100, 0);
-  const Run ref = run(model, "cpu", "f32", p, 16, true);
+  const EngineRun ref = run(model, "cpu", "f32", p, 16, true);
   for (const char* dtype : {"f32", "f16"}) {
-    const Run got = run(model, "cuda", dtype, p, 16, true);
+    const EngineRun got = run(model, "cuda", dtype, p, 16, true);
     int same_text = 0, same_first = 0;
     double worst = 0;
     for (size_t i = 0; i < ref.results.size(); ++i) {

@@ -12,16 +12,14 @@
 
 #include "runtime/core/error.h"
 #include "scheduler/engine.h"
+#include "tests/engine_run.h"
 
 using namespace offgen;
+using offgen::test::EngineRun;
+using offgen::test::require_same_run;
+using offgen::test::run_engine;
 
 namespace {
-
-struct Run {
-  std::vector<Result> results;
-  std::map<std::pair<size_t, int64_t>, std::vector<float>> logits;
-  int64_t weight_h2d = 0;
-};
 
 std::vector<Request> requests() {
   std::vector<Request> reqs;
@@ -37,8 +35,8 @@ std::vector<Request> requests() {
   return reqs;
 }
 
-Run run(const std::string& model, const std::string& backend, const Policy& p,
-        bool record_logits = true) {
+EngineRun run(const std::string& model, const std::string& backend, const Policy& p,
+              bool record_logits = true) {
   const auto dir = std::filesystem::temp_directory_path() / "offgen-test-emulated-device";
   std::filesystem::create_directories(dir);
   EngineOptions eo;
@@ -47,16 +45,7 @@ Run run(const std::string& model, const std::string& backend, const Policy& p,
   eo.threads = 2;
   eo.policy = p;
   eo.policy.offload_dir = dir.string();
-  Engine engine(eo);
-  Run out;
-  GenerateCallbacks cb;
-  if (record_logits)
-    cb.on_logits = [&](size_t i, int64_t step, std::span<const float> row) {
-      out.logits[{i, step}].assign(row.begin(), row.end());
-    };
-  out.results = engine.generate(requests(), cb);
-  out.weight_h2d = engine.weight_store().h2d_bytes();
-  return out;
+  return run_engine(eo, requests(), record_logits);
 }
 
 Policy placement(double wg, double wc, double cg, double cc, bool overlap, int gbs, int ngb) {
@@ -71,22 +60,6 @@ Policy placement(double wg, double wc, double cg, double cc, bool overlap, int g
   return p;
 }
 
-void require_same(const Run& ref, const Run& got) {
-  REQUIRE(got.results.size() == ref.results.size());
-  for (size_t i = 0; i < ref.results.size(); ++i) {
-    INFO("request " << i);
-    REQUIRE(got.results[i].error == ref.results[i].error);
-    CHECK(got.results[i].tokens == ref.results[i].tokens);
-  }
-  if (got.logits.empty()) return;
-  REQUIRE(got.logits.size() == ref.logits.size());
-  for (const auto& [key, row] : ref.logits) {
-    INFO("request " << key.first << " step " << key.second);
-    const auto& other = got.logits.at(key);
-    CHECK(std::memcmp(row.data(), other.data(), row.size() * 4) == 0);
-  }
-}
-
 }  // namespace
 
 TEST_CASE("emulated device: every weight placement, overlap and split is the CPU backend bitwise",
@@ -99,7 +72,7 @@ TEST_CASE("emulated device: every weight placement, overlap and split is the CPU
       Policy ref_p = placement(100, 0, 100, 0, false, 2, 2);
       ref_p.kv.name = kv;
       ref_p.kv.budget = 0.6;
-      const Run ref = run(model, "cpu", ref_p);
+      const EngineRun ref = run(model, "cpu", ref_p);
       struct Case {
         double wg, wc, cg, cc;
         bool overlap;
@@ -118,8 +91,8 @@ TEST_CASE("emulated device: every weight placement, overlap and split is the CPU
         p.kv = ref_p.kv;
         INFO("placement " << c.wg << " " << c.wc << " " << c.cg << " " << c.cc << " overlap "
                           << c.overlap << " batches " << c.gbs << "x" << c.ngb);
-        const Run got = run(model, "cpu-emulated-device", p);
-        require_same(ref, got);
+        const EngineRun got = run(model, "cpu-emulated-device", p);
+        require_same_run(ref, got);
         if (c.wg < 100) CHECK(got.weight_h2d > 0);  // the weights really moved
         else CHECK(got.weight_h2d == 0);
       }
@@ -131,11 +104,11 @@ TEST_CASE("emulated device: greedy tokens sampled on the device match the host s
           "[emulated]") {
   const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/qwen2";
   const Policy p = placement(50, 50, 100, 0, true, 2, 2);
-  const Run host = run(model, "cpu-emulated-device", p, true);     // logits back, host sampler
-  const Run device = run(model, "cpu-emulated-device", p, false);  // argmax on the device
-  require_same(host, device);
-  const Run cpu = run(model, "cpu", p, false);
-  require_same(host, cpu);
+  const EngineRun host = run(model, "cpu-emulated-device", p, true);     // logits back, host sampler
+  const EngineRun device = run(model, "cpu-emulated-device", p, false);  // argmax on the device
+  require_same_run(host, device);
+  const EngineRun cpu = run(model, "cpu", p, false);
+  require_same_run(host, cpu);
 }
 
 TEST_CASE("emulated device: placements a GPU backend does not support yet are config errors",

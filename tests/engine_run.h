@@ -1,0 +1,54 @@
+// One Engine::generate() with every logits row recorded, and the bitwise comparison of two such
+// runs: the fixture of the placement and backend parity tests.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "scheduler/engine.h"
+
+namespace offgen::test {
+
+struct EngineRun {
+  std::vector<Result> results;
+  std::map<std::pair<size_t, int64_t>, std::vector<float>> logits;  // (request, step) -> row
+  int64_t weight_h2d = 0;  // weight bytes the run copied to the device
+};
+
+// record_logits: keep the rows (steps < max_step when max_step >= 0); off, greedy requests
+// sample on the device.
+inline EngineRun run_engine(const EngineOptions& eo, const std::vector<Request>& reqs,
+                            bool record_logits = true, int64_t max_step = -1) {
+  Engine engine(eo);
+  EngineRun out;
+  GenerateCallbacks cb;
+  if (record_logits)
+    cb.on_logits = [&](size_t i, int64_t step, std::span<const float> row) {
+      if (max_step < 0 || step < max_step) out.logits[{i, step}].assign(row.begin(), row.end());
+    };
+  out.results = engine.generate(reqs, cb);
+  out.weight_h2d = engine.weight_store().h2d_bytes();
+  return out;
+}
+
+// Same errors and tokens, and — where both recorded them — bitwise the same logits rows.
+inline void require_same_run(const EngineRun& ref, const EngineRun& got) {
+  REQUIRE(got.results.size() == ref.results.size());
+  for (size_t i = 0; i < ref.results.size(); ++i) {
+    INFO("request " << i);
+    REQUIRE(got.results[i].error == ref.results[i].error);
+    CHECK(got.results[i].tokens == ref.results[i].tokens);
+  }
+  if (got.logits.empty() || ref.logits.empty()) return;
+  REQUIRE(got.logits.size() == ref.logits.size());
+  for (const auto& [key, row] : ref.logits) {
+    INFO("request " << key.first << " step " << key.second);
+    const auto& other = got.logits.at(key);
+    CHECK(std::memcmp(row.data(), other.data(), row.size() * 4) == 0);
+  }
+}
+
+}  // namespace offgen::test
