@@ -52,6 +52,14 @@ struct Reader {
                  kInput, "{}: '{}{}' must be a number >= {}", source, where, key, min);
     return v.get<double>();
   }
+  // A whole number in [min, max] (the cast to int is then defined).
+  int integer(const nlohmann::json& j, const std::string& key, const std::string& where, int min,
+              int max) const {
+    const double v = number(j, key, where, min);
+    OFFGEN_CHECK(v <= max && v == std::floor(v), kInput,
+                 "{}: '{}{}' must be a whole number in [{}, {}]", source, where, key, min, max);
+    return static_cast<int>(v);
+  }
   std::string text(const nlohmann::json& j, const std::string& key, const std::string& where) const {
     const auto& v = at(j, key, where);
     OFFGEN_CHECK(v.is_string(), kInput, "{}: '{}{}' must be a string", source, where, key);
@@ -110,7 +118,7 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::s
   const Reader r{source};
   HardwareProfile p;
   OFFGEN_CHECK(j.is_object(), kInput, "{}: a hardware profile must be a JSON object", source);
-  p.version = static_cast<int>(r.number(j, "version", ""));
+  p.version = r.integer(j, "version", "", 0, 1 << 20);
   OFFGEN_CHECK(p.version == kVersion, kInput,
                "{}: profile version {} is not this build's ({}); run `offgen calibrate` again",
                source, p.version, kVersion);
@@ -129,7 +137,7 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::s
     const std::string where = "compute[" + std::to_string(i) + "].";
     ComputeProfile c;
     c.model_key = r.text(cs[i], "model_key", where);
-    c.threads = static_cast<int>(r.number(cs[i], "threads", where, 1));
+    c.threads = r.integer(cs[i], "threads", where, 1, 1 << 16);
     c.mlp = r.curve(cs[i], "mlp", where);
     c.attn_base = r.curve(cs[i], "attn_base", where);
     c.output = r.curve(cs[i], "output", where);
