@@ -157,9 +157,9 @@ TierBytes Engine::peak_bytes() const {
     return {0, resident + w.ram_bytes + w.staging_bytes + k.peak_ram_bytes + stats_.context_peak_bytes,
             w.disk_bytes + k.peak_disk_bytes};
   const bool kv_on_device = !kv_->host_compute();
-  return {resident + w.device_bytes + w.staging_bytes + (kv_on_device ? k.peak_ram_bytes : 0),
-          w.ram_bytes + w.bounce_bytes + (kv_on_device ? 0 : k.peak_ram_bytes) +
+  return {resident + w.device_bytes + w.staging_bytes + (kv_on_device ? k.peak_ram_bytes : 0) +
               stats_.context_peak_bytes,
+          w.ram_bytes + w.bounce_bytes + (kv_on_device ? 0 : k.peak_ram_bytes),
           w.disk_bytes + k.peak_disk_bytes};
 }
 
@@ -213,10 +213,6 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
     std::map<std::vector<int32_t>, int64_t> index;
     for (size_t i = 0; i < requests.size(); ++i) {
       if (!requests[i].has_context()) continue;
-      OFFGEN_CHECK(backend_->device_is_host(), kConfig,
-                   "request '{}' has a shared context: shared contexts run on the CPU backend "
-                   "only so far (not --backend {})",
-                   requests[i].id, options_.backend);
       OFFGEN_CHECK(is_context_policy(options_.policy.kv.name), kConfig,
                    "--kv-policy {} cannot compress a shared context (request '{}' has one); use "
                    "one of: {}",
@@ -241,6 +237,10 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
     }
   }
   int64_t context_bytes = 0;  // shared contexts held now
+  // Where a shared context's kept pairs live: RAM, or GPU memory.
+  const auto context_tier = [&](int64_t b) {
+    return backend_->device_is_host() ? TierBytes{0, b, 0} : TierBytes{b, 0, 0};
+  };
 
   auto finish = [&](Sequence& s) {
     if (s.kv >= 0) {
@@ -252,7 +252,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
       SharedContextJob& job = *jobs[job_of[s.index]];
       if (--job.remaining == 0 && job.shared) {  // its last request: release the context
         const int64_t b = job.shared->bytes();
-        committed += TierBytes{0, -b, 0};
+        committed += context_tier(-b);
         context_bytes -= b;
         job.shared.reset();
       }
@@ -288,7 +288,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
               try {
                 build_context(job);
                 const int64_t b = job.shared->bytes();
-                committed += TierBytes{0, b, 0};
+                committed += context_tier(b);
                 context_bytes += b;
                 stats_.context_peak_bytes = std::max(stats_.context_peak_bytes, context_bytes);
                 if (cb.on_context) cb.on_context(*job.shared);
@@ -472,7 +472,7 @@ void Engine::build_context(SharedContextJob& job) {
                "question and an answer)",
                n, max_context_);
   if (!context_runner_)
-    context_runner_ = std::make_unique<ContextRunner>(c, executor_forward());
+    context_runner_ = std::make_unique<ContextRunner>(c, *backend_, executor_forward());
   // The full cache of the context (in RAM for the time of the build), then one compression.
   const ContextCache cache = context_runner_->prefill(ids);
   stats_.prefill_tokens += n;
@@ -483,7 +483,7 @@ void Engine::build_context(SharedContextJob& job) {
   const KvPolicyConfig& kv = options_.policy.kv;
   const double ratio = kv.name == "full" ? 1.0 : compressor.ratio_of_budget(kv.budget);
   const auto kept = compressor.keep(kv.name, ratio);
-  job.shared = std::make_unique<SharedContext>(c, cache.k, cache.v, n, kept, n);
+  job.shared = std::make_unique<SharedContext>(*backend_, c, cache, kept, n);
   const double dt = seconds_since(t0);
   ++stats_.contexts;
   stats_.context_tokens += n;

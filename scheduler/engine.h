@@ -97,6 +97,7 @@ class Engine {
   // shared contexts' peak — device = GPU memory (on the CPU backend everything but disk is host).
   TierBytes peak_bytes() const;
   const Backend& backend() const { return *backend_; }
+  Backend& backend() { return *backend_; }  // not during generate(), except from its callbacks
   const WeightStore& weight_store() const { return *weights_; }
   const KvStore& kv_store() const { return *kv_; }
   const NvmeStore* nvme() const { return nvme_.get(); }
@@ -122,11 +123,11 @@ class Engine {
   // too long, invalid sampling values) become error results; the others still run. Requests
   // with a context (Request::context) share it: each distinct context is prefilled once,
   // compressed once by the KV policy (kvzip, kvzip-uniform, h2o, snapkv scored by its first
-  // request, sinks, or full) to the KV budget's retained ratio, held once in RAM while its
-  // requests run and released after the last; each request's own KV follows it, uncompressed,
-  // at positions after the context's uncompressed length. Throws Error(kConfig) when a request
-  // has a context and the KV policy cannot compress one. Not thread-safe: one generate() at a
-  // time.
+  // request, sinks, or full) to the KV budget's retained ratio, held once (RAM or GPU memory)
+  // while its requests run and released after the last; each request's own KV follows it,
+  // uncompressed, at positions after the context's uncompressed length. Throws Error(kConfig)
+  // when a request has a context and the KV policy cannot compress one. Not thread-safe: one
+  // generate() at a time.
   std::vector<Result> generate(const std::vector<Request>& requests,
                                const GenerateCallbacks& callbacks = {});
   const GenerationStats& last_stats() const { return stats_; }

@@ -157,7 +157,7 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
                  c.context_length);
     const ContextCache cache = runner.prefill(p.context_ids);
     const auto answers_for = [&](const std::vector<std::vector<int32_t>>& kept) {
-      const SharedContext shared(c, cache.k, cache.v, n, kept, n);
+      const SharedContext shared(*backend, c, cache, kept, n);
       return std::pair{runner.answer(shared, p.question_ids, o.max_answer_tokens, stop),
                        shared.kept_pairs()};
     };

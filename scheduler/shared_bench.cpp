@@ -33,11 +33,15 @@ double time_attention(Backend& be, const ModelConfig& c, const SharedContext& ct
   std::mt19937 rng(7);
   std::normal_distribution<float> n01(0.0f, 1.0f);
   const int64_t own = q_len + 1;
-  std::vector<float> k(questions * own * c.kv_dim()), v(k.size());
-  for (auto& x : k) x = n01(rng);
-  for (auto& x : v) x = n01(rng);
-  std::vector<float> q(questions * c.q_dim()), out(q.size());
-  for (auto& x : q) x = n01(rng);
+  std::vector<float> hk(questions * own * c.kv_dim()), hv(hk.size()), hq(questions * c.q_dim());
+  for (auto& x : hk) x = n01(rng);
+  for (auto& x : hv) x = n01(rng);
+  for (auto& x : hq) x = n01(rng);
+  // In the backend's device memory, where the context lives.
+  const Buffer k = be.upload(hk.data(), static_cast<int64_t>(hk.size()) * 4);
+  const Buffer v = be.upload(hv.data(), static_cast<int64_t>(hv.size()) * 4);
+  const Buffer q = be.upload(hq.data(), static_cast<int64_t>(hq.size()) * 4);
+  const Buffer out = be.alloc(static_cast<int64_t>(hq.size()) * 4, Tier::kDevice);
   std::vector<SeqSpan> seqs(questions);
   for (int64_t i = 0; i < questions; ++i) seqs[i] = SeqSpan{i, 1, q_len};
   double seconds = 0;
@@ -45,7 +49,8 @@ double time_attention(Backend& be, const ModelConfig& c, const SharedContext& ct
     for (int64_t l = 0; l < c.n_layers; ++l) {
       std::vector<KvSeqView> views(questions);
       for (int64_t i = 0; i < questions; ++i) {
-        views[i] = KvSeqView{k.data() + i * own * c.kv_dim(), v.data() + i * own * c.kv_dim(), own};
+        views[i] = KvSeqView{k.as<float>() + i * own * c.kv_dim(),
+                             v.as<float>() + i * own * c.kv_dim(), own};
         views[i].prefix = ctx.layer(l);
       }
       AttentionArgs a;
@@ -54,7 +59,8 @@ double time_attention(Backend& be, const ModelConfig& c, const SharedContext& ct
       a.seqs = seqs;
       a.kv = views;
       const auto t = std::chrono::steady_clock::now();
-      be.attention(q.data(), a, out.data());
+      be.attention(q.as<float>(), a, out.as<float>());
+      be.synchronize();
       seconds += since(t);
     }
   return seconds / reps;
@@ -99,17 +105,17 @@ SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchO
     shared[i].sampling.max_tokens = o.gen_len;
     shared[i].sampling.ignore_eos = true;
   }
-  // The decode attention op over a built context, timed inside the callback (and excluded from
-  // the answer time).
-  auto timing_backend = make_cpu_backend(base.threads);
+  // The decode attention op over a built context, on the engine's backend, timed inside the
+  // callback (and excluded from the answer time).
   double callback_seconds = 0;
-  const auto time_context = [&](double& attention, int64_t& bytes, int64_t* kept) {
+  const auto time_context = [&](Engine& on, double& attention, int64_t& bytes, int64_t* kept) {
+    Backend* be = &on.backend();
     GenerateCallbacks cb;
-    cb.on_context = [&, kept](const SharedContext& ctx) {
+    cb.on_context = [&, be, kept](const SharedContext& ctx) {
       const auto t0 = std::chrono::steady_clock::now();
       bytes = ctx.bytes();
       if (kept) *kept = ctx.kept_pairs();
-      attention = time_attention(*timing_backend, c, ctx, o.question_len, o.questions, 3);
+      attention = time_attention(*be, c, ctx, o.question_len, o.questions, 3);
       callback_seconds += since(t0);
     };
     return cb;
@@ -117,7 +123,7 @@ SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchO
 
   // Shared: the context once, compressed once, every question over it.
   int64_t kept = 0;
-  const GenerateCallbacks cb = time_context(r.attention_seconds, r.context_bytes, &kept);
+  const GenerateCallbacks cb = time_context(engine, r.attention_seconds, r.context_bytes, &kept);
   auto t = std::chrono::steady_clock::now();
   for (const Result& res : engine.generate(shared, cb))
     OFFGEN_CHECK(res.error.empty(), kResource, "bench: a shared-context request failed: {}",
@@ -140,7 +146,7 @@ SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchO
     std::vector<Request> one(1, shared[0]);
     one[0].sampling.max_tokens = 1;
     int64_t whole_bytes = 0;
-    whole.generate(one, time_context(r.attention_full_seconds, whole_bytes, nullptr));
+    whole.generate(one, time_context(whole, r.attention_full_seconds, whole_bytes, nullptr));
     OFFGEN_CHECK(whole_bytes == r.context_bytes_full, kInternal,
                  "bench: the whole context holds {} bytes, expected {}", whole_bytes,
                  r.context_bytes_full);

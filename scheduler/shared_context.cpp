@@ -21,17 +21,20 @@ class StatsOnly final : public KvSlotPolicy {
   }
 };
 
-// A sequence's own table of `cap` slots, with metadata when `meta`.
+// A sequence's own table of `cap` slots on a backend (K/V in device memory, statistics in host
+// memory the device writes, positions on the host), with metadata when `meta`. Fresh tables are
+// zeroed (Backend::alloc).
 struct OwnTable {
-  std::vector<float> k, v, sum, max;
+  BackendArray<float> k, v;
+  BackendArray<float> sum{Tier::kHost}, max{Tier::kHost};
   std::vector<int32_t> pos;
-  KvSeqView view(const ModelConfig& c, int64_t cap, bool meta) {
-    k.assign(cap * c.kv_dim(), 0.0f);
-    v.assign(cap * c.kv_dim(), 0.0f);
+  KvSeqView view(Backend& be, const ModelConfig& c, int64_t cap, bool meta) {
+    k.reserve(be, cap * c.kv_dim());
+    v.reserve(be, cap * c.kv_dim());
     KvSeqView w{k.data(), v.data(), cap};
     if (meta) {
-      sum.assign(c.n_kv_heads * cap, 0.0f);
-      max.assign(c.n_kv_heads * cap, 0.0f);
+      sum.reserve(be, c.n_kv_heads * cap);
+      max.reserve(be, c.n_kv_heads * cap);
       pos.assign(c.n_kv_heads * cap, 0);
       w.pos = pos.data(), w.sum = sum.data(), w.max = max.data();
     }
@@ -41,35 +44,49 @@ struct OwnTable {
 
 }  // namespace
 
-SharedContext::SharedContext(const ModelConfig& c, const std::vector<std::vector<float>>& k,
-                             const std::vector<std::vector<float>>& v, int64_t n_slots,
+SharedContext::SharedContext(Backend& backend, const ModelConfig& c, const ContextCache& cache,
                              const std::vector<std::vector<int32_t>>& kept,
                              int64_t context_length)
-    : heads_(c.n_kv_heads), context_length_(context_length) {
-  const int64_t hd = c.head_dim, kvd = c.kv_dim();
+    : backend_(&backend), heads_(c.n_kv_heads), head_dim_(c.head_dim),
+      context_length_(context_length) {
+  const int64_t hd = c.head_dim, kvd = c.kv_dim(), n = cache.n;
   OFFGEN_CHECK(static_cast<int64_t>(kept.size()) == c.n_layers * heads_, kInternal,
                "shared context: {} kept lists for {} tables", kept.size(), c.n_layers * heads_);
-  rows_k_.resize(kept.size());
-  rows_v_.resize(kept.size());
+  k_.resize(c.n_layers);
+  v_.resize(c.n_layers);
   len_.resize(kept.size());
-  for (int64_t l = 0; l < c.n_layers; ++l)
+  start_.resize(kept.size());
+  std::vector<HeadCopy> copies;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    // The layer's heads back to back: head h's rows start at row start_[h] of the layer buffer.
+    // copy_heads addresses dst row r of head h at r * hd + h * hd, hence dst_row = start + j - h.
+    int64_t rows = 0;
+    copies.clear();
     for (int64_t h = 0; h < heads_; ++h) {
       const auto& keep = kept[l * heads_ + h];
-      auto& rk = rows_k_[l * heads_ + h];
-      auto& rv = rows_v_[l * heads_ + h];
-      rk.resize(keep.size() * hd);
-      rv.resize(keep.size() * hd);
-      for (size_t j = 0; j < keep.size(); ++j) {
-        OFFGEN_CHECK(keep[j] >= 0 && keep[j] < n_slots && (j == 0 || keep[j - 1] < keep[j]),
-                     kInternal, "shared context: kept slot {} invalid", keep[j]);
-        std::memcpy(&rk[j * hd], &k[l][keep[j] * kvd + h * hd], hd * 4);
-        std::memcpy(&rv[j * hd], &v[l][keep[j] * kvd + h * hd], hd * 4);
-      }
+      start_[l * heads_ + h] = rows;
       len_[l * heads_ + h] = static_cast<int64_t>(keep.size());
+      for (size_t j = 0; j < keep.size(); ++j) {
+        OFFGEN_CHECK(keep[j] >= 0 && keep[j] < n && (j == 0 || keep[j - 1] < keep[j]), kInternal,
+                     "shared context: kept slot {} invalid", keep[j]);
+        copies.push_back({rows + static_cast<int64_t>(j) - h, keep[j], h});
+      }
+      rows += static_cast<int64_t>(keep.size());
     }
+    k_[l].reserve(backend, std::max<int64_t>(1, rows) * hd);
+    v_[l].reserve(backend, std::max<int64_t>(1, rows) * hd);
+    backend.copy_heads(k_[l].data(), hd, cache.k[l].data(), kvd, hd, copies);
+    backend.copy_heads(v_[l].data(), hd, cache.v[l].data(), kvd, hd, copies);
+  }
+  backend.synchronize();  // `copies` is host memory the CPU backend reads now, CUDA on upload
   kp_.resize(kept.size());
   vp_.resize(kept.size());
-  for (size_t t = 0; t < kept.size(); ++t) kp_[t] = rows_k_[t].data(), vp_[t] = rows_v_[t].data();
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (int64_t h = 0; h < heads_; ++h) {
+      const int64_t t = l * heads_ + h;
+      kp_[t] = k_[l].data() + start_[t] * hd;
+      vp_[t] = v_[l].data() + start_[t] * hd;
+    }
   views_.resize(c.n_layers);
   for (int64_t l = 0; l < c.n_layers; ++l)
     views_[l] = KvSharedPrefix{&kp_[l * heads_], &vp_[l * heads_], &len_[l * heads_]};
@@ -81,10 +98,23 @@ int64_t SharedContext::kept_pairs() const {
   return n;
 }
 
-int64_t SharedContext::bytes() const {
-  int64_t b = 0;
-  for (size_t t = 0; t < rows_k_.size(); ++t) b += (rows_k_[t].size() + rows_v_[t].size()) * 4;
-  return b;
+int64_t SharedContext::bytes() const { return kept_pairs() * head_dim_ * 4 * 2; }
+
+std::vector<float> SharedContext::rows(const BackendArray<float>& b, int64_t layer,
+                                       int64_t head) const {
+  const int64_t t = layer * heads_ + head;
+  std::vector<float> out(len_[t] * head_dim_);
+  backend_->copy(out.data(), b.data() + start_[t] * head_dim_, len_[t] * head_dim_ * 4);
+  backend_->synchronize();
+  return out;
+}
+
+std::vector<float> SharedContext::k_rows(int64_t layer, int64_t head) const {
+  return rows(k_[layer], layer, head);
+}
+
+std::vector<float> SharedContext::v_rows(int64_t layer, int64_t head) const {
+  return rows(v_[layer], layer, head);
 }
 
 ContextForward resident_forward(const LlamaModel& model, const ResidentUnits& units) {
@@ -95,8 +125,10 @@ ContextForward resident_forward(const LlamaModel& model, const ResidentUnits& un
                                    const std::vector<std::vector<KvSeqView>>& views,
                                    const KvSlotPolicy* policy, std::vector<float>& logits) {
     const ModelConfig& c = model.config();
+    Backend& be = model.backend();
     const int64_t rows = static_cast<int64_t>(ids.size());
-    std::vector<float> hidden(rows * c.d_model);
+    BackendArray<float> hidden, out;
+    hidden.reserve(be, rows * c.d_model);
     model.embed(ids, positions.data(), hidden.data(), *scratch);
     for (int64_t u = 0; u < model.num_units(); ++u) {
       const bool attn = LlamaModel::unit_has_cache(u);
@@ -109,22 +141,25 @@ ContextForward resident_forward(const LlamaModel& model, const ResidentUnits& un
     std::vector<int64_t> last;
     for (const auto& sp : seqs) last.push_back(sp.row_begin + sp.n_new - 1);
     logits.resize(last.size() * c.vocab_size);
-    model.output_step(hidden.data(), last, logits.data(), *scratch);
+    out.reserve(be, static_cast<int64_t>(logits.size()));
+    model.output_step(hidden.data(), last, out.data(), *scratch);
+    be.copy(logits.data(), out.data(), static_cast<int64_t>(logits.size()) * 4);
+    be.synchronize();  // the logits, and the statistics the tables collected
   };
 }
 
-ContextRunner::ContextRunner(const ModelConfig& config, ContextForward forward)
-    : config_(config), forward_(std::move(forward)) {}
+ContextRunner::ContextRunner(const ModelConfig& config, Backend& backend, ContextForward forward)
+    : config_(config), backend_(backend), forward_(std::move(forward)) {}
 
 ContextRunner::ContextRunner(const LlamaModel& model, const ResidentUnits& units)
-    : ContextRunner(model.config(), resident_forward(model, units)) {}
+    : ContextRunner(model.config(), model.backend(), resident_forward(model, units)) {}
 
 ContextCache ContextRunner::prefill(const std::vector<int32_t>& ids) {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(ids.size());
   std::vector<OwnTable> tables(c.n_layers);
   std::vector<std::vector<KvSeqView>> views(c.n_layers);
-  for (int64_t l = 0; l < c.n_layers; ++l) views[l] = {tables[l].view(c, n, true)};
+  for (int64_t l = 0; l < c.n_layers; ++l) views[l] = {tables[l].view(backend_, c, n, true)};
   std::vector<int32_t> pos(n);
   for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i);
   std::vector<float> logits;
@@ -135,7 +170,7 @@ ContextCache ContextRunner::prefill(const std::vector<int32_t>& ids) {
   for (auto& t : tables) {
     out.k.push_back(std::move(t.k));
     out.v.push_back(std::move(t.v));
-    out.h2o_score.push_back(std::move(t.sum));
+    out.h2o_score.emplace_back(t.sum.data(), t.sum.data() + c.n_kv_heads * n);
   }
   return out;
 }
@@ -162,11 +197,11 @@ std::vector<float> ContextRunner::kvzip_scores(const ContextCache& cache,
     std::vector<OwnTable> tables(c.n_layers);
     std::vector<std::vector<KvSeqView>> views(c.n_layers);
     for (int64_t l = 0; l < c.n_layers; ++l) {
-      KvSeqView w = tables[l].view(c, cap, true);
-      std::memcpy(w.k, cache.k[l].data(), P * kvd * 4);
-      std::memcpy(w.v, cache.v[l].data(), P * kvd * 4);
-      std::memcpy(w.k + P * kvd, cache.k[l].data() + a * kvd, C * kvd * 4);
-      std::memcpy(w.v + P * kvd, cache.v[l].data() + a * kvd, C * kvd * 4);
+      KvSeqView w = tables[l].view(backend_, c, cap, true);
+      backend_.copy(w.k, cache.k[l].data(), P * kvd * 4);
+      backend_.copy(w.v, cache.v[l].data(), P * kvd * 4);
+      backend_.copy(w.k + P * kvd, cache.k[l].data() + a * kvd, C * kvd * 4);
+      backend_.copy(w.v + P * kvd, cache.v[l].data() + a * kvd, C * kvd * 4);
       views[l] = {w};
     }
     std::vector<int32_t> pos(R);
@@ -194,9 +229,9 @@ std::vector<std::vector<float>> ContextRunner::question_scores(const ContextCach
   std::vector<OwnTable> tables(c.n_layers);
   std::vector<std::vector<KvSeqView>> views(c.n_layers);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    KvSeqView w = tables[l].view(c, cap, true);
-    std::memcpy(w.k, cache.k[l].data(), n * kvd * 4);
-    std::memcpy(w.v, cache.v[l].data(), n * kvd * 4);
+    KvSeqView w = tables[l].view(backend_, c, cap, true);
+    backend_.copy(w.k, cache.k[l].data(), n * kvd * 4);
+    backend_.copy(w.v, cache.v[l].data(), n * kvd * 4);
     views[l] = {w};
   }
   std::vector<int32_t> pos(Q);
@@ -225,7 +260,7 @@ std::vector<std::vector<int32_t>> ContextRunner::answer(
   for (size_t i = 0; i < nq; ++i)
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const int64_t cap = static_cast<int64_t>(questions[i].size()) + max_tokens;
-      views[l][i] = tables[i * c.n_layers + l].view(c, cap, false);
+      views[l][i] = tables[i * c.n_layers + l].view(backend_, c, cap, false);
       views[l][i].prefix = ctx.layer(l);
     }
   last_own_bytes_ = 0;

@@ -1,8 +1,9 @@
 // A multi-query context prefilled once, compressed once and shared read-only by every question:
 // per layer and KV head the kept pairs only (head-major, per-head lengths — evicted pairs are
-// gone), exposed as the attention op's KvSharedPrefix. Questions keep their own KV after it and
-// continue positions from the uncompressed context length. Also: the context's full prefill and
-// the scores each compression policy needs (KVzip reconstruction, H2O, SnapKV, sinks).
+// gone), in the backend's device memory, exposed as the attention op's KvSharedPrefix. Questions
+// keep their own KV after it and continue positions from the uncompressed context length. Also:
+// the context's full prefill and the scores each compression policy needs (KVzip reconstruction,
+// H2O, SnapKV, sinks).
 #pragma once
 
 #include <cstdint>
@@ -16,12 +17,20 @@
 
 namespace offgen {
 
+// A prefilled context: the full cache (device memory) with H2O statistics (summed attention of
+// all prompt rows, host memory).
+struct ContextCache {
+  int64_t n = 0;
+  std::vector<BackendArray<float>> k, v;      // [layer] -> [n][kv_dim]
+  std::vector<std::vector<float>> h2o_score;  // [layer] -> [n_kv_heads][n]
+};
+
 class SharedContext {
  public:
-  // From a full slot-major cache ([layer] -> [n_slots][kv_dim] K and V) and, per (layer, head)
-  // in row-major order, the slots to keep (ascending). context_length: the uncompressed length.
-  SharedContext(const ModelConfig& c, const std::vector<std::vector<float>>& k,
-                const std::vector<std::vector<float>>& v, int64_t n_slots,
+  // From a full cache and, per (layer, head) in row-major order, the slots to keep (ascending),
+  // gathered on `backend` (which must outlive the context). context_length: the uncompressed
+  // length.
+  SharedContext(Backend& backend, const ModelConfig& c, const ContextCache& cache,
                 const std::vector<std::vector<int32_t>>& kept, int64_t context_length);
   SharedContext(SharedContext&&) = default;
 
@@ -29,17 +38,17 @@ class SharedContext {
   int64_t context_length() const { return context_length_; }
   int64_t kept_pairs() const;  // over all layers and heads
   int64_t bytes() const;       // K + V bytes held (stored once for all questions)
-  std::span<const float> k_data(int64_t layer, int64_t head) const {
-    return rows_k_[layer * heads_ + head];
-  }
-  std::span<const float> v_data(int64_t layer, int64_t head) const {
-    return rows_v_[layer * heads_ + head];
-  }
+  // Host copies of a head's kept K / V rows ([len][head_dim]); for tests and inspection.
+  std::vector<float> k_rows(int64_t layer, int64_t head) const;
+  std::vector<float> v_rows(int64_t layer, int64_t head) const;
 
  private:
-  int64_t heads_ = 0, context_length_ = 0;
-  std::vector<std::vector<float>> rows_k_, rows_v_;  // [layer * heads + head] -> [len][head_dim]
-  std::vector<int64_t> len_;
+  std::vector<float> rows(const BackendArray<float>& b, int64_t layer, int64_t head) const;
+  Backend* backend_;
+  int64_t heads_ = 0, head_dim_ = 0, context_length_ = 0;
+  // Per layer, every head's kept rows back to back ([sum of lengths][head_dim]).
+  std::vector<BackendArray<float>> k_, v_;
+  std::vector<int64_t> len_, start_;  // [layer * heads + head]: length, first row in its layer
   std::vector<const float*> kp_, vp_;
   std::vector<KvSharedPrefix> views_;
 };
@@ -54,13 +63,6 @@ struct MultiqueryPrompt {
   std::vector<int32_t> postfix_ids;  // the template's turn end + assistant header
 };
 
-// A prefilled context: the full cache with H2O statistics (summed attention of all prompt rows).
-struct ContextCache {
-  int64_t n = 0;
-  std::vector<std::vector<float>> k, v;       // [layer] -> [n][kv_dim]
-  std::vector<std::vector<float>> h2o_score;  // [layer] -> [n_kv_heads][n]
-};
-
 // One forward over caller-owned tables: the rows of every sequence (`seqs` index `ids`), the
 // views per layer ([layer][seq]), the policy that collects statistics into tables with metadata
 // (null: none); writes the logits of each sequence's last row ([seqs][vocab]).
@@ -68,7 +70,8 @@ using ContextForward = std::function<void(
     const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
     const std::vector<SeqSpan>& seqs, const std::vector<std::vector<KvSeqView>>& views,
     const KvSlotPolicy* policy, std::vector<float>& logits)>;
-// The forward over every weight in RAM (units), on the calling thread; owns its scratch.
+// The forward over every weight resident on the model's backend (units), on the calling thread;
+// owns its scratch.
 ContextForward resident_forward(const LlamaModel& model, const ResidentUnits& units);
 
 // The forwards of shared contexts: the context's prefill, the scoring forwards of the compression
@@ -77,7 +80,8 @@ ContextForward resident_forward(const LlamaModel& model, const ResidentUnits& un
 // Thread-compatible (one per thread).
 class ContextRunner {
  public:
-  ContextRunner(const ModelConfig& config, ContextForward forward);
+  // Tables live in `backend`'s memory (the one `forward` computes on).
+  ContextRunner(const ModelConfig& config, Backend& backend, ContextForward forward);
   ContextRunner(const LlamaModel& model, const ResidentUnits& units);
   const ModelConfig& config() const { return config_; }
   // Prefills `ids` at positions 0.. into a full cache, collecting H2O scores.
@@ -109,6 +113,7 @@ class ContextRunner {
 
  private:
   ModelConfig config_;
+  Backend& backend_;
   ContextForward forward_;
   int64_t last_own_bytes_ = 0;
 };

@@ -134,17 +134,34 @@ TEST_CASE("emulated device: placements a GPU backend does not support yet are co
   Policy act = placement(100, 0, 100, 0, true, 2, 1);
   act.act_gpu_percent = 50, act.act_cpu_percent = 50;
   expect(act, "activations");
-  // Shared contexts keep their tables in host memory: refused on a GPU-like backend.
-  eo.policy = placement(100, 0, 100, 0, true, 2, 1);
-  Engine e(eo);
-  Request r;
-  r.id = "q";
-  r.prompt = "Code?";
-  r.context = "The code is 4.";
-  try {
-    e.generate({r});
-    FAIL("expected a config error");
-  } catch (const Error& err) {
-    CHECK_THAT(err.what(), Catch::Contains("CPU backend only"));
+}
+
+TEST_CASE("emulated device: shared contexts (kvzip, h2o, snapkv) are the CPU backend's bitwise",
+          "[emulated]") {
+  const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/qwen2";
+  std::vector<Request> reqs;
+  for (const char* q : {"Ann's code?", "Bo's code?", "Cy's locker?"}) {
+    Request r;
+    r.id = std::to_string(reqs.size());
+    r.prompt = q;
+    r.chat = true;
+    r.context = "Ann's code is 4172. Rain fell all night. Bo's code is 9930. Cy's locker is 58.";
+    r.sampling.max_tokens = 4;
+    r.sampling.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  for (const char* kv : {"kvzip", "h2o", "snapkv"}) {
+    INFO("context policy " << kv);
+    Policy p = placement(40, 60, 100, 0, true, 2, 2);
+    p.kv.name = kv;
+    p.kv.budget = 0.5;
+    EngineOptions eo;
+    eo.model = model;
+    eo.threads = 2;
+    eo.policy = p;
+    eo.policy.offload_dir = std::filesystem::temp_directory_path().string();
+    const EngineRun ref = run_engine(eo, reqs);
+    eo.backend = "cpu-emulated-device";
+    require_same_run(ref, run_engine(eo, reqs));
   }
 }

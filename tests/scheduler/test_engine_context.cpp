@@ -71,9 +71,8 @@ Run run(const Policy& p, const std::vector<Request>& reqs, bool one_context = tr
     const ModelConfig& m = engine.config();
     for (int64_t l = 0; l < m.n_layers; ++l)
       for (int64_t h = 0; h < m.n_kv_heads; ++h) {
-        const auto k = c.k_data(l, h), vv = c.v_data(l, h);
-        v.emplace_back(k.begin(), k.end());
-        v.emplace_back(vv.begin(), vv.end());
+        v.push_back(c.k_rows(l, h));
+        v.push_back(c.v_rows(l, h));
       }
     return v;
   };

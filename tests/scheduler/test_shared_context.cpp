@@ -76,7 +76,7 @@ TEST_CASE("shared context: keeping every pair is the full cache bitwise, positio
   const int64_t L = cache.n;
   REQUIRE(L == static_cast<int64_t>(p.context_ids.size()));
   REQUIRE(p.protected_len > 0);
-  const SharedContext ctx(f.model.config(), cache.k, cache.v, L, keep_all(f.model.config(), L), L);
+  const SharedContext ctx(*f.be, f.model.config(), cache, keep_all(f.model.config(), L), L);
   std::vector<std::vector<float>> first;
   runner.answer(ctx, p.question_ids, 4, {}, &first);
   REQUIRE(first.size() == p.question_ids.size());
@@ -106,7 +106,7 @@ TEST_CASE("shared context: stored once for N questions, untouched by answering",
       f.tok.encode("Repeat the part of the previous context exactly, starting with "));
   const KvzipScores s{c.n_layers, c.n_kv_heads, L, p.protected_len, scores};
   const auto kept = kvzip_select(s, 0.3, KvzipBudget::kGlobal);
-  const SharedContext ctx(c, cache.k, cache.v, L, kept, L);
+  const SharedContext ctx(*f.be, c, cache, kept, L);
   // Physically removed: only the kept pairs are held, each head its own length.
   const int64_t evictable = c.n_layers * c.n_kv_heads * (L - p.protected_len);
   CHECK(ctx.kept_pairs() ==
@@ -119,8 +119,7 @@ TEST_CASE("shared context: stored once for N questions, untouched by answering",
   std::vector<std::vector<float>> before;
   for (int64_t l = 0; l < c.n_layers; ++l)
     for (int64_t h = 0; h < c.n_kv_heads; ++h) {
-      const auto d = ctx.k_data(l, h);
-      before.emplace_back(d.begin(), d.end());
+      before.push_back(ctx.k_rows(l, h));
     }
   const int64_t max_tokens = 6;
   std::vector<std::vector<float>> batch_first;
@@ -141,8 +140,7 @@ TEST_CASE("shared context: stored once for N questions, untouched by answering",
   int changed = 0;
   for (int64_t l = 0; l < c.n_layers; ++l)
     for (int64_t h = 0; h < c.n_kv_heads; ++h, ++t) {
-      const auto d = ctx.k_data(l, h);
-      changed += std::memcmp(d.data(), before[t].data(), d.size() * 4) != 0;
+      changed += ctx.k_rows(l, h) != before[t];
     }
   CHECK(changed == 0);
 }
