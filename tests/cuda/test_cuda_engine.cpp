@@ -2,7 +2,8 @@
 // Qwen2 checkpoints in every supported placement (weights on the GPU, streamed from pinned host
 // memory or disk; KV on the GPU or on the host with cpu_cache_compute; h2o eviction) give the
 // CPU's greedy tokens with fp32 weights, and SmolLM2 (when present) agrees with the CPU greedy
-// text with fp32 and fp16 weights.
+// text with fp32 and fp16 weights; shared contexts (kept whole or compressed) give the CPU's
+// tokens.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -126,5 +127,51 @@ TEST_CASE("cuda engine: SmolLM2 greedy text agrees with the CPU backend", "[cuda
     CHECK(same_first == 8);
     CHECK(same_text >= (std::string(dtype) == "f32" ? 8 : 7));
     CHECK(worst < (std::string(dtype) == "f32" ? 1e-8 : 1e-4));
+  }
+}
+
+TEST_CASE("cuda engine: shared contexts (full, kvzip, h2o, snapkv) give the CPU's tokens",
+          "[cuda]") {
+  const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/qwen2";
+  std::vector<Request> reqs;
+  for (const char* q : {"Ann's code?", "Bo's code?", "Cy's locker?", "Who has 58?"}) {
+    Request r;
+    r.id = std::to_string(reqs.size());
+    r.prompt = q;
+    r.chat = true;
+    r.context = "Ann's code is 4172. Rain fell all night. Bo's code is 9930. Cy's locker is 58.";
+    r.sampling.max_tokens = 6;
+    r.sampling.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  const auto dir = std::filesystem::temp_directory_path() / "offgen-test-cuda-engine";
+  std::filesystem::create_directories(dir);
+  for (const char* kv : {"full", "kvzip", "h2o", "snapkv"}) {
+    for (const Policy& base : {placement(100, 0, 100, 0), placement(40, 30, 100, 0)}) {
+      INFO("context policy " << kv << " weights on the GPU " << base.weight_gpu_percent << "%");
+      EngineOptions eo;
+      eo.model = model;
+      eo.weight_dtype = "f32";
+      eo.threads = 2;
+      eo.policy = base;
+      eo.policy.kv.name = kv;
+      eo.policy.kv.budget = 0.5;
+      eo.policy.offload_dir = dir.string();
+      eo.backend = "cpu";
+      const EngineRun ref = run_engine(eo, reqs, true, 1);
+      eo.backend = "cuda";
+      const EngineRun got = run_engine(eo, reqs, true, 1);
+      // Kept whole, the context gives the CPU's tokens; scored, the GPU's scores are summed in
+      // another order, so a near-tie may keep another pair: at most one completion may differ.
+      const bool exact = std::string(kv) == "full";
+      int differ = 0;
+      for (size_t i = 0; i < ref.results.size(); ++i) {
+        INFO("request " << i);
+        REQUIRE(got.results[i].error.empty());
+        differ += got.results[i].tokens != ref.results[i].tokens;
+        CHECK(nmse(got.logits.at({i, 0}), ref.logits.at({i, 0})) < (exact ? 1e-9 : 1e-4));
+      }
+      CHECK(differ <= (exact ? 0 : 1));
+    }
   }
 }
