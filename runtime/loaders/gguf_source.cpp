@@ -48,7 +48,7 @@ GgufWeightSource::GgufWeightSource(GgufFile file)
 
 TensorRef GgufWeightSource::tensor(const std::string& name) const {
   const GgufTensor& t = file_.tensor(name);
-  return TensorRef{t.name, t.dtype, t.dims, t.data};
+  return TensorRef{t.name, t.dtype, t.dims, t.data, {}};
 }
 
 bool GgufWeightSource::has_tensor(const std::string& name) const {

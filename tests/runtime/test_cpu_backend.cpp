@@ -416,7 +416,7 @@ struct AttnCase {
     q = randn(rng, rows * n_heads * hd);
   }
   AttentionArgs args() const {
-    return {n_heads, n_kv, hd, 1.0f / std::sqrt(float(hd)), seqs, views};
+    return {n_heads, n_kv, hd, 1.0f / std::sqrt(float(hd)), seqs, views, {}};
   }
 };
 
@@ -437,7 +437,6 @@ TEST_CASE("cpu backend: GQA attention on a ragged batch", "[cpu]") {
   int bad = 0;
   for (size_t s = 0; s < c.seqs.size(); ++s) {
     const SeqSpan& sp = c.seqs[s];
-    const int64_t cap = c.views[s].capacity;
     for (int64_t t = 0; t < sp.n_new; ++t)
       for (int64_t h = 0; h < c.n_heads; ++h) {
         const int64_t kvh = h / group;
