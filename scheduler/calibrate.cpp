@@ -214,8 +214,11 @@ ComputeProfile measure_compute(const LlamaModel& model, const std::string& weigh
     step(o, fmt::format("decode attention{}", evict ? " (h2o)" : ""));
     const double d1 = unit_time(0, g, 1, l1, evict ? l1 : l1 + 1, evict);
     const double d2 = unit_time(0, g, 1, l2, evict ? l2 : l2 + 1, evict);
-    (evict ? out.decode_pair_evict : out.decode_pair) =
-        std::max(0.0, (d2 - d1) / static_cast<double>(g * (l2 - l1)));
+    // The difference of two short, noisy times: when noise swallows it (d2 <= d1, seen under
+    // sanitizers on a loaded machine), the whole long-past time per pair bounds it from above.
+    const double pair = d2 > d1 ? (d2 - d1) / static_cast<double>(g * (l2 - l1))
+                                : d2 / static_cast<double>(g * l2);
+    (evict ? out.decode_pair_evict : out.decode_pair) = pair;
     TimeCurve& pre = evict ? out.prefill_pair_evict : out.prefill_pair;
     for (int64_t n : lens) {
       // As the engine's prefill forwards run them: as many prompts of n tokens as make one
