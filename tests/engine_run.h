@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "scheduler/engine.h"
@@ -32,6 +33,23 @@ inline EngineRun run_engine(const EngineOptions& eo, const std::vector<Request>&
   out.results = engine.generate(reqs, cb);
   out.weight_h2d = engine.weight_store().h2d_bytes();
   return out;
+}
+
+// Chat requests that share one short context of facts (the shared-context parity tests).
+inline std::vector<Request> fact_context_requests(const std::vector<const char*>& questions,
+                                                  int64_t max_tokens) {
+  std::vector<Request> reqs;
+  for (const char* q : questions) {
+    Request r;
+    r.id = std::to_string(reqs.size());
+    r.prompt = q;
+    r.chat = true;
+    r.context = "Ann's code is 4172. Rain fell all night. Bo's code is 9930. Cy's locker is 58.";
+    r.sampling.max_tokens = max_tokens;
+    r.sampling.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  return reqs;
 }
 
 // Same errors and tokens, and — where both recorded them — bitwise the same logits rows.

@@ -133,17 +133,8 @@ TEST_CASE("cuda engine: SmolLM2 greedy text agrees with the CPU backend", "[cuda
 TEST_CASE("cuda engine: shared contexts (full, kvzip, h2o, snapkv) give the CPU's tokens",
           "[cuda]") {
   const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/qwen2";
-  std::vector<Request> reqs;
-  for (const char* q : {"Ann's code?", "Bo's code?", "Cy's locker?", "Who has 58?"}) {
-    Request r;
-    r.id = std::to_string(reqs.size());
-    r.prompt = q;
-    r.chat = true;
-    r.context = "Ann's code is 4172. Rain fell all night. Bo's code is 9930. Cy's locker is 58.";
-    r.sampling.max_tokens = 6;
-    r.sampling.ignore_eos = true;
-    reqs.push_back(r);
-  }
+  const auto reqs =
+      test::fact_context_requests({"Ann's code?", "Bo's code?", "Cy's locker?", "Who has 58?"}, 6);
   const auto dir = std::filesystem::temp_directory_path() / "offgen-test-cuda-engine";
   std::filesystem::create_directories(dir);
   for (const char* kv : {"full", "kvzip", "h2o", "snapkv"}) {

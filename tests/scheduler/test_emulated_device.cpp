@@ -139,17 +139,7 @@ TEST_CASE("emulated device: placements a GPU backend does not support yet are co
 TEST_CASE("emulated device: shared contexts (kvzip, h2o, snapkv) are the CPU backend's bitwise",
           "[emulated]") {
   const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/qwen2";
-  std::vector<Request> reqs;
-  for (const char* q : {"Ann's code?", "Bo's code?", "Cy's locker?"}) {
-    Request r;
-    r.id = std::to_string(reqs.size());
-    r.prompt = q;
-    r.chat = true;
-    r.context = "Ann's code is 4172. Rain fell all night. Bo's code is 9930. Cy's locker is 58.";
-    r.sampling.max_tokens = 4;
-    r.sampling.ignore_eos = true;
-    reqs.push_back(r);
-  }
+  const auto reqs = test::fact_context_requests({"Ann's code?", "Bo's code?", "Cy's locker?"}, 4);
   for (const char* kv : {"kvzip", "h2o", "snapkv"}) {
     INFO("context policy " << kv);
     Policy p = placement(40, 60, 100, 0, true, 2, 2);
