@@ -225,14 +225,15 @@ ComputeProfile measure_compute(const LlamaModel& model, const std::string& weigh
       // forward of `rows` tokens (its prefill chunk), beside each other.
       const int64_t seqs = std::max<int64_t>(1, rows.back() / n);
       step(o, fmt::format("prefill attention{} over {} x {} tokens", evict ? " (h2o)" : "", seqs, n));
-      const double t = unit_time(0, seqs, n, 0, n, evict) -
-                       out.attn_base.at(static_cast<double>(seqs * n));
+      const double whole = unit_time(0, seqs, n, 0, n, evict);
+      const double t = whole - out.attn_base.at(static_cast<double>(seqs * n));
+      const double pairs = static_cast<double>(seqs * n) * static_cast<double>(n + 1) / 2;
       pre.x.push_back(static_cast<double>(n));
-      pre.seconds.push_back(std::max(
-          0.0, t / (static_cast<double>(seqs * n) * static_cast<double>(n + 1) / 2)));
+      // Noise may swallow the difference (t <= 0): the whole unit's time bounds it from above.
+      pre.seconds.push_back((t > 0 ? t : whole) / pairs);
     }
-    // Short chunks are a small difference of two noisy times; the cost per pair does not fall
-    // as chunks grow, so each point is capped by the next one's.
+    // Short chunks are a small difference of two noisy times (or the bound above); the cost per
+    // pair does not fall as chunks grow, so each point is capped by the next one's.
     for (size_t i = pre.seconds.size() - 1; i-- > 0;)
       pre.seconds[i] = std::min(pre.seconds[i], pre.seconds[i + 1]);
   }

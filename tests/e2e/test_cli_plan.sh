@@ -24,6 +24,8 @@ for k in ("disk_read", "disk_write", "ram_copy"):
 c = p["compute"][0]
 expect(c["threads"] == 1, "compute recorded at 1 thread")
 expect(all(s > 0 for s in c["mlp"]["seconds"]) and c["decode_pair"] > 0, "unit times measured")
+expect(all(s > 0 for k in ("prefill_pair", "prefill_pair_evict") for s in c[k]["seconds"]),
+       "prefill attention per pair measured")
 PY
 
 # Plan under a RAM cap: KV of 24 sequences of 160 tokens (~7 MiB each) cannot all be in RAM.
