@@ -35,8 +35,9 @@ std::vector<Request> requests(int64_t max_tokens) {
   return reqs;
 }
 
+// One run recording the step-0 logits rows.
 EngineRun run(const std::string& model, const std::string& backend, const std::string& dtype,
-              const Policy& p, int64_t max_tokens, bool logits) {
+              const Policy& p, const std::vector<Request>& reqs) {
   const auto dir = std::filesystem::temp_directory_path() / "offgen-test-cuda-engine";
   std::filesystem::create_directories(dir);
   EngineOptions eo;
@@ -46,7 +47,7 @@ EngineRun run(const std::string& model, const std::string& backend, const std::s
   eo.threads = 2;
   eo.policy = p;
   eo.policy.offload_dir = dir.string();
-  return run_engine(eo, requests(max_tokens), logits, 1);  // step-0 rows only
+  return run_engine(eo, reqs, true, 1);
 }
 
 Policy placement(double wg, double wc, double cg, double cc) {
@@ -69,6 +70,19 @@ double nmse(const std::vector<float>& a, const std::vector<float>& b) {
   return num / den;
 }
 
+// Checks every request of `got` succeeded with step-0 logits within `max_nmse` of `ref`'s;
+// returns how many completions differ from `ref`'s.
+int differing(const EngineRun& ref, const EngineRun& got, double max_nmse) {
+  int differ = 0;
+  for (size_t i = 0; i < ref.results.size(); ++i) {
+    INFO("request " << i);
+    REQUIRE(got.results[i].error.empty());
+    differ += got.results[i].tokens != ref.results[i].tokens;
+    CHECK(nmse(got.logits.at({i, 0}), ref.logits.at({i, 0})) < max_nmse);
+  }
+  return differ;
+}
+
 }  // namespace
 
 TEST_CASE("cuda engine: tiny checkpoints give the CPU's greedy tokens in every placement",
@@ -79,7 +93,7 @@ TEST_CASE("cuda engine: tiny checkpoints give the CPU's greedy tokens in every p
       Policy ref_p = placement(100, 0, 100, 0);
       ref_p.kv.name = kv;
       ref_p.kv.budget = 0.6;
-      const EngineRun ref = run(model, "cpu", "f32", ref_p, 6, true);
+      const EngineRun ref = run(model, "cpu", "f32", ref_p, requests(6));
       for (const Policy& base : {placement(100, 0, 100, 0), placement(0, 100, 100, 0),
                                  placement(40, 30, 100, 0), placement(50, 50, 0, 100)}) {
         Policy p = base;
@@ -87,19 +101,12 @@ TEST_CASE("cuda engine: tiny checkpoints give the CPU's greedy tokens in every p
         INFO("model " << name << " kv " << kv << " placement " << p.weight_gpu_percent << " "
                       << p.weight_cpu_percent << " " << p.cache_gpu_percent << " "
                       << p.cache_cpu_percent);
-        const EngineRun got = run(model, "cuda", "f32", p, 6, true);
+        const EngineRun got = run(model, "cuda", "f32", p, requests(6));
         // The full cache and host-resident KV (the CPU's own attention) must give the CPU's
         // tokens; h2o on the GPU chooses victims from statistics computed in another order,
         // so a near-tie may pick another slot: at most one of the 8 completions may differ.
         const bool exact = std::string(kv) == "full" || p.cpu_cache_compute;
-        int differ = 0;
-        for (size_t i = 0; i < ref.results.size(); ++i) {
-          INFO("request " << i);
-          REQUIRE(got.results[i].error.empty());
-          differ += got.results[i].tokens != ref.results[i].tokens;
-          CHECK(nmse(got.logits.at({i, 0}), ref.logits.at({i, 0})) < (exact ? 1e-9 : 1e-6));
-        }
-        CHECK(differ <= (exact ? 0 : 1));
+        CHECK(differing(ref, got, exact ? 1e-9 : 1e-6) <= (exact ? 0 : 1));
       }
     }
   }
@@ -112,9 +119,9 @@ TEST_CASE("cuda engine: SmolLM2 greedy text agrees with the CPU backend", "[cuda
     return;
   }
   const Policy p = placement(100, 0, 100, 0);
-  const EngineRun ref = run(model, "cpu", "f32", p, 16, true);
+  const EngineRun ref = run(model, "cpu", "f32", p, requests(16));
   for (const char* dtype : {"f32", "f16"}) {
-    const EngineRun got = run(model, "cuda", dtype, p, 16, true);
+    const EngineRun got = run(model, "cuda", dtype, p, requests(16));
     int same_text = 0, same_first = 0;
     double worst = 0;
     for (size_t i = 0; i < ref.results.size(); ++i) {
@@ -135,34 +142,18 @@ TEST_CASE("cuda engine: shared contexts (full, kvzip, h2o, snapkv) give the CPU'
   const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/qwen2";
   const auto reqs =
       test::fact_context_requests({"Ann's code?", "Bo's code?", "Cy's locker?", "Who has 58?"}, 6);
-  const auto dir = std::filesystem::temp_directory_path() / "offgen-test-cuda-engine";
-  std::filesystem::create_directories(dir);
   for (const char* kv : {"full", "kvzip", "h2o", "snapkv"}) {
     for (const Policy& base : {placement(100, 0, 100, 0), placement(40, 30, 100, 0)}) {
       INFO("context policy " << kv << " weights on the GPU " << base.weight_gpu_percent << "%");
-      EngineOptions eo;
-      eo.model = model;
-      eo.weight_dtype = "f32";
-      eo.threads = 2;
-      eo.policy = base;
-      eo.policy.kv.name = kv;
-      eo.policy.kv.budget = 0.5;
-      eo.policy.offload_dir = dir.string();
-      eo.backend = "cpu";
-      const EngineRun ref = run_engine(eo, reqs, true, 1);
-      eo.backend = "cuda";
-      const EngineRun got = run_engine(eo, reqs, true, 1);
+      Policy p = base;
+      p.kv.name = kv;
+      p.kv.budget = 0.5;
+      const EngineRun ref = run(model, "cpu", "f32", p, reqs);
+      const EngineRun got = run(model, "cuda", "f32", p, reqs);
       // Kept whole, the context gives the CPU's tokens; scored, the GPU's scores are summed in
       // another order, so a near-tie may keep another pair: at most one completion may differ.
       const bool exact = std::string(kv) == "full";
-      int differ = 0;
-      for (size_t i = 0; i < ref.results.size(); ++i) {
-        INFO("request " << i);
-        REQUIRE(got.results[i].error.empty());
-        differ += got.results[i].tokens != ref.results[i].tokens;
-        CHECK(nmse(got.logits.at({i, 0}), ref.logits.at({i, 0})) < (exact ? 1e-9 : 1e-4));
-      }
-      CHECK(differ <= (exact ? 0 : 1));
+      CHECK(differing(ref, got, exact ? 1e-9 : 1e-4) <= (exact ? 0 : 1));
     }
   }
 }

@@ -36,7 +36,7 @@ std::vector<Request> requests() {
 }
 
 EngineRun run(const std::string& model, const std::string& backend, const Policy& p,
-              bool record_logits = true) {
+              const std::vector<Request>& reqs, bool record_logits = true) {
   const auto dir = std::filesystem::temp_directory_path() / "offgen-test-emulated-device";
   std::filesystem::create_directories(dir);
   EngineOptions eo;
@@ -45,7 +45,7 @@ EngineRun run(const std::string& model, const std::string& backend, const Policy
   eo.threads = 2;
   eo.policy = p;
   eo.policy.offload_dir = dir.string();
-  return run_engine(eo, requests(), record_logits);
+  return run_engine(eo, reqs, record_logits);
 }
 
 Policy placement(double wg, double wc, double cg, double cc, bool overlap, int gbs, int ngb) {
@@ -72,7 +72,7 @@ TEST_CASE("emulated device: every weight placement, overlap and split is the CPU
       Policy ref_p = placement(100, 0, 100, 0, false, 2, 2);
       ref_p.kv.name = kv;
       ref_p.kv.budget = 0.6;
-      const EngineRun ref = run(model, "cpu", ref_p);
+      const EngineRun ref = run(model, "cpu", ref_p, requests());
       struct Case {
         double wg, wc, cg, cc;
         bool overlap;
@@ -91,7 +91,7 @@ TEST_CASE("emulated device: every weight placement, overlap and split is the CPU
         p.kv = ref_p.kv;
         INFO("placement " << c.wg << " " << c.wc << " " << c.cg << " " << c.cc << " overlap "
                           << c.overlap << " batches " << c.gbs << "x" << c.ngb);
-        const EngineRun got = run(model, "cpu-emulated-device", p);
+        const EngineRun got = run(model, "cpu-emulated-device", p, requests());
         require_same_run(ref, got);
         if (c.wg < 100) CHECK(got.weight_h2d > 0);  // the weights really moved
         else CHECK(got.weight_h2d == 0);
@@ -104,10 +104,10 @@ TEST_CASE("emulated device: greedy tokens sampled on the device match the host s
           "[emulated]") {
   const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/qwen2";
   const Policy p = placement(50, 50, 100, 0, true, 2, 2);
-  const EngineRun host = run(model, "cpu-emulated-device", p, true);     // logits back, host sampler
-  const EngineRun device = run(model, "cpu-emulated-device", p, false);  // argmax on the device
+  const EngineRun host = run(model, "cpu-emulated-device", p, requests(), true);     // logits back, host sampler
+  const EngineRun device = run(model, "cpu-emulated-device", p, requests(), false);  // argmax on the device
   require_same_run(host, device);
-  const EngineRun cpu = run(model, "cpu", p, false);
+  const EngineRun cpu = run(model, "cpu", p, requests(), false);
   require_same_run(host, cpu);
 }
 
@@ -145,13 +145,6 @@ TEST_CASE("emulated device: shared contexts (kvzip, h2o, snapkv) are the CPU bac
     Policy p = placement(40, 60, 100, 0, true, 2, 2);
     p.kv.name = kv;
     p.kv.budget = 0.5;
-    EngineOptions eo;
-    eo.model = model;
-    eo.threads = 2;
-    eo.policy = p;
-    eo.policy.offload_dir = std::filesystem::temp_directory_path().string();
-    const EngineRun ref = run_engine(eo, reqs);
-    eo.backend = "cpu-emulated-device";
-    require_same_run(ref, run_engine(eo, reqs));
+    require_same_run(run(model, "cpu", p, reqs), run(model, "cpu-emulated-device", p, reqs));
   }
 }
