@@ -10,7 +10,7 @@
 #include "cli/policy_flags.h"
 #include "runtime/core/error.h"
 #include "scheduler/eval_runner.h"
-#include "scheduler/job_report.h"
+#include "scheduler/atomic_file.h"
 
 namespace offgen {
 

@@ -8,7 +8,7 @@
 
 #include "cli/line_plot.h"
 #include "cli/policy_flags.h"
-#include "scheduler/job_report.h"
+#include "scheduler/atomic_file.h"
 #include "scheduler/multiquery_eval.h"
 
 namespace offgen {

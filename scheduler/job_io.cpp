@@ -1,7 +1,9 @@
 // Request JSONL parsing and output records.
 #include "scheduler/job_io.h"
 
-#include <fstream>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <optional>
 #include <unordered_set>
 
@@ -56,6 +58,32 @@ std::string get_string(const json& v, const std::string& field) {
   return v.get<std::string>();
 }
 
+// A message's content: a string, or (OpenAI's array form) text parts
+// [{"type": "text", "text": "..."}, ...], joined with newlines.
+std::string get_content(const json& v, const std::string& field) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array())
+    fail("wrong_type", field, "expected a string or an array of text parts, got " + type_name(v));
+  if (v.empty()) fail("invalid_value", field, "expected at least one text part");
+  std::string text;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string f = fmt::format("{}[{}]", field, i);
+    if (!v[i].is_object())
+      fail("wrong_type", f, "expected an object {\"type\": \"text\", \"text\": ...}, got " +
+                                type_name(v[i]));
+    for (auto it = v[i].begin(); it != v[i].end(); ++it)
+      if (it.key() != "type" && it.key() != "text") fail("unknown_field", f + "." + it.key(), "unknown field");
+    if (!v[i].contains("type")) fail("missing_field", f + ".type", "missing");
+    const std::string type = get_string(v[i]["type"], f + ".type");
+    if (type != "text")
+      fail("invalid_value", f + ".type", "only text parts are supported, got '" + type + "'");
+    if (!v[i].contains("text")) fail("missing_field", f + ".text", "missing");
+    if (i > 0) text += '\n';
+    text += get_string(v[i]["text"], f + ".text");
+  }
+  return text;
+}
+
 std::vector<ChatMessage> get_messages(const json& v, const std::string& field) {
   if (!v.is_array())
     fail("wrong_type", field, "expected an array of messages, got " + type_name(v));
@@ -73,7 +101,7 @@ std::vector<ChatMessage> get_messages(const json& v, const std::string& field) {
     std::string role = get_string(v[i]["role"], f + ".role");
     if (role != "system" && role != "user" && role != "assistant")
       fail("invalid_value", f + ".role", "expected system, user or assistant, got '" + role + "'");
-    out.push_back({std::move(role), get_string(v[i]["content"], f + ".content")});
+    out.push_back({std::move(role), get_content(v[i]["content"], f + ".content")});
   }
   return out;
 }
@@ -277,7 +305,10 @@ json parse_checked(const std::string& text, std::string& dup_key, std::string* m
     fail("invalid_json", "",
          fmt::format("invalid JSON at byte {}{}: {}", e.byte,
                      truncated ? " (the line ends early: truncated?)" : "", clip(what)));
-  } catch (const json::exception& e) {  // e.g. a number too large for a double
+  } catch (const json::out_of_range& e) {  // valid JSON syntax: a number beyond a double
+    fail("invalid_value", path(),
+         fmt::format("number out of range (beyond a 64-bit float): {}", clip(e.what())));
+  } catch (const json::exception& e) {
     fail("invalid_json", "", fmt::format("invalid JSON: {}", clip(e.what())));
   }
 }
@@ -336,11 +367,14 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
     if (deferred && deferred->field() == id_key) throw *deferred;  // the id itself is in doubt
     if (obj.contains(id_key)) {
       const json& idv = obj[id_key];
-      if (idv.is_string()) out.id = idv.get<std::string>();
-      else if (idv.is_number_integer()) out.id = idv.dump();  // exact digits, any size
+      std::string id;
+      if (idv.is_string()) id = idv.get<std::string>();
+      else if (idv.is_number_integer()) id = idv.dump();  // exact digits, any size
       else
         fail("wrong_type", id_key, "expected a string or an integer, got " + type_name(idv));
-      if (out.id.empty()) fail("invalid_value", id_key, "must not be empty");
+      if (id.empty()) fail("invalid_value", id_key, "must not be empty");
+      out.id = std::move(id);
+      out.own_id = true;
     } else if (out.openai) {
       fail("missing_field", "custom_id", "missing");
     }
@@ -353,6 +387,7 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
     else parse_simple(obj, out, r);
     const bool has_seed =
         obj.contains("seed") || (obj.contains("body") && obj["body"].is_object() && obj["body"].contains("seed"));
+    out.own_seed = has_seed;
     if (!has_seed) r.sampling.seed = defaults.seed ^ fnv1a64(out.id);
     try {
       r.sampling.validate();  // the defaults (flags) are checked by the CLI; this is a backstop
@@ -371,32 +406,85 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
   return out;
 }
 
-std::vector<JobLine> read_request_file(const std::string& path, const SamplingParams& defaults,
-                                       bool chat_default) {
-  std::ifstream in(path, std::ios::binary);
-  OFFGEN_CHECK(in.good(), kIo, "{}: cannot open input file", path);
+std::string read_job_input(const std::string& path) {
+  const bool stdin_input = path == "-";
+  std::FILE* f = stdin_input ? stdin : std::fopen(path.c_str(), "rb");
+  OFFGEN_CHECK(f != nullptr, kIo, "{}: cannot open input file: {}", path, std::strerror(errno));
+  std::string text;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;
+  if (!stdin_input) std::fclose(f);
+  OFFGEN_CHECK(!failed, kIo, "{}: read error: {}", stdin_input ? "standard input" : path,
+               std::strerror(err));
+  return text;
+}
+
+namespace {
+
+// Gives line `jl` the id `id` (a generated one: the line had none, or a duplicate one), re-mixing
+// the default seed with it as parse_request_line does.
+void assign_generated_id(JobLine& jl, std::string id, const SamplingParams& defaults) {
+  jl.id = std::move(id);
+  if (!jl.request) return;
+  jl.request->id = jl.id;
+  if (!jl.own_seed) jl.request->sampling.seed = defaults.seed ^ fnv1a64(jl.id);
+}
+
+}  // namespace
+
+std::vector<JobLine> parse_request_text(std::string_view text, const SamplingParams& defaults,
+                                        bool chat_default) {
   std::vector<JobLine> lines;
-  std::unordered_set<std::string> seen;
-  std::string line;
   int64_t no = 0;
-  while (std::getline(in, line)) {
+  for (size_t start = 0; start < text.size();) {
+    size_t nl = text.find('\n', start);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string line(text.substr(start, nl - start));
+    start = nl + 1;
     ++no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (no == 1 && line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);  // UTF-8 byte-order mark
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    JobLine jl = parse_request_line(line, no, defaults, chat_default);
-    if (!seen.insert(jl.id).second) {
+    lines.push_back(parse_request_line(line, no, defaults, chat_default));
+  }
+  // Record ids are the journal's keys, so they must be unique and no generated one ("line-N"
+  // for a line without an id, "ID#line-N" for a repeated id) may equal an id some line gives
+  // itself: a generated id that would is extended with "#2", "#3", ... The input is fixed by
+  // its fingerprint, so a resumed job assigns the same ids.
+  std::unordered_set<std::string> own;
+  for (const JobLine& jl : lines)
+    if (jl.own_id) own.insert(jl.id);
+  std::unordered_set<std::string> taken;
+  auto unique = [&](const std::string& base) {
+    std::string id = base;
+    for (int k = 2; own.count(id) > 0 || taken.count(id) > 0; ++k) id = fmt::format("{}#{}", base, k);
+    return id;
+  };
+  for (JobLine& jl : lines) {
+    if (jl.own_id && taken.insert(jl.id).second) continue;
+    if (jl.own_id) {  // a repeated id: the later line becomes an error record of its own
       jl.request.reset();
-      jl.error = fmt::format("line {}: field '{}': duplicate id '{}'", no,
+      jl.error = fmt::format("line {}: field '{}': duplicate id '{}'", jl.line_no,
                              jl.openai ? "custom_id" : "id", jl.id);
       jl.error_kind = "duplicate_id";
       jl.error_field = jl.openai ? "custom_id" : "id";
-      jl.id = fmt::format("{}#line-{}", jl.id, no);
+      const std::string id = unique(fmt::format("{}#line-{}", jl.id, jl.line_no));
+      assign_generated_id(jl, id, defaults);
+    } else {
+      const std::string id = unique(jl.id);
+      if (id != jl.id) assign_generated_id(jl, id, defaults);
     }
-    lines.push_back(std::move(jl));
+    taken.insert(jl.id);
   }
-  OFFGEN_CHECK(!in.bad(), kIo, "{}: read error after line {}", path, no);
   return lines;
+}
+
+std::vector<JobLine> read_request_file(const std::string& path, const SamplingParams& defaults,
+                                       bool chat_default) {
+  return parse_request_text(read_job_input(path), defaults, chat_default);
 }
 
 nlohmann::json result_record(const JobLine& line, const Result& r, const std::string& model_name) {
@@ -406,17 +494,13 @@ nlohmann::json result_record(const JobLine& line, const Result& r, const std::st
   if (r.finish_reason == FinishReason::kError) {
     JobLine failed = line;
     failed.error = fmt::format("line {}: {}", line.line_no, r.error);
-    // The Engine reports per-request failures as text; classify the ones a user can act on.
-    const bool chat = line.request && !line.request->messages.empty();
-    if (r.error.find("context window") != std::string::npos) {
-      failed.error_kind = "prompt_too_long";
+    failed.error_kind = request_error_kind_name(
+        r.error_kind == RequestErrorKind::kNone ? RequestErrorKind::kFailed : r.error_kind);
+    if (r.error_kind == RequestErrorKind::kPromptTooLong) {
+      const bool chat = line.request && !line.request->messages.empty();
       failed.error_field = std::string(line.openai ? "body." : "") + (chat ? "messages" : "prompt");
       failed.error =
           fmt::format("line {}: field '{}': {}", line.line_no, failed.error_field, r.error);
-    } else if (r.error.find("raise it or move more") != std::string::npos) {
-      failed.error_kind = "does_not_fit";  // this request's KV cache exceeds a tier's capacity
-    } else {
-      failed.error_kind = "request_failed";
     }
     return error_record(failed);
   }

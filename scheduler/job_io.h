@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,7 +17,9 @@ namespace offgen {
 
 struct JobLine {
   int64_t line_no = 0;              // 1-based line in the input file
-  std::string id;                   // request id (custom_id for OpenAI lines)
+  std::string id;                   // request id (custom_id for OpenAI lines), unique in the file
+  bool own_id = false;              // the line gives its id (else "line-N" or a variant)
+  bool own_seed = false;            // the line gives its seed (else the default mixed with the id)
   bool openai = false;              // input used the OpenAI Batch API shape
   std::optional<Request> request;   // absent when the line is invalid
   std::string error;                // why the line is invalid: names the line and field
@@ -32,10 +35,18 @@ struct JobLine {
 JobLine parse_request_line(const std::string& line, int64_t line_no, const SamplingParams& defaults,
                            bool chat_default);
 
-// Reads a whole JSONL file: blank (whitespace-only) lines are skipped but keep their line numbers,
-// a UTF-8 byte-order mark on the first line and a CR before each LF are ignored; duplicate ids
-// become per-line errors (the later line's record gets the id "ID#line-N").
-// Throws offgen::Error(kIo) when the file cannot be read.
+// The bytes of a request file, read once: a regular file, a named pipe, or "-" for standard
+// input. Throws offgen::Error(kIo) when it cannot be read.
+std::string read_job_input(const std::string& path);
+
+// Parses a whole JSONL text: blank (whitespace-only) lines are
+// skipped but keep their line numbers, a UTF-8 byte-order mark on the first line and a CR before
+// each LF are ignored; duplicate ids become per-line errors (the later line's record gets the id
+// "ID#line-N"). Every line's id is unique: a generated one ("line-N" for a line without an id,
+// "ID#line-N") that equals an id given by some line gets "#2", "#3", ... appended.
+std::vector<JobLine> parse_request_text(std::string_view text, const SamplingParams& defaults,
+                                        bool chat_default);
+// read_job_input + parse_request_text.
 std::vector<JobLine> read_request_file(const std::string& path, const SamplingParams& defaults,
                                        bool chat_default);
 

@@ -1,9 +1,6 @@
 // Job report: assembled from GenerationStats, JobSummary and the stores' statistics.
 #include "scheduler/job_report.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -47,7 +44,10 @@ nlohmann::json job_report(const Engine& engine, const GenerateJobOptions& job,
         {"succeeded", summary.succeeded},
         {"failed", summary.failed},
         {"resumed", summary.resumed},
-        {"this_run", summary.lines - summary.resumed}}},
+        {"this_run", summary.lines - summary.resumed - summary.unfinished},
+        {"unfinished", summary.unfinished},
+        {"max_tokens_clamped", s.max_tokens_clamped}}},
+      {"interrupted", summary.interrupted},
       {"errors", {{"by_kind", summary.errors.by_kind}, {"by_field", summary.errors.by_field}}},
       {"tokens",
        {{"prefill", s.prefill_tokens},
@@ -88,36 +88,6 @@ nlohmann::json job_report(const Engine& engine, const GenerateJobOptions& job,
        {{"load", s.lanes.load}, {"compute", s.lanes.compute}, {"store", s.lanes.store}}},
       {"overlap_efficiency", s.lanes.wall > 0 ? busiest / s.lanes.wall : 0.0},
   };
-}
-
-void write_json_atomically(const std::string& path, const nlohmann::json& doc) {
-  const std::string text = doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  OFFGEN_CHECK(fd >= 0, kIo, "{}: cannot write the report: {}", tmp, std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      OFFGEN_THROW(kIo, "{}: write failed: {}", tmp, std::strerror(err));
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const int err = errno;
-  if (::close(fd) != 0 || !synced) {
-    ::unlink(tmp.c_str());
-    OFFGEN_THROW(kIo, "{}: fsync/close failed: {}", tmp, std::strerror(synced ? errno : err));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int rerr = errno;
-    ::unlink(tmp.c_str());
-    OFFGEN_THROW(kIo, "{}: cannot install the report: {}", path, std::strerror(rerr));
-  }
 }
 
 }  // namespace offgen

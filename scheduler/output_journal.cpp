@@ -12,6 +12,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
+#include "scheduler/atomic_file.h"
 
 namespace offgen {
 namespace {
@@ -19,15 +20,11 @@ namespace {
 std::string sidecar_path(const std::string& path) { return path + ".offgen.json"; }
 
 void write_sidecar(const std::string& path, const nlohmann::json& fingerprint) {
-  const std::string side = sidecar_path(path), tmp = side + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << fingerprint.dump(2) << "\n";
-    OFFGEN_CHECK(out.good(), kIo, "{}: cannot write the job sidecar", tmp);
+  try {
+    write_json_atomically(sidecar_path(path), fingerprint);
+  } catch (const Error& e) {
+    OFFGEN_THROW(kIo, "cannot write the job sidecar: {}", e.what());
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, side, ec);
-  OFFGEN_CHECK(!ec, kIo, "{}: cannot install the job sidecar: {}", side, ec.message());
 }
 
 }  // namespace
@@ -50,8 +47,12 @@ OutputJournal::OutputJournal(const std::string& path, const nlohmann::json& fing
                              bool overwrite, FsyncPolicy fsync)
     : path_(path), fsync_(fsync), last_sync_(std::chrono::steady_clock::now()) {
   // Open without truncating and take the lock first: one writer per output, and nothing is
-  // inspected or cut while another job might still be appending.
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // inspected or cut while another job might still be appending. A file this constructor
+  // creates is removed again when it fails (a full disk at the start leaves nothing behind).
+  bool created = false;
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd >= 0) created = true;
+  else if (errno == EEXIST) fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   OFFGEN_CHECK(fd >= 0, kIo, "{}: cannot open output file: {}", path, std::strerror(errno));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd);
@@ -94,6 +95,7 @@ OutputJournal::OutputJournal(const std::string& path, const nlohmann::json& fing
     OFFGEN_CHECK(f_ != nullptr, kIo, "{}: fdopen failed: {}", path, std::strerror(errno));
   } catch (...) {
     if (!f_) ::close(fd);
+    if (created) ::unlink(path.c_str());
     throw;
   }
 }

@@ -35,6 +35,16 @@ struct Fields {
   int64_t get_int_or(const char* key, int64_t fallback) const {
     return find(key) ? get_int(key) : fallback;
   }
+  // A size or count: an integer from 1 to 2^31 - 1 (checked before anything is sized by it).
+  int64_t get_count(const char* key) const {
+    const int64_t v = get_int(key);
+    OFFGEN_CHECK(v >= 1 && v <= INT32_MAX, kInput, "{}: field '{}' = {} is out of range (1 to {})",
+                 name, key, v, INT32_MAX);
+    return v;
+  }
+  int64_t get_count_or(const char* key, int64_t fallback) const {
+    return find(key) ? get_count(key) : fallback;
+  }
   double get_float_or(const char* key, double fallback) const {
     const json* v = find(key);
     if (v == nullptr) return fallback;
@@ -77,22 +87,22 @@ double rope_theta(const Fields& f) {
 ModelConfig llama_family(const Fields& f, const std::string& arch) {
   ModelConfig c;
   c.arch = arch == "Qwen2ForCausalLM" ? "qwen2" : arch == "MistralForCausalLM" ? "mistral" : "llama";
-  c.n_layers = f.get_int("num_hidden_layers");
-  c.d_model = f.get_int("hidden_size");
-  c.n_heads = f.get_int("num_attention_heads");
-  c.n_kv_heads = f.get_int_or("num_key_value_heads", c.n_heads);
+  c.n_layers = f.get_count("num_hidden_layers");
+  c.d_model = f.get_count("hidden_size");
+  c.n_heads = f.get_count("num_attention_heads");
+  c.n_kv_heads = f.get_count_or("num_key_value_heads", c.n_heads);
   OFFGEN_CHECK(c.n_heads > 0, kInput, "{}: num_attention_heads must be positive", f.name);
   if (f.find("head_dim") != nullptr) {
-    c.head_dim = f.get_int("head_dim");
+    c.head_dim = f.get_count("head_dim");
   } else {
     OFFGEN_CHECK(c.d_model % c.n_heads == 0, kInput,
                  "{}: hidden_size {} is not divisible by num_attention_heads {} (and no head_dim)",
                  f.name, c.d_model, c.n_heads);
     c.head_dim = c.d_model / c.n_heads;
   }
-  c.ffn_dim = f.get_int("intermediate_size");
-  c.vocab_size = f.get_int("vocab_size");
-  c.context_length = f.get_int("max_position_embeddings");
+  c.ffn_dim = f.get_count("intermediate_size");
+  c.vocab_size = f.get_count("vocab_size");
+  c.context_length = f.get_count("max_position_embeddings");
   c.rope_theta = static_cast<float>(rope_theta(f));
   c.norm_eps = static_cast<float>(f.get_float_or("rms_norm_eps", 1e-6));
   // Q/K rows are permuted into the interleaved pair order at load (HfWeightSource::tensor).
@@ -120,17 +130,17 @@ ModelConfig llama_family(const Fields& f, const std::string& arch) {
 ModelConfig opt(const Fields& f) {
   ModelConfig c;
   c.arch = "opt";
-  c.n_layers = f.get_int("num_hidden_layers");
-  c.d_model = f.get_int("hidden_size");
-  c.n_heads = f.get_int("num_attention_heads");
+  c.n_layers = f.get_count("num_hidden_layers");
+  c.d_model = f.get_count("hidden_size");
+  c.n_heads = f.get_count("num_attention_heads");
   c.n_kv_heads = c.n_heads;
   OFFGEN_CHECK(c.n_heads > 0 && c.d_model % c.n_heads == 0, kInput,
                "{}: hidden_size {} is not divisible by num_attention_heads {}", f.name, c.d_model,
                c.n_heads);
   c.head_dim = c.d_model / c.n_heads;
-  c.ffn_dim = f.get_int("ffn_dim");
-  c.vocab_size = f.get_int("vocab_size");
-  c.context_length = f.get_int("max_position_embeddings");
+  c.ffn_dim = f.get_count("ffn_dim");
+  c.vocab_size = f.get_count("vocab_size");
+  c.context_length = f.get_count("max_position_embeddings");
   c.norm_eps = 1e-5f;  // OPT's LayerNorms use PyTorch's default
   c.norm = NormKind::kLayer;
   const std::string act = f.get_string_or("activation_function", "relu");
@@ -146,7 +156,7 @@ ModelConfig opt(const Fields& f) {
   c.qkv_bias = c.out_bias = c.ffn_bias = true;
   c.learned_pos = true;
   c.pos_offset = 2;  // OPTLearnedPositionalEmbedding's offset
-  const int64_t proj = f.get_int_or("word_embed_proj_dim", c.d_model);
+  const int64_t proj = f.get_count_or("word_embed_proj_dim", c.d_model);
   c.embed_dim = proj == c.d_model ? 0 : proj;
   c.tied_embeddings = f.get_bool_or("tie_word_embeddings", true);
   return c;
@@ -258,9 +268,13 @@ ModelConfig config_from_hf(std::string_view config_json, const std::string& name
 }
 
 HfWeightSource::HfWeightSource(const std::string& dir)
+    : HfWeightSource(dir, read_text((std::filesystem::path(dir) / "config.json").string()),
+                     (std::filesystem::path(dir) / "config.json").string()) {}
+
+HfWeightSource::HfWeightSource(const std::string& dir, std::string_view config_json,
+                               const std::string& config_name)
     : dir_(dir),
-      config_(config_from_hf(read_text((std::filesystem::path(dir) / "config.json").string()),
-                             (std::filesystem::path(dir) / "config.json").string())),
+      config_(config_from_hf(config_json, config_name)),
       ckpt_(SafetensorsCheckpoint::open_dir(dir)) {
   if (config_.name.empty()) config_.name = std::filesystem::path(dir).filename().string();
   const bool opt = config_.arch == "opt";
@@ -292,6 +306,14 @@ bool HfWeightSource::has_tensor(const std::string& name) const {
   if (name == "output.weight") return !config_.tied_embeddings;
   const std::string hf = hf_name(name);
   return !hf.empty() && ckpt_.find(hf) != nullptr;
+}
+
+std::vector<int64_t> HfWeightSource::tensor_dims(const std::string& name) const {
+  const std::string hf = hf_name(name);
+  OFFGEN_CHECK(!hf.empty(), kInput, "{}: {} checkpoints have no tensor for '{}'", dir_,
+               config_.arch, name);
+  const SafetensorsTensor& t = ckpt_.tensor(hf);
+  return std::vector<int64_t>(t.shape.rbegin(), t.shape.rend());  // GGML order
 }
 
 TensorRef HfWeightSource::tensor(const std::string& name) const {

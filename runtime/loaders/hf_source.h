@@ -20,9 +20,14 @@ class HfWeightSource final : public WeightSource {
  public:
   // Opens dir/config.json and the directory's safetensors files (mmapped). Throws kIo / kInput.
   explicit HfWeightSource(const std::string& dir);
+  // The same over a config.json text given directly (the checkpoint's own config.json is not
+  // read): `config_name` names it in messages.
+  HfWeightSource(const std::string& dir, std::string_view config_json,
+                 const std::string& config_name);
   const ModelConfig& config() const override { return config_; }
   TensorRef tensor(const std::string& name) const override;
   bool has_tensor(const std::string& name) const override;
+  std::vector<int64_t> tensor_dims(const std::string& name) const override;
   std::string describe() const override { return dir_; }
   const SafetensorsCheckpoint& checkpoint() const { return ckpt_; }
 

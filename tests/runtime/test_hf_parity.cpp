@@ -137,9 +137,9 @@ TEST_CASE("HF checkpoints: an untied config without lm_head.weight is an error, 
     j["tie_word_embeddings"] = false;
     std::ofstream(tmp / "config.json") << j.dump();
   }
-  OpenedModel om = open_model(tmp.string());
   auto be = make_cpu_backend(1);
-  try {
+  try {  // refused when the model is opened (the tensor table is checked before anything else)
+    OpenedModel om = open_model(tmp.string());
     LlamaModel model(*om.source, *be);
     FAIL("expected an error");
   } catch (const Error& e) {

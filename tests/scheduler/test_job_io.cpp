@@ -6,6 +6,7 @@
 
 #include "runtime/core/error.h"
 #include "scheduler/job_io.h"
+#include "scheduler/atomic_file.h"
 #include "scheduler/job_report.h"
 
 using namespace offgen;
@@ -50,7 +51,9 @@ TEST_CASE("bad lines get an error naming the line and field", "[job_io]") {
   struct Case { const char* line; const char* must_contain; };
   const Case cases[] = {
       {"{not json", "invalid JSON"},
-      {R"({"id": "x", "prompt": "p", "max_tokens": 4444e4444})", "invalid JSON"},  // found by fuzz_request
+      // Valid JSON syntax whose number no double holds (found by fuzz_request): a bad value of
+      // the field, not invalid JSON.
+      {R"({"id": "x", "prompt": "p", "max_tokens": 4444e4444})", "field 'max_tokens': number out of range"},
       {"[1, 2]", "expected a JSON object"},
       {R"({"id": "x"})", "'prompt'"},
       {R"({"id": "x", "prompt": 5})", "field 'prompt': expected a string"},
@@ -184,13 +187,19 @@ TEST_CASE("generation failures are classified in the error record", "[job_io]") 
   Result r;
   r.finish_reason = FinishReason::kError;
   r.error = "prompt has 90 tokens; the context window is 64 (room is needed ...)";
+  r.error_kind = RequestErrorKind::kPromptTooLong;
   auto rec = result_record(jl, r, "m");
   CHECK(rec["error"]["kind"] == "prompt_too_long");
   CHECK(rec["error"]["field"] == "body.messages");
   CHECK(rec["error"]["line"] == 4);
   CHECK(rec["custom_id"] == "c");
   r.error = "something else";
+  r.error_kind = RequestErrorKind::kFailed;
   CHECK(result_record(jl, r, "m")["error"]["kind"] == "request_failed");
+  r.error_kind = RequestErrorKind::kDoesNotFit;
+  CHECK(result_record(jl, r, "m")["error"]["kind"] == "does_not_fit");
+  r.error_kind = RequestErrorKind::kNonFiniteLogits;
+  CHECK(result_record(jl, r, "m")["error"]["kind"] == "non_finite_logits");
 }
 
 TEST_CASE("error records are counted by kind and field", "[job_io]") {
