@@ -331,8 +331,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints help/version, or the error and a --help hint
-    return rc == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::fprintf(stderr, "offgen: error: %s (--help lists the flags)\n", e.what());
+    return 2;
   }
   for (CommonFlags* f : {&gen_common, &ins_common, &bench_common}) f->resolve_dtype();
   try {

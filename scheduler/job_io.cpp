@@ -406,10 +406,10 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
   return out;
 }
 
-std::string read_job_input(const std::string& path) {
+std::string read_job_input(const std::string& path, const char* what) {
   const bool stdin_input = path == "-";
   std::FILE* f = stdin_input ? stdin : std::fopen(path.c_str(), "rb");
-  OFFGEN_CHECK(f != nullptr, kIo, "{}: cannot open input file: {}", path, std::strerror(errno));
+  OFFGEN_CHECK(f != nullptr, kIo, "{}: cannot open the {}: {}", path, what, std::strerror(errno));
   std::string text;
   char buf[1 << 16];
   size_t n;
@@ -417,8 +417,8 @@ std::string read_job_input(const std::string& path) {
   const bool failed = std::ferror(f) != 0;
   const int err = errno;
   if (!stdin_input) std::fclose(f);
-  OFFGEN_CHECK(!failed, kIo, "{}: read error: {}", stdin_input ? "standard input" : path,
-               std::strerror(err));
+  OFFGEN_CHECK(!failed, kIo, "{}: cannot read the {}: {}", stdin_input ? "standard input" : path,
+               what, std::strerror(err));
   return text;
 }
 

@@ -35,9 +35,10 @@ struct JobLine {
 JobLine parse_request_line(const std::string& line, int64_t line_no, const SamplingParams& defaults,
                            bool chat_default);
 
-// The bytes of a request file, read once: a regular file, a named pipe, or "-" for standard
-// input. Throws offgen::Error(kIo) when it cannot be read.
-std::string read_job_input(const std::string& path);
+// The bytes of a job's file, read once: a regular file, a named pipe, or "-" for standard input.
+// Throws offgen::Error(kIo) naming the path and `what` ("input file", "context file") when it
+// cannot be read.
+std::string read_job_input(const std::string& path, const char* what = "input file");
 
 // Parses a whole JSONL text: blank (whitespace-only) lines are
 // skipped but keep their line numbers, a UTF-8 byte-order mark on the first line and a CR before

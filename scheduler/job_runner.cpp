@@ -19,7 +19,7 @@ namespace offgen {
 namespace {
 
 std::string read_context_file(const std::string& path) {
-  std::string text = read_job_input(path);
+  std::string text = read_job_input(path, "context file");
   OFFGEN_CHECK(!text.empty(), kInput, "{}: the context file is empty", path);
   return text;
 }

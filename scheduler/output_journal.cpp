@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 
@@ -45,11 +46,12 @@ std::string record_id(const nlohmann::json& r) {
 
 OutputJournal::OutputJournal(const std::string& path, const nlohmann::json& fingerprint,
                              bool overwrite, FsyncPolicy fsync)
-    : path_(path), fsync_(fsync), last_sync_(std::chrono::steady_clock::now()) {
+    : path_(path), fsync_(fsync), last_sync_(std::chrono::steady_clock::now()),
+      uncaught_(std::uncaught_exceptions()) {
   // Open without truncating and take the lock first: one writer per output, and nothing is
   // inspected or cut while another job might still be appending. A file this constructor
   // creates is removed again when it fails (a full disk at the start leaves nothing behind).
-  bool created = false;
+  bool& created = created_;
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd >= 0) created = true;
   else if (errno == EEXIST) fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
@@ -103,6 +105,14 @@ OutputJournal::OutputJournal(const std::string& path, const nlohmann::json& fing
 OutputJournal::~OutputJournal() {
   if (!f_) return;
   std::fflush(f_);
+  // Unwinding from a failure before this run wrote a single record into an output it created
+  // (e.g. the disk was full from the start): leave nothing behind.
+  if (created_ && appended_ == 0 && std::uncaught_exceptions() > uncaught_) {
+    std::fclose(f_);
+    ::unlink(path_.c_str());
+    ::unlink(sidecar_path(path_).c_str());
+    return;
+  }
   if (fsync_ != FsyncPolicy::kNever) ::fdatasync(fileno(f_));
   std::fclose(f_);
 }
@@ -144,6 +154,7 @@ void OutputJournal::append(const std::string& id, const nlohmann::json& record) 
   OFFGEN_CHECK(std::fwrite(s.data(), 1, s.size(), f_) == s.size() && std::fflush(f_) == 0, kIo,
                "{}: write failed: {}", path_, std::strerror(errno));
   done_.insert(id);
+  ++appended_;
   const auto now = std::chrono::steady_clock::now();
   if (fsync_ == FsyncPolicy::kAlways ||
       (fsync_ == FsyncPolicy::kPeriodic && now - last_sync_ >= std::chrono::seconds(1))) {

@@ -49,6 +49,9 @@ class OutputJournal {
   int64_t resumed_ = 0, resumed_errors_ = 0;
   ErrorCounts resumed_error_counts_;
   std::chrono::steady_clock::time_point last_sync_;
+  bool created_ = false;   // this journal created the output file
+  int64_t appended_ = 0;   // records this run wrote
+  int uncaught_ = 0;       // std::uncaught_exceptions() at construction
 };
 
 // The id a record belongs to: "custom_id" for OpenAI-shaped records, else "id".

@@ -235,6 +235,8 @@ ModelConfig config_from_hf(std::string_view config_json, const std::string& name
     j = json::parse(config_json);
   } catch (const json::parse_error& e) {
     OFFGEN_THROW(kInput, "{}: not valid JSON at byte {}: {}", name, e.byte, e.what());
+  } catch (const json::exception& e) {  // valid syntax, e.g. a number beyond a double
+    OFFGEN_THROW(kInput, "{}: {}", name, e.what());
   }
   OFFGEN_CHECK(j.is_object(), kInput, "{}: must be a JSON object", name);
   const Fields f{j, name};

@@ -70,6 +70,25 @@ std::string file_content_id(const std::string& path) {
   return fmt::format("{:016x}-{}", h, total);
 }
 
+void check_opened_model(OpenedModel& m, const std::string& spec) {
+  // Every config field that sizes something must agree with the weights before it is used.
+  check_tensor_shapes(*m.source);
+  // Checkpoints often pad the embedding past the tokenizer (OPT: 50272 rows, 50265 tokens): the
+  // extra ids become unused placeholder tokens.
+  const int64_t n_model = m.source->config().vocab_size;
+  const int64_t n_tok = static_cast<int64_t>(m.vocab.tokens.size());
+  OFFGEN_CHECK(n_tok <= n_model, kInput,
+               "{}: the tokenizer has {} tokens but the model's vocabulary only {}", spec, n_tok,
+               n_model);
+  if (n_tok < n_model) {
+    if (m.vocab.token_types.empty()) m.vocab.token_types.assign(n_tok, 1);
+    for (int64_t i = n_tok; i < n_model; ++i) {
+      m.vocab.tokens.push_back(fmt::format("<unused_{}>", i));
+      m.vocab.token_types.push_back(static_cast<int32_t>(TokenType::kUnused));
+    }
+  }
+}
+
 OpenedModel open_model(const std::string& spec) {
   namespace fs = std::filesystem;
   OFFGEN_CHECK(!spec.empty(), kConfig, "no model given (--model PATH.gguf, a Hugging Face checkpoint directory or dummy:PRESET)");
@@ -119,22 +138,7 @@ OpenedModel open_model(const std::string& spec) {
     m.source = std::move(src);
     m.content_id = "gguf:" + file_content_id(spec);
   }
-  // Every config field that sizes something must agree with the weights before it is used.
-  check_tensor_shapes(*m.source);
-  // Checkpoints often pad the embedding past the tokenizer (OPT: 50272 rows, 50265 tokens): the
-  // extra ids become unused placeholder tokens.
-  const int64_t n_model = m.source->config().vocab_size;
-  const int64_t n_tok = static_cast<int64_t>(m.vocab.tokens.size());
-  OFFGEN_CHECK(n_tok <= n_model, kInput,
-               "{}: the tokenizer has {} tokens but the model's vocabulary only {}", spec, n_tok,
-               n_model);
-  if (n_tok < n_model) {
-    if (m.vocab.token_types.empty()) m.vocab.token_types.assign(n_tok, 1);
-    for (int64_t i = n_tok; i < n_model; ++i) {
-      m.vocab.tokens.push_back(fmt::format("<unused_{}>", i));
-      m.vocab.token_types.push_back(static_cast<int32_t>(TokenType::kUnused));
-    }
-  }
+  check_opened_model(m, spec);
   return m;
 }
 

@@ -26,4 +26,10 @@ std::string file_content_id(const std::string& path);
 // Throws offgen::Error with one clear line when the spec is missing, unreadable or malformed.
 OpenedModel open_model(const std::string& spec);
 
+// What open_model checks once the source and vocabulary are read, before anything is sized from
+// the config: the tensor table against the weights' shapes (tensor_table.h) and the tokenizer
+// against the embedding rows (padding the vocabulary with unused placeholder tokens up to them).
+// Throws Error(kInput) naming `spec`.
+void check_opened_model(OpenedModel& m, const std::string& spec);
+
 }  // namespace offgen

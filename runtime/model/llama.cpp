@@ -24,6 +24,12 @@ std::vector<float> load_vector(const WeightSource& src, const std::string& name,
                src.describe(), name, t.n_elems(), n);
   std::vector<float> v(n);
   dequantize_row(t.dtype, t.data, v.data(), n);
+  // Norm gains and biases are small: a NaN or infinity there (a corrupt file) would make every
+  // output NaN, so it is refused here, naming the tensor.
+  for (int64_t i = 0; i < n; ++i)
+    OFFGEN_CHECK(std::isfinite(v[i]), kInput, "{}: tensor '{}' holds a non-finite value ({}) at "
+                 "element {}: the model file is corrupt",
+                 src.describe(), name, v[i], i);
   return v;
 }
 
