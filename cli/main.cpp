@@ -18,11 +18,11 @@
 #include "runtime/core/log.h"
 #include "runtime/loaders/gguf_source.h"
 #include "runtime/loaders/model_loader.h"
-#include "scheduler/bench_runner.h"
+#include "eval/bench_runner.h"
 #include "scheduler/engine.h"
-#include "scheduler/job_report.h"
-#include "scheduler/job_runner.h"
-#include "scheduler/shared_bench.h"
+#include "jobs/job_report.h"
+#include "jobs/job_runner.h"
+#include "eval/shared_bench.h"
 
 namespace {
 

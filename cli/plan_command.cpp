@@ -10,7 +10,7 @@
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "runtime/loaders/model_loader.h"
-#include "scheduler/atomic_file.h"
+#include "runtime/core/atomic_file.h"
 
 namespace offgen {
 void calibration_progress(const std::string& what) {

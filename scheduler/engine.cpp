@@ -11,7 +11,7 @@
 #include "runtime/core/log.h"
 #include "runtime/core/memory_info.h"
 #include "runtime/loaders/model_loader.h"
-#include "scheduler/calibrate.h"
+#include "policies/model_facts.h"
 #include "scheduler/context_compression.h"
 #include "scheduler/context_prompt.h"
 #include "scheduler/engine_state.h"

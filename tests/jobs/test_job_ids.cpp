@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "runtime/core/hash.h"
-#include "scheduler/job_io.h"
-#include "scheduler/job_runner.h"
+#include "jobs/job_io.h"
+#include "jobs/job_runner.h"
 
 using namespace offgen;
 

@@ -17,7 +17,7 @@
 
 #include "scheduler/engine.h"
 #include "scheduler/shared_context.h"
-#include "scheduler/eval_runner.h"
+#include "eval/eval_runner.h"
 
 namespace offgen {
 

@@ -1,5 +1,5 @@
 // Job report: assembled from GenerationStats, JobSummary and the stores' statistics.
-#include "scheduler/job_report.h"
+#include "jobs/job_report.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,5 +1,5 @@
 // Multi-query evaluation over shared compressed contexts.
-#include "scheduler/multiquery_eval.h"
+#include "eval/multiquery_eval.h"
 
 #include <algorithm>
 #include <cctype>

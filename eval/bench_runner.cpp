@@ -1,5 +1,5 @@
 // Throughput benchmark over the Engine.
-#include "scheduler/bench_runner.h"
+#include "eval/bench_runner.h"
 
 #include <algorithm>
 #include <random>

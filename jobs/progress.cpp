@@ -1,5 +1,5 @@
 // Progress bar / log lines.
-#include "scheduler/progress.h"
+#include "jobs/progress.h"
 
 #include <unistd.h>
 

@@ -5,9 +5,9 @@
 #include <fstream>
 
 #include "runtime/core/error.h"
-#include "scheduler/job_io.h"
-#include "scheduler/atomic_file.h"
-#include "scheduler/job_report.h"
+#include "jobs/job_io.h"
+#include "runtime/core/atomic_file.h"
+#include "jobs/job_report.h"
 
 using namespace offgen;
 

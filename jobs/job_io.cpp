@@ -1,5 +1,5 @@
 // Request JSONL parsing and output records.
-#include "scheduler/job_io.h"
+#include "jobs/job_io.h"
 
 #include <cerrno>
 #include <cstdio>

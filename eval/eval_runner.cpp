@@ -1,5 +1,5 @@
 // Teacher-forced perplexity under KV policies.
-#include "scheduler/eval_runner.h"
+#include "eval/eval_runner.h"
 
 #include <fmt/format.h>
 

@@ -6,9 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "scheduler/atomic_file.h"
+#include "runtime/core/atomic_file.h"
 #include "scheduler/engine.h"
-#include "scheduler/job_runner.h"
+#include "jobs/job_runner.h"
 
 namespace offgen {
 

@@ -1,5 +1,5 @@
 // Atomic file replacement with checked writes.
-#include "scheduler/atomic_file.h"
+#include "runtime/core/atomic_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>

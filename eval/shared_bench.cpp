@@ -1,5 +1,5 @@
 // Shared-context throughput and decode attention time against separate prefills.
-#include "scheduler/shared_bench.h"
+#include "eval/shared_bench.h"
 
 #include <chrono>
 #include <random>

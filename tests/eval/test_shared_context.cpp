@@ -11,8 +11,8 @@
 #include "policies/kv/kvzip.h"
 #include "runtime/core/error.h"
 #include "runtime/loaders/model_loader.h"
-#include "scheduler/multiquery_eval.h"
-#include "scheduler/shared_bench.h"
+#include "eval/multiquery_eval.h"
+#include "eval/shared_bench.h"
 
 using namespace offgen;
 

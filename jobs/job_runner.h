@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "scheduler/engine.h"
-#include "scheduler/job_io.h"
+#include "jobs/job_io.h"
 
 namespace offgen {
 

@@ -1,5 +1,5 @@
 // Profile cache and planning inputs.
-#include "scheduler/planning.h"
+#include "eval/planning.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -10,7 +10,7 @@
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "runtime/loaders/model_loader.h"
-#include "scheduler/atomic_file.h"
+#include "runtime/core/atomic_file.h"
 
 namespace offgen {
 

@@ -1,5 +1,5 @@
 // Generate-job driver.
-#include "scheduler/job_runner.h"
+#include "jobs/job_runner.h"
 
 #include <sys/stat.h>
 
@@ -11,9 +11,9 @@
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
 #include "runtime/core/log.h"
-#include "scheduler/atomic_file.h"
-#include "scheduler/output_journal.h"
-#include "scheduler/progress.h"
+#include "runtime/core/atomic_file.h"
+#include "jobs/output_journal.h"
+#include "jobs/progress.h"
 
 namespace offgen {
 namespace {

@@ -8,6 +8,7 @@
 
 #include "policies/cost_model.h"
 #include "policies/hardware_profile.h"
+#include "policies/model_facts.h"
 #include "runtime/model/llama.h"
 
 namespace offgen {
@@ -27,8 +28,5 @@ HardwareProfile measure_transfers(const CalibrateOptions& o, HardwareProfile bas
 // other work on the same backend.
 ComputeProfile measure_compute(const LlamaModel& model, const std::string& weight_dtype,
                                const CalibrateOptions& o);
-
-// The cost model's view of a loaded model.
-ModelFacts model_facts(const LlamaModel& model, const std::string& weight_dtype);
 
 }  // namespace offgen

@@ -1,5 +1,5 @@
 // Resumable output journal.
-#include "scheduler/output_journal.h"
+#include "jobs/output_journal.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -13,7 +13,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
-#include "scheduler/atomic_file.h"
+#include "runtime/core/atomic_file.h"
 
 namespace offgen {
 namespace {

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "scheduler/job_io.h"
+#include "jobs/job_io.h"
 
 namespace offgen {
 

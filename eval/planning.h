@@ -7,7 +7,7 @@
 #include <string>
 
 #include "policies/planner.h"
-#include "scheduler/calibrate.h"
+#include "eval/calibrate.h"
 
 namespace offgen {
 
