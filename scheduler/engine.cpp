@@ -62,7 +62,7 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   model_id_ = std::move(opened.content_id);
   const auto t0 = EngineClock::now();
   source_ = std::move(opened.source);
-  model_ = std::make_unique<LlamaModel>(*source_, *backend_);
+  model_ = std::make_unique<DecoderModel>(*source_, *backend_);
   const Policy& p = options_.policy;
   // Capacity check of the weights before anything is staged (the accounting the planner uses).
   facts_ = model_facts(*model_, storage);
