@@ -46,6 +46,8 @@ VocabData vocab_from_gguf(const GgufFile& f) {
                    "{}: tokenizer.ggml.scores has {} entries for {} tokens", f.path(),
                    sc->nums.size(), v.tokens.size());
       v.scores.assign(sc->nums.begin(), sc->nums.end());
+    } else {
+      v.scores.assign(v.tokens.size(), 0.0f);  // llama.cpp's default score
     }
     const bool prefix = f.get_bool_or("tokenizer.ggml.add_space_prefix", true);
     v.space_prefix = prefix ? SpacePrefix::kEverySegment : SpacePrefix::kNone;

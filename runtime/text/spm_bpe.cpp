@@ -70,9 +70,9 @@ SpmBpe::SpmBpe(const VocabData& v, std::span<const TokenType> types)
     byte_id_[b] = v.byte_fallback && it != piece_id_.end() ? it->second : -1;
     if (byte_id_[b] < 0) missing_.push_back(static_cast<uint8_t>(b));
   }
-  ranked_ = !v.merges.empty();
-  merges_.reserve(v.merges.size());
-  for (size_t r = 0; r < v.merges.size(); ++r) {
+  ranked_ = v.scores.empty();
+  if (ranked_) merges_.reserve(v.merges.size());
+  for (size_t r = 0; ranked_ && r < v.merges.size(); ++r) {
     const std::string& mg = v.merges[r];
     const size_t sp = mg.find(' ', 1);
     OFFGEN_CHECK(
@@ -234,7 +234,7 @@ bool SpmBpe::merge_cost(std::string_view piece, const Symbol& l, const Symbol& r
   auto it = piece_id_.find(piece.substr(l.start, l.len + r.len));
   if (it == piece_id_.end() || types_[it->second] != TokenType::kNormal) return false;
   result = it->second;
-  cost = scores_.empty() ? 0.0 : -static_cast<double>(scores_[result]);
+  cost = -static_cast<double>(scores_[result]);
   return true;
 }
 

@@ -17,7 +17,8 @@ namespace offgen {
 
 class SpmBpe {
  public:
-  // Indexes `v` (token types already validated into `types`). Throws Error(kInput) when scores
+  // Indexes `v`, which must outlive this object (token types already validated into `types`).
+  // Merges by v.scores when given, else by the v.merges ranks. Throws Error(kInput) when scores
   // has the wrong length, or a merge is malformed or names a piece that is not a token.
   SpmBpe(const VocabData& v, std::span<const TokenType> types);
 

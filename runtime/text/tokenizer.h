@@ -51,8 +51,8 @@ struct VocabData {
   // tokens "<0x0A>". Control / user-defined tokens as their literal text in both.
   std::vector<std::string> tokens;
   std::vector<int32_t> token_types;  // TokenType values; empty = all normal
-  // "Ġ t" (two pieces separated by one space), rank = index. A "llama" vocabulary without merges
-  // ranks merges by `scores` instead (GGUF); one with merges (tokenizer.json) by this list.
+  // "Ġ t" (two pieces separated by one space), rank = index: the only merges ("gpt2"; "llama"
+  // without scores, from tokenizer.json). A "llama" vocabulary with scores ignores them.
   std::vector<std::string> merges;
   std::string model = "gpt2";  // tokenizer.ggml.model: "gpt2" or "llama"
   std::string pre;             // tokenizer.ggml.pre: "smollm", "gpt2", "qwen2", ... ("gpt2" only)
@@ -64,7 +64,9 @@ struct VocabData {
   bool normalize_nfkc = false;  // NFKC instead (tokenizer.json's NFKC)
 
   // SentencePiece-style BPE only ("llama"); ignored for "gpt2".
-  std::vector<float> scores;  // tokenizer.ggml.scores: merge priority (higher first), no merges
+  // tokenizer.ggml.scores: when not empty, any two adjacent pieces whose concatenation is a
+  // normal token merge, highest score first (llama.cpp's SPM); when empty, `merges` rank them.
+  std::vector<float> scores;
   SpacePrefix space_prefix = SpacePrefix::kNone;
   bool escape_spaces = true;         // " " -> "▁" before BPE
   std::vector<SpmSplit> splits;      // pre-tokeniser splits of a normalised segment, in order

@@ -103,10 +103,15 @@ TEST_CASE("SentencePiece merges follow scores, ties go to the leftmost pair", "[
 
 TEST_CASE("SentencePiece merges from a merges list follow its ranks", "[spm]") {
   VocabData v = spm_vocab({"a", "b", "c", "ab", "bc"});
-  v.merges = {"b c", "a b"};  // "bc" ranks first whatever the scores say
-  Tokenizer t(std::move(v));
+  v.scores.clear();           // no scores: the merges list (tokenizer.json) ranks
+  v.merges = {"b c", "a b"};  // "bc" first
+  const Tokenizer t(v);
   CHECK(t.encode("abc") == ids(t, {"a", "bc"}));
+  v.merges.clear();  // an empty list merges nothing, as in Hugging Face
+  const Tokenizer none(v);
+  CHECK(none.encode("abc") == ids(none, {"a", "b", "c"}));
   VocabData bad = spm_vocab({"a", "b"});
+  bad.scores.clear();
   bad.merges = {"a b"};
   require_error([&] { Tokenizer x(bad); }, {"merge 0", "merged token 'ab'"});
   bad.merges = {"a  b"};
