@@ -1,4 +1,4 @@
-// Llama-family steps over the Backend.
+// Decoder steps over the Backend.
 #include "runtime/model/decoder.h"
 
 #include <cmath>
@@ -65,6 +65,16 @@ DType stack_source(const WeightSource& src, const std::vector<std::string>& name
   return dt;
 }
 
+// A norm gain: as stored, plus the config's shift for RMSNorm gains (HF Gemma stores w, meaning
+// 1 + w; the sum is formed in fp32, as Hugging Face does).
+std::vector<float> load_gain(const WeightSource& src, const std::string& name, int64_t n) {
+  std::vector<float> v = load_vector(src, name, n);
+  const ModelConfig& c = src.config();
+  if (c.norm == NormKind::kRms && c.norm_shift != 0.0f)
+    for (float& x : v) x += c.norm_shift;
+  return v;
+}
+
 Weight load_stacked(Backend& be, const WeightSource& src, const std::vector<std::string>& names,
                     const std::vector<int64_t>& rows, int64_t cols) {
   std::vector<uint8_t> packed;
@@ -111,7 +121,7 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend)
     proj_out_ = load_stacked(backend_, src, {"proj_out.weight"}, {e}, d);
   }
   if (c.final_norm) {
-    const auto g = load_vector(src, "output_norm.weight", d);
+    const auto g = load_gain(src, "output_norm.weight", d);
     out_norm_ = backend_.upload(g.data(), d * 4);
     if (c.norm == NormKind::kLayer) {
       const auto b = load_vector(src, "output_norm.bias", d);
@@ -122,6 +132,10 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend)
   config_.tied_embeddings = tied;
   lm_head_ = load_stacked(backend_, src, {tied ? "token_embd.weight" : "output.weight"},
                           {c.vocab_size}, e);
+  if (!c.learned_pos) {
+    inv_freq_ = c.rope_inv_freq(false);
+    if (c.n_sliding_layers() > 0) inv_freq_local_ = c.rope_inv_freq(true);
+  }
 }
 
 DecoderModel::Layout DecoderModel::layout(int64_t unit) const {
@@ -137,7 +151,8 @@ DecoderModel::Layout DecoderModel::layout(int64_t unit) const {
     L.w1_rows = c.d_model, L.w1_cols = c.ffn_dim;
     bias0 = bias1 = c.ffn_bias;
   }
-  // Small fp32 vectors first (norm gain, norm bias, biases), then the two matrices.
+  // Small fp32 vectors first (norm gain, norm bias, post-norm gain, Q/K norm gains, biases), then
+  // the two matrices.
   int64_t at = 0;
   auto take = [&at](int64_t floats) {
     const int64_t off = at;
@@ -146,6 +161,11 @@ DecoderModel::Layout DecoderModel::layout(int64_t unit) const {
   };
   L.norm = take(c.d_model);
   if (c.norm == NormKind::kLayer) L.norm_b = take(c.d_model);
+  if (c.post_norms) L.post_norm = take(c.d_model);
+  if (c.qk_norm && unit_has_cache(unit)) {
+    L.q_norm = take(c.head_dim);
+    L.k_norm = take(c.head_dim);
+  }
   if (bias0) L.b0 = take(L.w0_rows);
   if (bias1) L.b1 = take(L.w1_rows);
   L.w0 = at;
@@ -169,13 +189,18 @@ void DecoderModel::build_unit(int64_t unit, void* dst) const {
   auto* base = static_cast<uint8_t*>(dst);
   std::memset(base, 0, L.bytes);
   const bool attn = unit_has_cache(unit);
-  auto put_vector = [&](int64_t off, const char* what, int64_t n) {
+  auto put_vector = [&](int64_t off, const char* what, int64_t n, bool gain = false) {
     if (off < 0) return;
-    const auto v = load_vector(src_, layer_name(l, what), n);
+    const auto v =
+        gain ? load_gain(src_, layer_name(l, what), n) : load_vector(src_, layer_name(l, what), n);
     std::memcpy(base + off, v.data(), n * 4);
   };
-  put_vector(L.norm, attn ? "attn_norm.weight" : "ffn_norm.weight", c.d_model);
+  put_vector(L.norm, attn ? "attn_norm.weight" : "ffn_norm.weight", c.d_model, true);
   put_vector(L.norm_b, attn ? "attn_norm.bias" : "ffn_norm.bias", c.d_model);
+  put_vector(L.post_norm, attn ? "post_attention_norm.weight" : "post_ffw_norm.weight", c.d_model,
+             true);
+  put_vector(L.q_norm, "attn_q_norm.weight", c.head_dim, true);
+  put_vector(L.k_norm, "attn_k_norm.weight", c.head_dim, true);
   std::vector<uint8_t> stacked;
   DType dt;
   if (attn) {
@@ -214,8 +239,10 @@ void DecoderModel::embed(std::span<const int32_t> ids, const int32_t* positions,
   s.reserve(backend_, c, n);
   if (c.embed_width() == c.d_model) {
     backend_.embedding(tok_embd_, ids.data(), n, hidden);
+    if (c.embed_scale != 1.0f) backend_.scale(hidden, c.embed_scale, n * c.d_model);
   } else {
     backend_.embedding(tok_embd_, ids.data(), n, s.emb.data());
+    if (c.embed_scale != 1.0f) backend_.scale(s.emb.data(), c.embed_scale, n * c.embed_width());
     backend_.matmul(s.emb.data(), n, proj_in_, hidden);
   }
   if (!c.learned_pos) return;
@@ -249,6 +276,7 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
   };
   const float* norm = vec(L.norm);
   const float* norm_b = vec(L.norm_b);
+  const int64_t layer = unit_layer(unit);
   // The view dtype is informational for the CPU backend's packed storage.
   const WeightView w0{L.w0_rows, L.w0_cols, DType::kF32, base + L.w0};
   const WeightView w1{L.w1_rows, L.w1_cols, DType::kF32, base + L.w1};
@@ -262,14 +290,21 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
   }
   auto finish = [&] {
     if (L.b1 >= 0) backend_.add_bias(s.proj.data(), vec(L.b1), rows, c.d_model);
+    if (L.post_norm >= 0)
+      backend_.rms_norm(s.proj.data(), vec(L.post_norm), rows, c.d_model, c.norm_eps,
+                        s.proj.data());
     backend_.add(hidden, s.proj.data(), rows * c.d_model);
     if (!c.pre_norm) apply_norm(backend_, c, hidden, norm, norm_b, rows, hidden);
   };
   if (!unit_has_cache(unit)) {
     if (c.gated_ffn()) {
       backend_.matmul(in, rows, w0, s.gate_up.data());
-      backend_.swiglu(s.gate_up.data(), s.gate_up.data() + c.ffn_dim, rows, c.ffn_dim,
-                      2 * c.ffn_dim, s.act.data());
+      if (c.ffn == FfnKind::kGeGlu)
+        backend_.geglu(s.gate_up.data(), s.gate_up.data() + c.ffn_dim, rows, c.ffn_dim,
+                       2 * c.ffn_dim, s.act.data());
+      else
+        backend_.swiglu(s.gate_up.data(), s.gate_up.data() + c.ffn_dim, rows, c.ffn_dim,
+                        2 * c.ffn_dim, s.act.data());
     } else {
       backend_.matmul(in, rows, w0, s.act.data());
       if (L.b0 >= 0) backend_.add_bias(s.act.data(), vec(L.b0), rows, c.ffn_dim);
@@ -285,12 +320,20 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), hd = c.head_dim, wqkv = qd + 2 * kvd;
   backend_.matmul(in, rows, w0, s.qkv.data());
   if (L.b0 >= 0) backend_.add_bias(s.qkv.data(), vec(L.b0), rows, wqkv);
-  // Split Q out (contiguous rows for attention) and rotate Q and K in place.
+  // Split Q out (contiguous rows for attention), normalise Q and K per head (QK-norm) and
+  // rotate them in place.
   backend_.copy_rows(s.q.data(), qd * 4, s.qkv.data(), wqkv * 4, rows, qd * 4);
+  if (L.q_norm >= 0) {
+    backend_.head_rms_norm(s.q.data(), vec(L.q_norm), rows, c.n_heads, hd, c.norm_eps);
+    backend_.head_rms_norm(s.qkv.data() + qd, vec(L.k_norm), rows, c.n_kv_heads, hd, c.norm_eps,
+                           wqkv);
+  }
+  const bool sliding = c.is_sliding(layer);
   if (!c.learned_pos) {
-    backend_.rope(s.q.data(), rows, c.n_heads, hd, b.positions, c.rope_theta, c.rope_style);
-    backend_.rope(s.qkv.data() + qd, rows, c.n_kv_heads, hd, b.positions, c.rope_theta,
-                  c.rope_style, wqkv);
+    const std::span<const float> inv_freq = sliding ? inv_freq_local_ : inv_freq_;
+    backend_.rope(s.q.data(), rows, c.n_heads, hd, b.positions, inv_freq, c.rope_style);
+    backend_.rope(s.qkv.data() + qd, rows, c.n_kv_heads, hd, b.positions, inv_freq, c.rope_style,
+                  wqkv);
   }
   // New K/V into each sequence's slot table (evicting where a policy says so), then attention.
   KvStep step(backend_, c.n_kv_heads, hd, b.seqs, b.kv, b.policy, s.qkv.data(), wqkv, qd,
@@ -299,7 +342,10 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
   args.n_heads = c.n_heads;
   args.n_kv_heads = c.n_kv_heads;
   args.head_dim = hd;
-  args.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  args.scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  args.softcap = c.attn_softcap;
+  args.window = sliding ? c.sliding_window : 0;
+  args.positions = b.positions;
   args.seqs = step.spans();
   args.kv = step.views();
   args.stats = step.stats();
@@ -326,6 +372,7 @@ void DecoderModel::output_step(const float* hidden, std::span<const int64_t> row
     h = s.emb.data();
   }
   backend_.matmul(h, n, lm_head_, logits);
+  if (c.final_softcap > 0) backend_.softcap(logits, c.final_softcap, n * c.vocab_size);
 }
 
 void DecoderModel::forward(std::span<const int32_t> ids, const int32_t* positions,

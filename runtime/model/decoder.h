@@ -1,8 +1,9 @@
-// Decoder-only transformer (Llama/Mistral/Qwen2: RMSNorm, RoPE, GQA, SwiGLU; OPT: LayerNorm,
-// learned positions, ReLU, biases, post-norm, projected embeddings — see ModelConfig) as schedulable
-// units — per layer an attention unit (2l) and an MLP unit (2l+1) — plus the resident embedding
-// and output head. A unit's weights live in one "blob" (backend storage, 4 KiB-multiple size)
-// that the caller places anywhere (RAM, staged from disk) and passes to run_unit.
+// Decoder-only transformer (Llama/Mistral/Qwen2/Qwen3: RMSNorm, RoPE (scaled), GQA, SwiGLU,
+// QK-norm; Gemma 2/3: sandwich norms, GeGLU, sliding-window layers, soft-capping; OPT: LayerNorm,
+// learned positions, ReLU, biases, post-norm, projected embeddings — see ModelConfig) as
+// schedulable units — per layer an attention unit (2l) and an MLP unit (2l+1) — plus the resident
+// embedding and output head. A unit's weights live in one "blob" (backend storage, 4 KiB-multiple
+// size) that the caller places anywhere (RAM, staged from disk) and passes to run_unit.
 #pragma once
 
 #include <functional>
@@ -77,7 +78,8 @@ class DecoderModel {
 
  private:
   struct Layout {  // byte offsets inside a unit blob (-1: absent)
-    int64_t norm = 0, norm_b = -1, b0 = -1, b1 = -1, w0 = 0, w1 = 0, bytes = 0;
+    int64_t norm = 0, norm_b = -1, post_norm = -1, q_norm = -1, k_norm = -1, b0 = -1, b1 = -1;
+    int64_t w0 = 0, w1 = 0, bytes = 0;
     int64_t w0_rows = 0, w0_cols = 0, w1_rows = 0, w1_cols = 0;
   };
   Layout layout(int64_t unit) const;
@@ -90,6 +92,7 @@ class DecoderModel {
   Weight proj_in_, proj_out_;  // embed_width <-> d_model projections (empty when equal)
   Buffer out_norm_, out_norm_b_;  // device memory; empty without a final norm
   Weight lm_head_;   // [vocab, embed_width]
+  std::vector<float> inv_freq_, inv_freq_local_;  // RoPE of the global / sliding-window layers
 };
 
 // Every unit blob built once and held in the backend's device memory: the all-resident placement.

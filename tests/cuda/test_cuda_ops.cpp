@@ -2,15 +2,15 @@
 // per weight dtype (after rounding the reference's inputs as the GPU stores them), exact
 // equality where the op only moves data, finite outputs, and sentinel guard regions around every
 // device output that must stay untouched.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "runtime/backend/backend.h"
+#include "runtime/backend/rope.h"
 #include "runtime/core/argmax.h"
 #include "runtime/core/dtype.h"
 
@@ -179,9 +179,10 @@ TEST_CASE("cuda: norms, rope, activations and adds match the CPU backend", "[cud
     std::vector<int32_t> pos(tokens);
     for (int64_t t = 0; t < tokens; ++t) pos[t] = static_cast<int32_t>(t * 577 % 5000);
     auto ref = v;
-    cpu->rope(ref.data(), tokens, heads, hd, pos.data(), 10000.0f, style, stride);
+    const std::vector<float> inv_freq = rope_inv_freq(10000.0f, {}, hd);
+    cpu->rope(ref.data(), tokens, heads, hd, pos.data(), inv_freq, style, stride);
     const DeviceArray dv(*be, v);
-    be->rope(dv.data(), tokens, heads, hd, pos.data(), 10000.0f, style, stride);
+    be->rope(dv.data(), tokens, heads, hd, pos.data(), inv_freq, style, stride);
     INFO("style " << static_cast<int>(style));
     CHECK(nmse(dv.read(), ref) < 1e-10);
     CHECK(dv.intact());
