@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "runtime/core/error.h"
 
@@ -335,9 +336,13 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
     backend_.rope(s.qkv.data() + qd, rows, c.n_kv_heads, hd, b.positions, inv_freq, c.rope_style,
                   wqkv);
   }
-  // New K/V into each sequence's slot table (evicting where a policy says so), then attention.
-  KvStep step(backend_, c.n_kv_heads, hd, b.seqs, b.kv, b.policy, s.qkv.data(), wqkv, qd,
-              qd + kvd, b.positions, s.overflow);
+  // New K/V into each sequence's slot table (evicting where a policy says so; on sliding-window
+  // layers the keys behind the window first), then attention.
+  std::optional<SlidingWindowPolicy> window_policy;
+  const KvSlotPolicy* policy = b.policy;
+  if (sliding && policy) policy = &window_policy.emplace(*policy, c.sliding_window);
+  KvStep step(backend_, c.n_kv_heads, hd, b.seqs, b.kv, policy, s.qkv.data(), wqkv, qd, qd + kvd,
+              b.positions, s.overflow);
   AttentionArgs args;
   args.n_heads = c.n_heads;
   args.n_kv_heads = c.n_kv_heads;
