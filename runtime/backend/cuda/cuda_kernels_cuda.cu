@@ -273,22 +273,16 @@ void embedding(const void* table, DType dtype, int64_t cols, const int32_t* ids,
                float* out, cudaStream_t stream) {
   if (n == 0) return;
   const auto blocks = static_cast<unsigned>(n);
-  switch (dtype) {
-    case DType::kF32:
-      embedding_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(table), cols, ids, out);
-      break;
-    case DType::kF16:
-      embedding_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __half*>(table), cols, ids, out);
-      break;
-    case DType::kBF16:
-      embedding_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(table), cols,
-                                                         ids, out);
-      break;
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kQ4G64:
-      return;  // prepare_table never keeps these on the GPU (callers check)
+  // prepare_table keeps only plain tables on the GPU (quantised ones become f32; callers check).
+  if (dtype == DType::kF32) {
+    embedding_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(table), cols, ids, out);
+  } else if (dtype == DType::kF16) {
+    embedding_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __half*>(table), cols, ids, out);
+  } else if (dtype == DType::kBF16) {
+    embedding_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(table), cols,
+                                                       ids, out);
+  } else {
+    return;
   }
   OFFGEN_CUDA_LAUNCHED();
 }
