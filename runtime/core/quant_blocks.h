@@ -73,8 +73,9 @@ void quantize_q6_k(const float* x, uint8_t* blk);
 
 // Activation quantiser (the rule every integer dot product uses): n = 32 or 256 values ->
 // q = nearbyint(x * (127 / amax)) in [-127, 127] with scale d = amax / 127 (fp32), amax = max |x|;
-// amax = 0 gives d = 0 and q = 0; a block with a NaN or an infinity gets d = NaN and q = 0.
-// Returns d.
+// amax < kActTiny (including 0) gives d = 0 and q = 0 (so 127 / amax never overflows); a block
+// with a NaN or an infinity gets d = NaN and q = 0. Returns d.
+constexpr float kActTiny = 0x1p-96f;
 float quantize_act_block(const float* x, int n, int8_t* q);
 // kQ8_K block (float d, int8 q[256], int16 sums of q per 16) by the rule above.
 void quantize_q8_k(const float* x, uint8_t* blk);

@@ -242,7 +242,7 @@ float quantize_act_block(const float* x, int n, int8_t* q) {
     finite = finite && std::isfinite(x[i]);
     amax = std::max(amax, std::fabs(x[i]));
   }
-  if (!finite || amax == 0) {
+  if (!finite || !(amax >= kActTiny)) {
     std::memset(q, 0, n);
     return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
   }

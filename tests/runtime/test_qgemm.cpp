@@ -127,6 +127,13 @@ TEST_CASE("qgemm: every path is bitwise the scalar reference", "[qgemm]") {
     for (int64_t m : {1, 2, 3, 5, 9, 20}) {
       auto x = randn(rng, m * (k + 3));
       if (m == 5) std::fill(x.begin() + (k + 3), x.begin() + (k + 3) + 40, 0.0f);  // a zero block
+      if (m == 9) {  // halves with amax 127: x * 127 / amax ties between integers (to even)
+        for (int64_t e = 0; e < k; ++e)
+          x[2 * (k + 3) + e] = 0.5f * static_cast<float>(e % 255) - 63.5f;
+        x[2 * (k + 3)] = 127.0f;
+        x[3 * (k + 3) + 7] = 1e-30f;  // a block below kActTiny but not zero
+        for (int64_t e = 0; e < 32; ++e) x[3 * (k + 3) + e] = 1e-30f * static_cast<float>(e);
+      }
       std::vector<float> want(m * (n + 1)), got(m * (n + 1));
       cpu::gemm_quant_reference(t, x.data(), m, k + 3, rows.data(), n, k, want.data(), n + 1);
       for (QuantPath path : paths()) {

@@ -5,7 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "runtime/backend/cpu/qgemm_formats.h"
 #include "runtime/backend/cpu/qgemm_internal.h"
@@ -82,28 +87,92 @@ const QRunFn* kernels(QuantPath p) {
   return nullptr;
 }
 
-// Activation rows -> QActs (storage owned by the caller's vectors).
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+// quantize_act_block with AVX-512, bitwise the same: an exact maximum, the same scalar 127 / amax,
+// one fp32 product and round-to-nearest-even per element (the tests compare the two).
+float quantize_act_block_avx512(const float* x, int n, int8_t* q) {
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  __m512 mx = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  for (int i = 0; i < n; i += 16) {
+    const __m512 a = _mm512_and_ps(_mm512_loadu_ps(x + i), abs_mask);
+    bad |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(std::numeric_limits<float>::max()), _CMP_NLE_UQ);
+    mx = _mm512_max_ps(mx, a);
+  }
+  const float amax = _mm512_reduce_max_ps(mx);
+  if (bad || !(amax >= kActTiny)) {
+    std::memset(q, 0, n);
+    return bad ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+  }
+  const __m512 id = _mm512_set1_ps(127.0f / amax);
+  for (int i = 0; i < n; i += 16) {
+    __m512i r = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), id));
+    r = _mm512_max_epi32(_mm512_min_epi32(r, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtepi32_epi8(r));
+  }
+  return amax / 127.0f;
+}
+#endif
+
+float quantize_act(const float* x, int n, int8_t* q) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  return quantize_act_block_avx512(x, n, q);
+#else
+  return quantize_act_block(x, n, q);
+#endif
+}
+
+// Activation rows -> QActs (storage owned by the caller's vectors). simd = false: the scalar
+// quantize_act_block (the reference).
 struct ActStorage {
-  std::vector<int8_t> q;
-  std::vector<float> d;
+  std::vector<int8_t> q, qt;
+  std::vector<float> d, dt;
   std::vector<int16_t> s;
 };
+
+// The AMX copy of the codes (QActs::qt) for rows [0, m / 16 * 16).
+void tile_acts(QActs& a, int64_t m, int64_t k, int ks, ActStorage& st) {
+  const int64_t tiles = m / 16, subs = k / ks;
+  st.qt.resize(tiles * 16 * k);
+  for (int64_t r = 0; r < tiles; ++r)
+    for (int64_t j = 0; j < subs; ++j)
+      for (int i = 0; i < 16; ++i)
+        std::memcpy(st.qt.data() + ((r * subs + j) * 16 + i) * ks,
+                    a.q + (16 * r + i) * a.ldq + j * ks, ks);
+  a.qt = st.qt.data();
+  const int64_t nb = a.ldd;
+  st.dt.resize(tiles * nb * 16);
+  for (int64_t r = 0; r < tiles; ++r)
+    for (int64_t b = 0; b < nb; ++b)
+      for (int i = 0; i < 16; ++i) st.dt[(r * nb + b) * 16 + i] = a.d[(16 * r + i) * a.ldd + b];
+  a.dt = st.dt.data();
+}
 QActs quantize_acts(const FormatTraits& f, const float* x, int64_t m, int64_t ldx, int64_t k,
-                    ActStorage& st) {
+                    ActStorage& st, ThreadContext* ctx, bool simd) {
   const int blk = static_cast<int>(f.block_elems), sub = f.sub_elems;
   const int64_t nb = k / blk, ns = k / sub;
   st.q.resize(m * k);
   st.d.resize(m * nb);
   st.s.resize(m * ns);
-  for (int64_t i = 0; i < m; ++i) {
-    int8_t* q = st.q.data() + i * k;
-    for (int64_t b = 0; b < nb; ++b)
-      st.d[i * nb + b] = quantize_act_block(x + i * ldx + b * blk, blk, q + b * blk);
-    for (int64_t j = 0; j < ns; ++j) {
-      int s = 0;
-      for (int e = 0; e < sub; ++e) s += q[j * sub + e];
-      st.s[i * ns + j] = static_cast<int16_t>(s);
+  auto rows = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      int8_t* q = st.q.data() + i * k;
+      for (int64_t b = 0; b < nb; ++b) {
+        const float* xb = x + i * ldx + b * blk;
+        st.d[i * nb + b] =
+            simd ? quantize_act(xb, blk, q + b * blk) : quantize_act_block(xb, blk, q + b * blk);
+      }
+      for (int64_t j = 0; j < ns; ++j) {
+        int s = 0;
+        for (int e = 0; e < sub; ++e) s += q[j * sub + e];
+        st.s[i * ns + j] = static_cast<int16_t>(s);
+      }
     }
+  };
+  if (ctx && m * k >= (1 << 16)) {
+    ctx->parallel_for(m, std::max<int64_t>(1, (1 << 14) / k), rows);
+  } else {
+    rows(0, m);
   }
   return QActs{st.q.data(), k, st.d.data(), nb, st.s.data(), ns};
 }
@@ -207,7 +276,8 @@ void gemm_quant(DType t, const float* x, int64_t m, int64_t ldx, const void* pac
   OFFGEN_CHECK(fn != nullptr, kInternal, "no {} kernel for {}", quant_path_name(path),
                dtype_name(t));
   thread_local ActStorage st;
-  const QActs acts = quantize_acts(format_traits(t), x, m, ldx, k, st);
+  QActs acts = quantize_acts(format_traits(t), x, m, ldx, k, st, &ctx, true);
+  if (path == QuantPath::kAmx && m >= 16) tile_acts(acts, m, k, format_traits(t).sub_elems, st);
   const QCall call{&acts, static_cast<const uint8_t*>(packed), n, k, g.nb, g.panel_bytes, y, ldy};
   // Work items: chunks of panels x blocks of rows (rows split only when m is large, each item
   // then expands its panels again: a small fraction of its dot products).
@@ -230,7 +300,7 @@ void gemm_quant_reference(DType t, const float* x, int64_t m, int64_t ldx, const
   const FormatTraits& f = format_traits(t);
   const Geometry g = geometry(t, n, k);
   ActStorage st;
-  const QActs a = quantize_acts(f, x, m, ldx, k, st);
+  const QActs a = quantize_acts(f, x, m, ldx, k, st, nullptr, false);
   const int subs = static_cast<int>(f.block_elems / f.sub_elems);
   DecodedBlock q;
   for (int64_t j = 0; j < n; ++j) {

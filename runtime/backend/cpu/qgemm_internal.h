@@ -13,6 +13,9 @@ constexpr int kQDTypeCount = static_cast<int>(DType::kIQ4_XS) + 1;
 // Activation rows quantised once per call (quantize_act_block per block of the format's
 // activation block size): codes, one fp32 scale per block, int16 sums of the codes per sub-block
 // of the weight format (16 or 32 elements).
+// qt, dt (AMX only, else nullptr): the codes and scales of each full 16-row tile again, one
+// contiguous 16 x Ks tile per sub-block: tile (R, j) at qt + (R * k / Ks + j) * 16 * Ks, row i at
+// + i * Ks; the 16 scales of block b at dt + (R * nb + b) * 16.
 struct QActs {
   const int8_t* q;
   int64_t ldq;
@@ -20,6 +23,8 @@ struct QActs {
   int64_t ldd;
   const int16_t* s;
   int64_t lds;
+  const int8_t* qt = nullptr;
+  const float* dt = nullptr;
 };
 
 struct QCall {

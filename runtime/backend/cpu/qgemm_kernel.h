@@ -17,19 +17,25 @@ namespace offgen::cpu::qkern {
 
 using qfmt::kPanel;
 
-// One output column vector of a tile: the expanded codes of its panel (k/4 rows of 64 bytes),
-// the panel's scale region, the first of its columns inside the panel, where its outputs go and
-// how many of them exist (0 for a padding vector).
+// One output column vector of a tile: its panel's expanded codes (k/4 rows of 64 bytes; unused
+// when streaming), its panel's code and scale regions, the panel's slot in the streaming buffer,
+// the first of its columns inside the panel, where its outputs go and how many of them exist
+// (0 for a padding vector).
 struct ColVec {
   const uint8_t* u;
+  const uint8_t* codes;
   const uint8_t* sc;
+  int slot;
   int col;
   float* y;
   int cols;
 };
 
+// sbuf != nullptr: expand each block of the panels just before use (few rows: the codes stay in
+// L1); otherwise cv[v].u holds the whole panel expanded.
 template <class V, class F, int MR, int NV>
-void tile(const QActs& a, int64_t row0, const ColVec* cv, int64_t nb, int64_t ldy) {
+void tile(const QActs& a, int64_t row0, const ColVec* cv, int64_t nb, int64_t ldy, uint8_t* sbuf) {
+  constexpr int64_t kBlkBytes = F::kBlk / 4 * 64;
   using I = typename V::I;
   using Fv = typename V::F;
   constexpr int kSubs = F::kBlk / F::kSub, kGroups = F::kSub / 4;
@@ -39,6 +45,20 @@ void tile(const QActs& a, int64_t row0, const ColVec* cv, int64_t nb, int64_t ld
   int at[NV];
   for (int v = 0; v < NV; ++v) at[v] = 4 * cv[v].col;
   for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* ub[NV];
+    for (int v = 0; v < NV; ++v) {
+      if (F::kDirect) {
+        ub[v] = cv[v].codes + b * F::kCodeBytes;
+      } else if (sbuf) {
+        ub[v] = sbuf + cv[v].slot * kBlkBytes;
+        if (v == 0 || cv[v].slot != cv[v - 1].slot)
+          for (int h = 0; h < kPanel / V::kCols; ++h)
+            F::template expand<V>(cv[v].codes + b * F::kCodeBytes, 4 * h * V::kCols,
+                                  sbuf + cv[v].slot * kBlkBytes);
+      } else {
+        ub[v] = cv[v].u + b * kBlkBytes;
+      }
+    }
     const int8_t* qa[MR];
     const int16_t* sa[MR];
     for (int r = 0; r < MR; ++r) {
@@ -52,10 +72,10 @@ void tile(const QActs& a, int64_t row0, const ColVec* cv, int64_t nb, int64_t ld
         const I init = F::kOffset ? V::set1_32(-F::kOffset * sa[r][j]) : V::zero();
         for (int v = 0; v < NV; ++v) dot[r][v] = init;
       }
-      const int64_t g0 = (b * F::kBlk + j * F::kSub) / 4;
+      const int64_t g0 = j * F::kSub / 4;
       for (int t = 0; t < kGroups; ++t)
         for (int v = 0; v < NV; ++v) {
-          const I u = V::loadu(cv[v].u + 64 * (g0 + t) + at[v]);
+          const I u = V::loadu(ub[v] + 64 * (g0 + t) + at[v]);
           for (int r = 0; r < MR; ++r)
             dot[r][v] = V::template dpbusd<F::kMaxCode>(dot[r][v], u, qa[r] + j * F::kSub + 4 * t);
         }
@@ -105,36 +125,37 @@ void tile(const QActs& a, int64_t row0, const ColVec* cv, int64_t nb, int64_t ld
       if (cv[v].cols > 0) V::store_ps(cv[v].y + (row0 + r) * ldy, acc[r][v], cv[v].cols);
 }
 
-// Rows [r0, r1) of panels [p0, p1) for format F on ISA V, register tiles of MR x NV vectors
-// (NV vectors = NV * V::kCols / 16 panels at a time). Panels are expanded once per call into a
-// per-thread buffer and reused by every row tile.
+// Rows [r0, r1) in tiles of MR rows (the last one smaller).
 template <class V, class F, int MR, int NV>
-void run_rows(const QCall& c, const ColVec* cv, int64_t r0, int64_t r1) {
+void run_rows(const QCall& c, const ColVec* cv, int64_t r0, int64_t r1, uint8_t* sbuf) {
   int64_t r = r0;
-  for (; r + MR <= r1; r += MR) tile<V, F, MR, NV>(*c.act, r, cv, c.nb, c.ldy);
+  for (; r + MR <= r1; r += MR) tile<V, F, MR, NV>(*c.act, r, cv, c.nb, c.ldy, sbuf);
   if constexpr (MR > 1) {
     if (r < r1) {
       const int64_t left = r1 - r;
-      if (left == 1) tile<V, F, 1, NV>(*c.act, r, cv, c.nb, c.ldy);
+      if (left == 1) tile<V, F, 1, NV>(*c.act, r, cv, c.nb, c.ldy, sbuf);
       if constexpr (MR > 2)
-        if (left == 2) tile<V, F, 2, NV>(*c.act, r, cv, c.nb, c.ldy);
+        if (left == 2) tile<V, F, 2, NV>(*c.act, r, cv, c.nb, c.ldy, sbuf);
       if constexpr (MR > 3)
-        if (left == 3) tile<V, F, 3, NV>(*c.act, r, cv, c.nb, c.ldy);
+        if (left == 3) tile<V, F, 3, NV>(*c.act, r, cv, c.nb, c.ldy, sbuf);
     }
   }
 }
 
+// Rows [r0, r1) of panels [p0, p1) for format F on ISA V. One row: wide tiles (1 x 4 vectors,
+// independent accumulation chains across panels); up to kStreamRows rows: blocks expanded just
+// before use; more rows: each group of panels expanded once into a per-thread buffer and reused by
+// every row tile.
 template <class V, class F>
 void run(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
   constexpr int kHalves = kPanel / V::kCols;
-  // Small m: few rows, wide tiles (independent accumulation chains across panels).
-  const bool narrow = r1 - r0 <= 1;
-  constexpr int kWideNV = V::kCols == 16 ? 4 : 4;
-  constexpr int kMR = V::kCols == 16 ? 4 : 2;
-  const int nv = narrow ? kWideNV : 2;
+  constexpr int kMR = V::kCols == 16 ? 4 : 2, kStreamRows = kMR;
+  constexpr int64_t kBlkBytes = F::kBlk / 4 * 64;
+  const bool narrow = r1 - r0 <= 1, stream = r1 - r0 <= kStreamRows;
+  const int nv = narrow ? 4 : 2;
   const int panels_at_once = std::max(1, nv / kHalves);
   thread_local std::vector<uint8_t> scratch;
-  const int64_t ubytes = c.k / 4 * 64;
+  const int64_t ubytes = stream ? kBlkBytes : c.k / 4 * 64;
   if (!F::kDirect && static_cast<int64_t>(scratch.size()) < panels_at_once * ubytes + 64)
     scratch.resize(panels_at_once * ubytes + 64);
   uint8_t* ubase = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
@@ -142,31 +163,27 @@ void run(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
   for (int64_t p = p0; p < p1; p += panels_at_once) {
     const int np = static_cast<int>(std::min<int64_t>(panels_at_once, p1 - p));
     for (int i = 0; i < panels_at_once; ++i) {
-      const int64_t pp = p + std::min(i, np - 1);  // padding vectors repeat the last panel
-      const uint8_t* panel = c.packed + pp * c.panel_bytes;
-      const uint8_t* codes = panel;
-      const uint8_t* scales = panel + c.nb * F::kCodeBytes;
-      const uint8_t* u = codes;
-      if constexpr (!F::kDirect) {
-        uint8_t* out = ubase + i * ubytes;
-        if (i < np)
-          for (int64_t b = 0; b < c.nb; ++b)
-            for (int h = 0; h < kHalves; ++h)
-              F::template expand<V>(codes + b * F::kCodeBytes, 4 * h * V::kCols,
-                                    out + b * (F::kBlk / 4) * 64);
-        u = i < np ? out : ubase + (np - 1) * ubytes;
-      }
+      const int slot = std::min(i, np - 1);  // padding vectors repeat the last panel
+      const int64_t pp = p + slot;
+      const uint8_t* codes = c.packed + pp * c.panel_bytes;
+      const uint8_t* scales = codes + c.nb * F::kCodeBytes;
+      uint8_t* u = ubase + slot * ubytes;
+      if (!F::kDirect && !stream && i < np)
+        for (int64_t b = 0; b < c.nb; ++b)
+          for (int h = 0; h < kHalves; ++h)
+            F::template expand<V>(codes + b * F::kCodeBytes, 4 * h * V::kCols, u + b * kBlkBytes);
       for (int h = 0; h < kHalves; ++h) {
         const int64_t col0 = pp * kPanel + h * V::kCols;
         const int cols =
             i < np ? static_cast<int>(std::clamp<int64_t>(c.n - col0, 0, V::kCols)) : 0;
-        cv[i * kHalves + h] = ColVec{u, scales, h * V::kCols, c.y + col0, cols};
+        cv[i * kHalves + h] = ColVec{u, codes, scales, slot, h * V::kCols, c.y + col0, cols};
       }
     }
+    uint8_t* sbuf = stream ? ubase : nullptr;
     if (narrow) {
-      run_rows<V, F, 1, kWideNV>(c, cv, r0, r1);
+      run_rows<V, F, 1, 4>(c, cv, r0, r1, sbuf);
     } else {
-      run_rows<V, F, kMR, 2>(c, cv, r0, r1);
+      run_rows<V, F, kMR, 2>(c, cv, r0, r1, sbuf);
     }
   }
 }
