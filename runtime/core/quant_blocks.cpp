@@ -218,12 +218,8 @@ void dequantize_blocks(DType t, const uint8_t* src, float* out, int64_t blocks) 
           }
         }
         break;
-      case MinKind::kFloat:
-        if (t == DType::kQ4_1) {
-          for (int e = 0; e < n; ++e) out[e] = std::fma(q.d, static_cast<float>(q.u[e]), q.dm);
-        } else {
-          for (int e = 0; e < n; ++e) out[e] = q.d * static_cast<float>(q.u[e]) + q.dm;
-        }
+      case MinKind::kFloat:  // d * u is exact (11 + 5 significant bits): = fma(d, u, m) too
+        for (int e = 0; e < n; ++e) out[e] = q.d * static_cast<float>(q.u[e]) + q.dm;
         break;
       case MinKind::kInt:
         for (int e = 0; e < n; ++e) {

@@ -49,8 +49,8 @@ void decode_iq4_xs(const uint8_t* blk, DecodedBlock& out);
 
 // Scalar dequantisation of `blocks` blocks of a GGML block format t into fp32, with GGML's
 // reference arithmetic (no fused multiply-add, the products in GGML's order: for example Q4_K is
-// (d*sc)*u - (dmin*m)), hence bitwise the values llama.cpp's generic dequantisers give. The one
-// exception is Q4_1, which keeps offgen's earlier fma(d, u, m) (one rounding instead of two).
+// (d*sc)*u - (dmin*m)), hence bitwise the values llama.cpp's generic dequantisers give (golden
+// test). For Q4_1 this equals offgen's earlier fma(d, u, m): d*u is exact in fp32.
 void dequantize_blocks(DType t, const uint8_t* src, float* out, int64_t blocks);
 
 // Weight quantisers (fp32 -> block format), deterministic round-to-nearest with a scale search.

@@ -39,8 +39,8 @@ void ref_q4_0(const uint8_t* b, float* y) {
 void ref_q4_1(const uint8_t* b, float* y) {
   const float d = h2f(b), m = h2f(b + 2);
   for (int j = 0; j < 16; ++j) {
-    y[j] = std::fma(static_cast<float>(b[4 + j] & 0x0f), d, m);  // offgen keeps the fused form
-    y[j + 16] = std::fma(static_cast<float>(b[4 + j] >> 4), d, m);
+    y[j] = (b[4 + j] & 0x0f) * d + m;
+    y[j + 16] = (b[4 + j] >> 4) * d + m;
   }
 }
 void ref_q5(const uint8_t* b, float* y, bool with_min) {
