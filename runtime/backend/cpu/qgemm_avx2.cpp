@@ -3,6 +3,10 @@
 #include "runtime/backend/cpu/qgemm_isa.h"
 #include "runtime/backend/cpu/qgemm_kernel.h"
 
+#if defined(__AVXVNNI__)
+#include <cpuid.h>
+#endif
+
 namespace offgen::cpu {
 
 const QRunFn* qgemm_kernels_avx2() {
@@ -19,7 +23,8 @@ const QRunFn* qgemm_kernels_avxvnni() {
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__) && \
     (defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__)))
 #if defined(__AVXVNNI__)
-  if (!__builtin_cpu_supports("avxvnni")) return nullptr;
+  unsigned a = 0, b = 0, c = 0, d = 0;  // AVX-VNNI: CPUID leaf 7 sub-leaf 1, EAX bit 4
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 4) & 1u)) return nullptr;
 #else
   if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512vl")) return nullptr;
 #endif
