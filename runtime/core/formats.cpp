@@ -88,8 +88,7 @@ constexpr bool table_in_dtype_order() {
   return true;
 }
 static_assert(table_in_dtype_order(), "kTable rows must follow the DType order");
-static_assert(std::size(kTable) == static_cast<size_t>(DType::kIQ4_XS) + 1,
-              "every DType needs a row in kTable");
+static_assert(std::size(kTable) == kDTypeCount, "every DType needs a row in kTable");
 
 }  // namespace
 

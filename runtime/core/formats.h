@@ -20,6 +20,8 @@ namespace offgen {
 enum class ActFormat { kNone, kQ8_0, kQ8_K };
 
 constexpr int32_t kNoGgmlType = -1;
+// Number of DType values (the last one is kIQ4_XS; formats.cpp checks the table has them all).
+constexpr int kDTypeCount = static_cast<int>(DType::kIQ4_XS) + 1;
 
 struct FormatTraits {
   DType type;

@@ -2,12 +2,14 @@
 // ISA path bitwise equal to the scalar reference straight from the GGML blocks, batch/thread/
 // column-subset invariance, closeness to an fp64 product of the dequantised weights and the
 // quantised activations, and the packed size bound.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "runtime/backend/cpu/cpu_kernels.h"
 #include "runtime/backend/cpu/qgemm.h"
 #include "runtime/core/buffer.h"
 #include "runtime/core/dtype.h"
@@ -245,5 +247,44 @@ TEST_CASE("qgemm: non-finite activations and scales", "[qgemm]") {
     for (int64_t j = 0; j < n; ++j) CHECK(std::isnan(y[1 * n + j]));
     CHECK(!std::isfinite(y[0 * n + 3]));
     CHECK(std::isfinite(y[0 * n + 4]));
+  }
+}
+
+TEST_CASE("cpu kernel table: every matmul weight format has an entry that multiplies", "[qgemm]") {
+  std::mt19937 rng(6);
+  ThreadContext ctx(2);
+  for (const FormatTraits& f : all_formats()) {
+    INFO(f.name);
+    const cpu::CpuMatmulKernel* kn = cpu::cpu_matmul_kernel(f.type);
+    CHECK((kn != nullptr) == f.matmul_weight);
+    if (!kn || !kn->available()) continue;
+    CHECK(kn->type == f.type);
+    const int64_t n = 21, k = 2 * std::max<int64_t>(f.block_elems, 64), m = 3;
+    const FormatTraits& src = format_traits(kn->source);
+    std::vector<uint8_t> rows;
+    if (src.type == f.type && f.decode) {
+      rows = random_rows(f.type, n, k, rng);
+    } else {  // f32 rows (also the source of the bf16 / q4g64 conversions)
+      REQUIRE(kn->source == DType::kF32);
+      const auto w = randn(rng, n * k);
+      rows.resize(w.size() * 4);
+      std::memcpy(rows.data(), w.data(), rows.size());
+    }
+    std::vector<float> w(n * k), x = randn(rng, m * k), y(m * n);
+    dequantize_row(kn->source, rows.data(), w.data(), n * k);
+    Buffer packed(kn->packed_bytes(f.type, n, k));
+    kn->pack(f.type, rows.data(), n, k, packed.data());
+    kn->gemm(f.type, x.data(), m, k, packed.data(), n, k, y.data(), n, ctx);
+    int bad = 0;  // loose: the conversions and activation quantisation round
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double ref = 0, mag = 0;
+        for (int64_t e = 0; e < k; ++e) {
+          ref += double(x[i * k + e]) * w[j * k + e];
+          mag += std::fabs(double(x[i * k + e]) * w[j * k + e]);
+        }
+        bad += std::fabs(y[i * n + j] - ref) > 0.05 * mag + 1e-6;
+      }
+    CHECK(bad == 0);
   }
 }

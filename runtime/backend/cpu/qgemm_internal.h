@@ -4,11 +4,11 @@
 
 #include <cstdint>
 
-#include "runtime/core/dtype.h"
+#include "runtime/core/formats.h"
 
 namespace offgen::cpu {
 
-constexpr int kQDTypeCount = static_cast<int>(DType::kIQ4_XS) + 1;
+constexpr int kQDTypeCount = kDTypeCount;
 
 // Activation rows quantised once per call (quantize_act_block per block of the format's
 // activation block size): codes, one fp32 scale per block, int16 sums of the codes per sub-block
