@@ -7,7 +7,10 @@
 // Without OpenBLAS/oneDNN: add -DGEMM_BENCH_NO_PEERS and drop -lopenblas -ldnnl (those libraries are then absent).
 // Run:
 //   OMP_NUM_THREADS=2 BLIS_NUM_THREADS=2 /tmp/gemm/gemm_bench [--libs a,b,...] [--shapes i,j] [--ms 1,8,...] [--md out.md]
-//                                                           [--tries N]
+//                                                           [--tries N] [--qpath P] [--threads N] [--cpu-time]
+//   --qpath: force the integer GEMM's path (scalar, avx2, avx-vnni, avx512-vnni, amx-int8; default auto);
+//   --threads: offgen's thread count (default 2); --cpu-time: time with the calling thread's CPU time instead of wall
+//   time (for --threads 1, where offgen runs in the calling thread: insensitive to other processes taking the CPU).
 //   libs: openblas, dnnl_f32, dnnl_bf16, blis, ours_f32, ours_bf16, ours_q8 (kernels.h), offgen_f32, offgen_bf16
 //         (runtime/backend/cpu/gemm.h), q_<format> for every GGML block format (runtime/backend/cpu/qgemm.h: q_q4_0,
 //         q_q4_1, q_q5_0, q_q5_1, q_q8_0, q_iq4_nl, q_q2_k, q_q3_k, q_q4_k, q_q5_k, q_q6_k, q_iq4_xs; path chosen by m:
@@ -45,6 +48,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <time.h>
 #include <unistd.h>
 #include <vector>
 
@@ -62,6 +66,13 @@ char* openblas_get_corename(void);
 #endif
 
 using clk = std::chrono::steady_clock;
+
+// CPU time of the calling thread (for --cpu-time).
+static double thread_cpu_seconds() {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 // CPU time (jiffies) used by processes other than this one, from /proc/stat minus /proc/self/stat. The machine has
 // 2 cores and is shared; a measurement during which others used > 4% of the 2 cores is repeated (up to 6 tries).
@@ -269,6 +280,7 @@ struct OffgenFloat : Lib {
 };
 
 struct OffgenQuant : Lib {
+    static inline offgen::cpu::QuantPath path = offgen::cpu::QuantPath::kAuto;
     offgen::DType t;
     offgen::ThreadContext* ctx;
     offgen::Buffer packed;
@@ -280,7 +292,9 @@ struct OffgenQuant : Lib {
     }
     std::string info() override {
         std::string s = "threads=" + std::to_string(ctx->threads()) + " paths:";
-        for (int m : {1, 16}) s += " m=" + std::to_string(m) + ":" + std::string(offgen::cpu::quant_path_name(offgen::cpu::quant_path_auto(m)));
+        for (int m : {1, 16})
+            s += " m=" + std::to_string(m) + ":" +
+                 std::string(offgen::cpu::quant_path_name(path == offgen::cpu::QuantPath::kAuto ? offgen::cpu::quant_path_auto(m) : path));
         return s;
     }
     bool supports(int n, int k) override { return k % offgen::format_traits(t).block_elems == 0; }
@@ -314,7 +328,7 @@ struct OffgenQuant : Lib {
         offgen::cpu::pack_quant(t, raw.data(), n, k, packed.data());
     }
     void run(const float* X, int M, float* Y) override {
-        offgen::cpu::gemm_quant(t, X, M, K, packed.data(), N, K, Y, N, *ctx);
+        offgen::cpu::gemm_quant(t, X, M, K, packed.data(), N, K, Y, N, *ctx, path);
     }
     const std::vector<double>* own_ref(const float* X, int r) override {
         auto& ref = refs[r];
@@ -358,7 +372,8 @@ int main(int argc, char** argv) {
     std::vector<int> Ms = {1, 8, 32, 64, 128, 512};
     std::vector<int> shapes = {0, 1, 2, 3, 4};
     const char* md = nullptr;
-    int tries = 6;
+    int tries = 6, othreads = 2;
+    bool cpu_time = false;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--libs") && i + 1 < argc) {
             libnames.clear();
@@ -369,10 +384,20 @@ int main(int argc, char** argv) {
         else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) shapes = parse_ints(argv[++i]);
         else if (!strcmp(argv[i], "--md") && i + 1 < argc) md = argv[++i];
         else if (!strcmp(argv[i], "--tries") && i + 1 < argc) tries = std::max(1, atoi(argv[++i]));
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) othreads = std::max(1, atoi(argv[++i]));
+        else if (!strcmp(argv[i], "--cpu-time")) cpu_time = true;
+        else if (!strcmp(argv[i], "--qpath") && i + 1 < argc) {
+            const std::string q = argv[++i];
+            bool found = false;
+            for (auto p : {offgen::cpu::QuantPath::kAuto, offgen::cpu::QuantPath::kScalar, offgen::cpu::QuantPath::kAvx2,
+                           offgen::cpu::QuantPath::kAvxVnni, offgen::cpu::QuantPath::kAvx512Vnni, offgen::cpu::QuantPath::kAmx})
+                if (q == offgen::cpu::quant_path_name(p)) OffgenQuant::path = p, found = true;
+            if (!found || !offgen::cpu::quant_path_available(OffgenQuant::path)) { fprintf(stderr, "path %s not available\n", q.c_str()); return 1; }
+        }
     }
     const int MMAX = *std::max_element(Ms.begin(), Ms.end());
     gk::Pool pool(2);
-    offgen::ThreadContext octx(2);
+    offgen::ThreadContext octx(othreads);
     {  // q_all: every GGML block format with an integer kernel
         std::vector<std::string> expanded;
         for (auto& n : libnames) {
@@ -463,8 +488,10 @@ int main(int argc, char** argv) {
                     auto w0 = clk::now();
                     while ((t.size() < 7 || total < 0.25) && t.size() < 2000) {
                         auto t0 = clk::now();
+                        const double c0 = cpu_time ? thread_cpu_seconds() : 0;
                         L->run(d.X.data(), M, Y.data());
-                        double dt = std::chrono::duration<double>(clk::now() - t0).count();
+                        double dt = cpu_time ? thread_cpu_seconds() - c0
+                                             : std::chrono::duration<double>(clk::now() - t0).count();
                         t.push_back(dt);
                         total += dt;
                     }

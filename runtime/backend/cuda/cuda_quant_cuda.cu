@@ -22,10 +22,13 @@ __device__ __forceinline__ uint32_t u32(const uint8_t* p) {
   return p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
 }
 // Element e < 32 of 16 bytes of nibbles (byte j: element j low, element j + 16 high).
-__device__ __forceinline__ int nib(const uint8_t* qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
+__device__ __forceinline__ int nib(const uint8_t* qs, int e) {
+  return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4;
+}
 __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
 
-__constant__ int8_t kIq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+__constant__ int8_t kIq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                1,    13,   25,  38,  53,  69,  89,  113};
 
 // Q4_K / Q5_K 6-bit scale and min of sub-block j from the 12 scale bytes s.
 __device__ __forceinline__ void scale_min_k4(const uint8_t* s, int j, int& sc, int& m) {
@@ -45,7 +48,9 @@ __device__ __forceinline__ float affine(float d, float dmin, int sc, int m, int 
 
 struct Q4_0 {
   static constexpr int kElems = 32, kBytes = 18;
-  __device__ static float value(const uint8_t* b, int e) { return mul(h2f(b), static_cast<float>(nib(b + 2, e) - 8)); }
+  __device__ static float value(const uint8_t* b, int e) {
+    return mul(h2f(b), static_cast<float>(nib(b + 2, e) - 8));
+  }
 };
 struct Q4_1 {
   static constexpr int kElems = 32, kBytes = 20;
@@ -167,20 +172,23 @@ __global__ void dequant_rows_kernel(const uint8_t* w, int64_t row_bytes, const i
 }
 
 unsigned grid(int64_t n) {
-  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(ceil_div(n, kThreads), 65535)));
+  return static_cast<unsigned>(
+      std::max<int64_t>(1, std::min<int64_t>(ceil_div(n, kThreads), 65535)));
 }
 
 struct Launchers {
   bool present = false;
   void (*f16)(const void*, int64_t, int64_t, int64_t, int64_t, void*, cudaStream_t) = nullptr;
-  void (*f32_gather)(const void*, int64_t, int64_t, const int32_t*, int64_t, float*, cudaStream_t) = nullptr;
+  void (*f32_gather)(const void*, int64_t, int64_t, const int32_t*, int64_t, float*,
+                     cudaStream_t) = nullptr;
 };
 
 template <class F>
-void launch_f16(const void* w, int64_t row_bytes, int64_t row0, int64_t rows, int64_t cols, void* out,
-                cudaStream_t stream) {
+void launch_f16(const void* w, int64_t row_bytes, int64_t row0, int64_t rows, int64_t cols,
+                void* out, cudaStream_t stream) {
   dequant_rows_kernel<F, __half><<<grid(rows * cols), kThreads, 0, stream>>>(
-      static_cast<const uint8_t*>(w), row_bytes, nullptr, row0, rows, cols, static_cast<__half*>(out));
+      static_cast<const uint8_t*>(w), row_bytes, nullptr, row0, rows, cols,
+      static_cast<__half*>(out));
   OFFGEN_CUDA_LAUNCHED();
 }
 template <class F>
@@ -229,8 +237,9 @@ void dequantize_rows_f16(DType t, const void* w, int64_t row0, int64_t rows, int
                          void* out, cudaStream_t stream) {
   const Launchers& l = table().rows[static_cast<int>(t)];
   if (!l.present)
-    throw_cuda_error(cudaErrorInvalidValue, "dequantize_rows_f16: a format without a device dequantiser",
-                     __FILE__, __LINE__);
+    throw_cuda_error(cudaErrorInvalidValue,
+                     "dequantize_rows_f16: a format without a device dequantiser", __FILE__,
+                     __LINE__);
   if (rows * cols == 0) return;
   l.f16(w, dtype_bytes(t, cols), row0, rows, cols, out, stream);
 }
@@ -239,8 +248,9 @@ void gather_dequantize_f32(DType t, const void* w, int64_t cols, const int32_t* 
                            float* out, cudaStream_t stream) {
   const Launchers& l = table().rows[static_cast<int>(t)];
   if (!l.present)
-    throw_cuda_error(cudaErrorInvalidValue, "gather_dequantize_f32: a format without a device dequantiser",
-                     __FILE__, __LINE__);
+    throw_cuda_error(cudaErrorInvalidValue,
+                     "gather_dequantize_f32: a format without a device dequantiser", __FILE__,
+                     __LINE__);
   if (n * cols == 0) return;
   l.f32_gather(w, dtype_bytes(t, cols), cols, ids, n, out, stream);
 }
