@@ -23,6 +23,20 @@ struct Preset {
   bool post_norm = false;   // OPT-350m
 };
 
+// Gemma 3 and Qwen3 shapes (their public configurations): head sizes of their own, Gemma's five
+// sliding-window layers per global one.
+struct ModernPreset {
+  const char* name;
+  const char* arch;  // "gemma3" or "qwen3"
+  int64_t layers, d_model, heads, kv_heads, head_dim, ffn, vocab, context;
+  int64_t window = 0;  // gemma3: sliding window (every 6th layer global)
+};
+constexpr ModernPreset kModernPresets[] = {
+    {"gemma3-270m", "gemma3", 18, 640, 4, 1, 256, 2048, 262144, 32768, 512},
+    {"gemma3-1b", "gemma3", 26, 1152, 4, 1, 256, 6912, 262144, 32768, 512},
+    {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960},
+};
+
 // Llama-shaped sizes (public configurations of SmolLM2, TinyLlama, Llama 2 and Llama 3) and the
 // OPT sizes FlexGen benchmarks (facebook/opt-* configs).
 constexpr Preset kPresets[] = {
@@ -49,10 +63,35 @@ constexpr Preset kPresets[] = {
 std::vector<std::string> dummy_presets() {
   std::vector<std::string> v;
   for (const auto& p : kPresets) v.push_back(p.name);
+  for (const auto& p : kModernPresets) v.push_back(p.name);
   return v;
 }
 
 ModelConfig dummy_config(const std::string& preset) {
+  for (const auto& p : kModernPresets) {
+    if (preset != p.name) continue;
+    ModelConfig c = architecture_config(p.arch);
+    c.name = std::string("dummy:") + p.name;
+    c.n_layers = p.layers;
+    c.d_model = p.d_model;
+    c.n_heads = p.heads;
+    c.n_kv_heads = p.kv_heads;
+    c.head_dim = p.head_dim;
+    c.ffn_dim = p.ffn;
+    c.vocab_size = p.vocab;
+    c.context_length = p.context;
+    c.rope_theta = 1e6f;
+    c.norm_eps = 1e-6f;
+    c.tied_embeddings = true;
+    if (p.window > 0) {  // generated norm gains of 1 stand for the stored 1 + w of a GGUF
+      c.sliding_window = p.window;
+      c.rope_local_theta = 1e4f;
+      for (int64_t l = 0; l < c.n_layers; ++l) c.sliding_layers.push_back((l + 1) % 6 != 0);
+    }
+    finish_architecture_config(c);
+    c.validate();
+    return c;
+  }
   for (const auto& p : kPresets) {
     if (preset != p.name) continue;
     ModelConfig c = architecture_config(p.opt ? "opt" : "llama");

@@ -1,6 +1,6 @@
 // `dummy:PRESET` models: a WeightSource of deterministic pseudo-random weights for a named
-// Llama- or OPT-shaped configuration, generated tensor by tensor on demand (never the whole model in RAM),
-// plus a placeholder vocabulary, so any size can be benchmarked.
+// Llama-, OPT-, Gemma 3- or Qwen3-shaped configuration, generated tensor by tensor on demand (never
+// the whole model in RAM), plus a placeholder vocabulary, so any size can be benchmarked.
 #pragma once
 
 #include <string>
@@ -11,7 +11,7 @@
 
 namespace offgen {
 
-// Known presets, e.g. "smollm2-135m", "llama-7b", "opt-6.7b".
+// Known presets, e.g. "smollm2-135m", "llama-7b", "opt-6.7b", "gemma3-270m", "qwen3-0.6b".
 std::vector<std::string> dummy_presets();
 // Config of a preset; throws kConfig listing the presets when unknown.
 ModelConfig dummy_config(const std::string& preset);

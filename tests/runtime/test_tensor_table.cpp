@@ -69,7 +69,8 @@ std::vector<uint8_t> tiny_gguf(const ModelConfig& c, int64_t layers) {
 }  // namespace
 
 TEST_CASE("tensor table: the test checkpoints and every dummy preset match it", "[model][hf]") {
-  for (const char* name : {"llama", "mistral", "qwen2", "opt", "opt350"}) {
+  for (const char* name : {"llama", "mistral", "qwen2", "opt", "opt350", "gemma3", "gemma2", "qwen3",
+                           "llama3", "gguf/gemma3.gguf", "gguf/qwen3.gguf", "gguf/llama3.gguf"}) {
     INFO(name);
     const OpenedModel m = open_model(kDir + "/" + name);  // runs check_tensor_shapes
     CHECK(model_tensors(m.source->config()).size() > 0);
