@@ -31,11 +31,8 @@ using namespace offgen;
 struct CommonFlags {
   std::string model;
   int threads = 0;
-  std::string weight_dtype;  // empty: f32 on the CPU, f16 on a GPU (resolve_dtype)
+  std::string weight_dtype = "native";  // GGML blocks as the file holds them
   std::string backend = "cpu";
-  void resolve_dtype() {
-    if (weight_dtype.empty()) weight_dtype = backend == "cuda" ? "f16" : "f32";
-  }
 };
 
 void add_common(CLI::App* app, CommonFlags& f) {
@@ -43,10 +40,7 @@ void add_common(CLI::App* app, CommonFlags& f) {
   app->add_option("--threads", f.threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
   app->add_option("--backend", f.backend, "Compute backend: cpu (default) or cuda (GPU 0)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  app->add_option("--weight-dtype", f.weight_dtype,
-                  "Matmul weight storage: f32 (exact; the CPU default) or bf16 (half the bytes, "
-                  "faster); on the GPU also f16 (its default)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  add_weight_dtype(app, f.weight_dtype);
 }
 
 void add_sampling(CLI::App* app, SamplingParams& s) {
@@ -247,7 +241,7 @@ int cmd_shared_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOpt
   return 0;
 }
 
-int cmd_inspect(const CommonFlags& f) { return run_inspect(f.model, f.threads); }
+int cmd_inspect(const CommonFlags& f) { return run_inspect(f.model, f.threads, f.weight_dtype); }
 
 }  // namespace
 
@@ -335,7 +329,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "offgen: error: %s (--help lists the flags)\n", e.what());
     return 2;
   }
-  for (CommonFlags* f : {&gen_common, &ins_common, &bench_common}) f->resolve_dtype();
   try {
     if (gen->parsed()) return cmd_generate(gen_common, job, gen_policy, max_context, quiet);
     if (ins->parsed()) return cmd_inspect(ins_common);

@@ -22,7 +22,7 @@ class CalibrateCommand {
 
  private:
   CLI::App* cmd_ = nullptr;
-  std::string offload_dir, json, model, weight_dtype = "f32";
+  std::string offload_dir, json, model, weight_dtype = "native";
   int threads = 0;
   bool quick = false;
 };
@@ -35,7 +35,7 @@ class PlanCommand {
 
  private:
   CLI::App* cmd_ = nullptr;
-  std::string model, weight_dtype = "f32", json, profile;
+  std::string model, weight_dtype = "native", json, profile;
   int threads = 0;
   Workload workload;
   int64_t max_batch = 4096;

@@ -66,7 +66,7 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
     in.hw = measure_transfers(co, std::move(in.hw));
     changed = true;
   }
-  auto backend = make_cpu_backend(ctx.threads, dtype_from_name(ctx.weight_dtype));
+  auto backend = make_cpu_backend(ctx.threads, WeightMode::parse(ctx.weight_dtype));
   OpenedModel opened = open_model(ctx.model);
   DecoderModel model(*opened.source, *backend);
   in.facts = model_facts(model, ctx.weight_dtype);

@@ -52,7 +52,8 @@ void Policy::validate() const {
 
 std::string Policy::weight_storage(const std::string& weight_dtype) const {
   if (!compress_weight) return weight_dtype;
-  OFFGEN_CHECK(weight_dtype == "f32" || weight_dtype == "f16", kConfig,
+  OFFGEN_CHECK(weight_dtype == "f32" || weight_dtype == "f16" || weight_dtype == "native",
+               kConfig,
                "--compress-weight stores 4-bit groups, dequantised for an fp32 (CPU) or fp16 (GPU) "
                "matmul: it does not combine with --weight-dtype {}", weight_dtype);
   return "q4g64";

@@ -23,10 +23,17 @@ void EngineOptions::validate() const {
   OFFGEN_CHECK(backend == "cpu" || backend == "cuda" || backend == "cpu-emulated-device", kConfig,
                "--backend {}: expected cpu or cuda", backend);
   OFFGEN_CHECK(threads >= 0 && threads <= 1024, kConfig, "--threads {} must be in [0, 1024]", threads);
-  OFFGEN_CHECK(weight_dtype == "f32" || weight_dtype == "bf16" || weight_dtype == "f16", kConfig,
-               "--weight-dtype {}: expected f32, bf16 or f16", weight_dtype);
+  try {
+    WeightMode::parse(weight_dtype);
+  } catch (const Error&) {
+    OFFGEN_THROW(kConfig,
+                 "--weight-dtype {}: expected native, f32, bf16, f16 (GPU) or a GGML block "
+                 "format to quantise to (q8_0, q4_0, q4_k, q5_k, q6_k)",
+                 weight_dtype);
+  }
   OFFGEN_CHECK(weight_dtype != "f16" || backend == "cuda", kConfig,
-               "--weight-dtype f16 is a GPU storage (--backend cuda); the CPU GEMM takes f32 or bf16");
+               "--weight-dtype f16 is a GPU storage (--backend cuda); the CPU GEMM takes f32, "
+               "bf16 or GGML blocks");
   policy.validate();
   policy.weight_storage(weight_dtype);  // throws for an impossible combination
   if (backend != "cpu") {
@@ -55,8 +62,8 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   if (options_.prefill_chunk == 0) options_.prefill_chunk = options_.backend == "cuda" ? 65536 : 2048;
   const std::string storage = options_.policy.weight_storage(options_.weight_dtype);
   backend_ = options_.backend == "cpu-emulated-device"
-                 ? make_emulated_device_backend(options_.threads, dtype_from_name(storage))
-                 : make_backend(options_.backend, options_.threads, dtype_from_name(storage));
+                 ? make_emulated_device_backend(options_.threads, WeightMode::parse(storage))
+                 : make_backend(options_.backend, options_.threads, WeightMode::parse(storage));
   OpenedModel opened = open_model(options_.model);
   tokenizer_ = std::make_unique<Tokenizer>(std::move(opened.vocab));
   model_id_ = std::move(opened.content_id);

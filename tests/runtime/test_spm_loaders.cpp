@@ -163,7 +163,7 @@ TEST_CASE("GGUF llama vocabularies: keys and llama.cpp's defaults", "[spm][gguf]
 TEST_CASE("load_gguf_vocab reads the metadata of a file whose tensors it cannot read",
           "[spm][gguf]") {
   GgufWriter w = spm_gguf();
-  w.add_tensor("blk.0.attn_k.weight", {256}, /*Q4_K*/ 12, std::vector<uint8_t>(144, 0));
+  w.add_tensor("blk.0.attn_k.weight", {256}, /*IQ2_XXS*/ 16, std::vector<uint8_t>(66, 0));
   const auto bytes = w.build();
   const auto path = std::filesystem::temp_directory_path() /
                     ("offgen_spm_vocab_" + std::to_string(::getpid()) + ".gguf");
@@ -172,7 +172,7 @@ TEST_CASE("load_gguf_vocab reads the metadata of a file whose tensors it cannot 
     out.write(reinterpret_cast<const char*>(bytes.data()),
               static_cast<std::streamsize>(bytes.size()));
   }
-  CHECK_THROWS_WITH(GgufFile::open(path.string()), Catch::Contains("unsupported ggml type 12"));
+  CHECK_THROWS_WITH(GgufFile::open(path.string()), Catch::Contains("unsupported ggml type 16"));
   const VocabData v = load_gguf_vocab(path.string());
   CHECK(v.tokens.size() == 3 + 256 + 5);
   CHECK(GgufFile::open_metadata(path.string()).tensors().empty());
