@@ -1,8 +1,6 @@
 // Policy: validate() names every invalid field, parse_size units and rejects, and the TOML loader
 // (every key round-trips, unknown keys / wrong types / syntax errors name file:line[:col],
 // the [kv] table is left to its own loader, values are validated with the file name).
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -13,30 +11,23 @@
 
 #include "policies/policy.h"
 #include "runtime/core/error.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 using Catch::Matchers::Contains;
 
 namespace {
 
-// A TOML file in the temp dir, removed when the object goes away.
+// A TOML file in a scratch dir of its own, removed when the object goes away.
 class TempToml {
  public:
-  explicit TempToml(const std::string& text) {
-    static int counter = 0;
-    path_ = (std::filesystem::temp_directory_path() /
-             ("offgen_test_policy_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) +
-              ".toml"))
-                .string();
+  explicit TempToml(const std::string& text) : path_(dir_.file("policy.toml")) {
     std::ofstream(path_) << text;
-  }
-  ~TempToml() {
-    std::error_code ec;
-    std::filesystem::remove(path_, ec);
   }
   const std::string& path() const { return path_; }
 
  private:
+  test::TempDir dir_;
   std::string path_;
 };
 
