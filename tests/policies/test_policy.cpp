@@ -334,3 +334,37 @@ TEST_CASE("compression flags round-trip through policy_toml", "[policy]") {
     CHECK(q.compress_cache == c);
   }
 }
+
+TEST_CASE("any UTF-8 offload_dir round-trips through policy_toml", "[policy]") {
+  // The planner prints the policy as TOML (offgen plan, bench --json); the directory is free text.
+  const std::string dirs[] = {
+      "/tmp/a \"q\"",                // quotes
+      "C:\\offload\\dir\\",          // backslashes, one at the end
+      "/mnt/nvme\nkv = 1\n[kv]",     // newlines that would start new keys
+      "a\tb\rc\bd\fe",               // the short escapes
+      "x\x01y\x1fz\x7f",             // other control characters (\uXXXX)
+      std::string("nul\0byte", 8),   // NUL
+      "/données/キャッシュ/😀",       // non-ASCII (written as it is)
+      "'single' and \"\"\" triple",  // quote runs
+      "#not a comment = \"x\"",
+  };
+  for (const std::string& dir : dirs) {
+    INFO("offload_dir: " << dir);
+    Policy p;
+    p.offload_dir = dir;
+    const std::string text = policy_toml(p);
+    const Policy q = parse_policy_toml(text, "<plan>");
+    CHECK(q.offload_dir == dir);
+    CHECK(policy_toml(q) == text);  // nothing leaked into other keys
+  }
+}
+
+TEST_CASE("policy_toml refuses an offload_dir TOML cannot hold", "[policy]") {
+  // TOML strings are UTF-8; a directory name with other bytes would not read back as itself.
+  Policy p;
+  p.offload_dir = "/tmp/bad\xff";
+  CHECK_THAT(config_error([&] { policy_toml(p); }),
+             Contains("offload_dir") && Contains("UTF-8") && Contains("0xff"));
+  p.offload_dir = "/tmp/\xed\xa0\x80";  // an encoded surrogate
+  CHECK_THAT(config_error([&] { policy_toml(p); }), Contains("offload_dir"));
+}
