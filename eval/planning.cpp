@@ -68,7 +68,7 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
   }
   auto backend = make_cpu_backend(ctx.threads, dtype_from_name(ctx.weight_dtype));
   OpenedModel opened = open_model(ctx.model);
-  LlamaModel model(*opened.source, *backend);
+  DecoderModel model(*opened.source, *backend);
   in.facts = model_facts(model, ctx.weight_dtype);
   const int threads = backend->threads().threads();
   if (const ComputeProfile* c = in.hw.find_compute(in.facts.key, threads)) {

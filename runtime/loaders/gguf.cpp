@@ -146,13 +146,16 @@ bool is_integer_type(GgufType t) {
 
 }  // namespace
 
-GgufFile GgufFile::open(const std::string& path) {
+GgufFile GgufFile::open(const std::string& path) { return open_impl(path, false); }
+GgufFile GgufFile::open_metadata(const std::string& path) { return open_impl(path, true); }
+
+GgufFile GgufFile::open_impl(const std::string& path, bool metadata_only) {
   GgufFile f;
   f.path_ = path;
   f.map_ = MappedFile::open(path, "model file");
   OFFGEN_CHECK(f.map_.size() > 0, kInput, "{}: empty file, not a GGUF model", path);
   f.bytes_ = f.map_.bytes();
-  f.parse_all();
+  f.parse_all(metadata_only);
   return f;
 }
 
@@ -164,7 +167,7 @@ GgufFile GgufFile::parse(std::span<const uint8_t> bytes, const std::string& name
   return f;
 }
 
-void GgufFile::parse_all() {
+void GgufFile::parse_all(bool metadata_only) {
   Cursor c(bytes_, path_);
   const uint32_t magic = c.read<uint32_t>("magic");
   if (magic != 0x46554747u) c.fail("not a GGUF file (bad magic)", 0);
@@ -200,6 +203,7 @@ void GgufFile::parse_all() {
              alignment_at);
     alignment = static_cast<uint64_t>(a->num);
   }
+  if (metadata_only) return;
 
   tensors_.reserve(std::min(n_tensors, kMaxReserve));
   for (uint64_t i = 0; i < n_tensors; ++i) {
