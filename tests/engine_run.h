@@ -1,5 +1,5 @@
-// One Engine::generate() with every logits row recorded (record_logits, the one recorder the engine
-// tests share), and the bitwise comparison of two such runs: the placement and backend parity tests.
+// One Engine::generate() with every logits row recorded (record_logits: the one recorder the
+// engine tests share), and the bitwise comparison of two such runs (placement and backend parity).
 #pragma once
 
 #include <catch2/catch.hpp>
