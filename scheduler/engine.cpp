@@ -242,7 +242,8 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
     return backend_->device_is_host() ? TierBytes{0, b, 0} : TierBytes{b, 0, 0};
   };
 
-  auto finish = [&](Sequence& s) {
+  // Frees a sequence's KV table and its hold on a shared context.
+  auto release = [&](Sequence& s) {
     if (s.kv >= 0) {
       kv_->remove(s.kv);
       committed += kv_need(s.capacity) * -1;
@@ -257,6 +258,9 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
         job.shared.reset();
       }
     }
+  };
+  auto finish = [&](Sequence& s) {
+    release(s);
     s.result.completion_tokens = static_cast<int64_t>(s.result.tokens.size());
     stats_.completion_tokens += s.result.completion_tokens;
     if (s.result.finish_reason == FinishReason::kError) ++stats_.failed;
@@ -266,6 +270,22 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
   };
 
   while (!waiting.empty() || !active.empty() || prepared) {
+    if (cb.should_stop && cb.should_stop()) {  // interrupted: what has not finished stays so
+      for (auto& s : active) {
+        release(*s);
+        s->result.finish_reason = FinishReason::kInterrupted;
+        results[s->index] = std::move(s->result);
+      }
+      active.clear();
+      if (prepared) waiting.push_front(prepared->index);
+      prepared.reset();
+      for (size_t i : waiting) {
+        results[i].id = requests[i].id;
+        results[i].finish_reason = FinishReason::kInterrupted;
+      }
+      waiting.clear();
+      break;
+    }
     // Admit waiting requests into free batch slots. A prepared request whose KV cache does not
     // fit the tier capacities next to the running ones waits until some of them finish.
     while (static_cast<int64_t>(active.size()) < max_active() &&

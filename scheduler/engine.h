@@ -77,6 +77,9 @@ struct GenerateCallbacks {
   std::function<void(size_t index, int64_t step, std::span<const float> logits)> on_logits;
   // Called once per shared context when it has been built (compressed), before its requests run.
   std::function<void(const SharedContext& context)> on_context;
+  // Checked between engine iterations: when it returns true, generate() admits no more work and
+  // returns; requests not finished then get FinishReason::kInterrupted (not passed to on_result).
+  std::function<bool()> should_stop;
 };
 
 // A request's prompt tokens: its ids, or its text (chat template applied when asked) tokenised.

@@ -8,6 +8,7 @@ const char* finish_reason_name(FinishReason r) {
     case FinishReason::kStop: return "stop";
     case FinishReason::kLength: return "length";
     case FinishReason::kError: return "error";
+    case FinishReason::kInterrupted: return "interrupted";
   }
   return "?";
 }

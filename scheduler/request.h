@@ -27,7 +27,8 @@ struct Request {
   bool has_context() const { return !context.empty() || !context_ids.empty(); }
 };
 
-enum class FinishReason { kStop, kLength, kError };
+// kInterrupted: generate() was stopped (GenerateCallbacks::should_stop) before the request ended.
+enum class FinishReason { kStop, kLength, kError, kInterrupted };
 const char* finish_reason_name(FinishReason r);
 
 struct Result {
