@@ -376,7 +376,6 @@ std::vector<JobLine> read_request_file(const std::string& path, const SamplingPa
   std::ifstream in(path, std::ios::binary);
   OFFGEN_CHECK(in.good(), kIo, "{}: cannot open input file", path);
   std::vector<JobLine> lines;
-  std::unordered_set<std::string> seen;
   std::string line;
   int64_t no = 0;
   while (std::getline(in, line)) {
@@ -384,19 +383,24 @@ std::vector<JobLine> read_request_file(const std::string& path, const SamplingPa
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (no == 1 && line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);  // UTF-8 byte-order mark
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    JobLine jl = parse_request_line(line, no, defaults, chat_default);
-    if (!seen.insert(jl.id).second) {
-      jl.request.reset();
-      jl.error = fmt::format("line {}: field '{}': duplicate id '{}'", no,
-                             jl.openai ? "custom_id" : "id", jl.id);
-      jl.error_kind = "duplicate_id";
-      jl.error_field = jl.openai ? "custom_id" : "id";
-      jl.id = fmt::format("{}#line-{}", jl.id, no);
-    }
-    lines.push_back(std::move(jl));
+    lines.push_back(parse_request_line(line, no, defaults, chat_default));
   }
   OFFGEN_CHECK(!in.bad(), kIo, "{}: read error after line {}", path, no);
+  mark_duplicate_ids(lines);
   return lines;
+}
+
+void mark_duplicate_ids(std::vector<JobLine>& lines) {
+  std::unordered_set<std::string> seen;
+  for (JobLine& jl : lines) {
+    if (seen.insert(jl.id).second) continue;
+    jl.request.reset();
+    jl.error = fmt::format("line {}: field '{}': duplicate id '{}'", jl.line_no,
+                           jl.openai ? "custom_id" : "id", jl.id);
+    jl.error_kind = "duplicate_id";
+    jl.error_field = jl.openai ? "custom_id" : "id";
+    jl.id = fmt::format("{}#line-{}", jl.id, jl.line_no);
+  }
 }
 
 nlohmann::json result_record(const JobLine& line, const Result& r, const std::string& model_name) {

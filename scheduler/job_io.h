@@ -39,6 +39,11 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
 std::vector<JobLine> read_request_file(const std::string& path, const SamplingParams& defaults,
                                        bool chat_default);
 
+// Turns every line whose id an earlier line already has into a per-line error (duplicate_id; its
+// record gets the id "ID#line-N"). read_request_file does this; callers that parse lines
+// themselves (the Python API) call it over their lines.
+void mark_duplicate_ids(std::vector<JobLine>& lines);
+
 // Error records counted by kind and by field (records without a field are counted by kind only).
 struct ErrorCounts {
   int64_t total = 0;
