@@ -15,6 +15,7 @@ restarted by Ray and its batch retried, so every row appears once in the output.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
@@ -90,6 +91,16 @@ class Processor:
 
     def __call__(self, ds: "ray.data.Dataset") -> "ray.data.Dataset":
         c = self.config
+        if ray.is_initialized():
+            cpus = ray.cluster_resources().get("CPU", 0)
+            if c.concurrency * c._actor_cpus() >= cpus:
+                warnings.warn(
+                    f"offgen.ray: {c.concurrency} actors x num_cpus {c._actor_cpus():g} reserve all "
+                    f"{cpus:g} CPUs of the cluster: Ray Data's read and write tasks then never get "
+                    "one and the job waits forever; give each actor a smaller num_cpus (the engine "
+                    "still runs engine_kwargs['threads'] threads)",
+                    stacklevel=2,
+                )
         return ds.map_batches(
             _OffgenStage,
             batch_size=c.batch_size,
@@ -112,8 +123,8 @@ def build_processor(
     """A processor over ``config``. ``preprocess(row)`` returns a dict with ``prompt`` or
     ``messages``, optionally ``context``, ``id`` (the request id: its seed is mixed with it, as
     the CLI does; give one for reproducible sampled texts) and ``sampling_params`` (a dict of
-    SamplingParams fields); its other keys are carried to the output row. Without it, a row is
-    that dict itself. ``postprocess(row)`` sees the carried keys plus the generated columns and
+    SamplingParams fields); its other keys are carried to the output row. Without it, the row itself
+    is read that way (its ``prompt``, ``sampling_params``, ... columns). ``postprocess(row)`` sees the carried keys plus the generated columns and
     returns the output row. An exception in either makes that row an error row."""
     return Processor(config, preprocess, postprocess)
 
