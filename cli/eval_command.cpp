@@ -9,8 +9,8 @@
 #include "cli/line_plot.h"
 #include "cli/policy_flags.h"
 #include "runtime/core/error.h"
-#include "scheduler/eval_runner.h"
-#include "scheduler/job_report.h"
+#include "eval/eval_runner.h"
+#include "runtime/core/atomic_file.h"
 
 namespace offgen {
 

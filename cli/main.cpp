@@ -1,12 +1,15 @@
 // The `offgen` executable: argument parsing over the scheduler's Engine and job runner.
 #include <CLI/CLI.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <optional>
 #include <string>
 
 #include "cli/eval_command.h"
+#include "cli/flag_checks.h"
 #include "cli/inspect_command.h"
 #include "cli/multiquery_command.h"
 #include "cli/plan_command.h"
@@ -15,11 +18,11 @@
 #include "runtime/core/log.h"
 #include "runtime/loaders/gguf_source.h"
 #include "runtime/loaders/model_loader.h"
-#include "scheduler/bench_runner.h"
+#include "eval/bench_runner.h"
 #include "scheduler/engine.h"
-#include "scheduler/job_report.h"
-#include "scheduler/job_runner.h"
-#include "scheduler/shared_bench.h"
+#include "jobs/job_report.h"
+#include "jobs/job_runner.h"
+#include "eval/shared_bench.h"
 
 namespace {
 
@@ -48,14 +51,15 @@ void add_common(CLI::App* app, CommonFlags& f) {
 
 void add_sampling(CLI::App* app, SamplingParams& s) {
   app->add_option("--max-tokens", s.max_tokens, "Max tokens to generate per request")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_int());
   app->add_option("--temperature", s.temperature, "Sampling temperature (0 = greedy)")
       ->check(CLI::Range(0.0, 100.0));
   app->add_option("--top-p", s.top_p, "Nucleus sampling mass (0, 1]")->check(CLI::Range(1e-9, 1.0));
   app->add_option("--top-k", s.top_k, "Keep the k most likely tokens (0 = all)")
-      ->check(CLI::NonNegativeNumber);
-  app->add_option("--seed", s.seed, "Sampling seed (mixed with each request's id unless the request sets one)");
-  app->add_option("--stop", s.stop, "Stop string (repeatable)");
+      ->check(non_negative_int());
+  app->add_option("--seed", s.seed, "Sampling seed (mixed with each request's id unless the request sets one)")
+      ->check(non_negative_int());
+  app->add_option("--stop", s.stop, "Stop string (repeatable; non-empty UTF-8)")->check(utf8_text());
 }
 
 // The planner's hardware profile is the CPU backend's (offgen calibrate).
@@ -68,9 +72,8 @@ void check_auto_backend(const CommonFlags& f, const PolicyFlags& pf) {
 
 // `generate --policy auto`: plans for the job's longest prompt and largest max_tokens (every
 // sequence then fits the planned block) over its valid requests.
-Policy plan_for_job(const CommonFlags& f, const GenerateJobOptions& job, const Policy& base,
-                    int64_t max_context) {
-  const std::vector<JobLine> lines = read_request_file(job.input, job.defaults, job.chat);
+Policy plan_for_job(const CommonFlags& f, const GenerateJobOptions& job,
+                    const std::vector<JobLine>& lines, const Policy& base, int64_t max_context) {
   std::vector<Request> requests;
   for (const JobLine& l : lines)
     if (l.request) requests.push_back(*l.request);
@@ -82,16 +85,33 @@ Policy plan_for_job(const CommonFlags& f, const GenerateJobOptions& job, const P
   return auto_plan(planning_inputs(ctx), w, base).policy;
 }
 
+// SIGINT / SIGTERM during `generate`: the first one asks the job to stop (records written so far
+// are kept, the report says "interrupted"), a second one ends the process at once.
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;  // the next one gets the default action
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
 int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlags& pf,
                  int64_t max_context, bool quiet) {
   const auto start = std::chrono::steady_clock::now();
   auto since_start = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
+  install_stop_handlers();
+  check_job_files(job);
+  const JobInput input = load_job_input(job);  // once: the input may be a pipe
   EngineOptions eo;
   eo.policy = pf.resolve();
   check_auto_backend(f, pf);
-  if (pf.auto_policy()) eo.policy = plan_for_job(f, job, eo.policy, max_context);
+  if (pf.auto_policy()) eo.policy = plan_for_job(f, job, input.lines, eo.policy, max_context);
   eo.max_context = max_context;
   eo.model = f.model;
   eo.threads = f.threads;
@@ -100,10 +120,23 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
   Engine engine(eo);
   const double load_seconds = since_start();
   job.progress = !quiet;
-  JobSummary s = run_generate_job(engine, job);
-  if (!job.report.empty())
-    write_json_atomically(job.report, job_report(engine, job, s, load_seconds, since_start()));
+  JobSummary s = run_generate_job(engine, job, input, [] { return g_stop_signal.load() != 0; });
+  const int sig = g_stop_signal.load();
+  if (!job.report.empty()) {
+    nlohmann::json report = job_report(engine, job, s, load_seconds, since_start());
+    if (s.interrupted) report["interrupted_by"] = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    write_json_atomically(job.report, report);
+  }
   const auto& st = s.stats;
+  if (s.interrupted) {
+    std::fprintf(stderr,
+                 "offgen: interrupted by %s: %lld of %lld records written, %lld unfinished; run "
+                 "the same command again to resume\n",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM",
+                 static_cast<long long>(s.lines - s.unfinished), static_cast<long long>(s.lines),
+                 static_cast<long long>(s.unfinished));
+    return 128 + (sig == 0 ? SIGTERM : sig);
+  }
   std::fprintf(stderr,
                "offgen: done: %lld requests (%lld resumed from an earlier run), %lld failed; prefill %lld tokens in %.2fs (%.1f tok/s), "
                "decode %lld tokens in %.2fs (%.1f tok/s); wall %.2fs; output %s\n",
@@ -218,12 +251,14 @@ int main(int argc, char** argv) {
   bool quiet = false;
   auto* gen = app.add_subcommand("generate", "Complete every request of a JSONL file");
   add_common(gen, gen_common);
-  gen->add_option("--input", job.input, "Input JSONL (one request per line)")->required();
+  gen->add_option("--input", job.input,
+                  "Input JSONL (one request per line): a file, a named pipe, or - for standard input")
+      ->required();
   gen->add_option("--output", job.output, "Output JSONL (one record per request)")->required();
   gen_policy.add_to(gen);
   gen->add_option("--max-context", max_context,
                   "Cap the context window (prompt + completion tokens; 0 = the model's)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_int());
   gen->add_flag("--chat", job.chat, "Apply the model's chat template to plain prompts");
   gen->add_option("--context", job.context_file,
                   "A shared context (text file) for every request without a \"context\" field: "
@@ -284,8 +319,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // prints help/version, or the error and a --help hint
-    return rc == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::fprintf(stderr, "offgen: error: %s (--help lists the flags)\n", e.what());
+    return 2;
   }
   for (CommonFlags* f : {&gen_common, &ins_common, &bench_common}) f->resolve_dtype();
   try {
@@ -302,6 +338,10 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     std::fprintf(stderr, "offgen: error: %s\n", e.what());
     return e.category() == ErrorCategory::kConfig ? 2 : 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "offgen: error: out of memory (lower the batch size or max_tokens, or "
+                         "set --cpu-mem)\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "offgen: error: %s\n", e.what());
     return 1;

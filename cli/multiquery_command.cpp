@@ -8,8 +8,8 @@
 
 #include "cli/line_plot.h"
 #include "cli/policy_flags.h"
-#include "scheduler/job_report.h"
-#include "scheduler/multiquery_eval.h"
+#include "runtime/core/atomic_file.h"
+#include "eval/multiquery_eval.h"
 
 namespace offgen {
 

@@ -5,11 +5,12 @@
 
 #include <fmt/format.h>
 
+#include "cli/flag_checks.h"
 #include "runtime/backend/backend.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "runtime/loaders/model_loader.h"
-#include "scheduler/job_report.h"
+#include "runtime/core/atomic_file.h"
 
 namespace offgen {
 void calibration_progress(const std::string& what) {
@@ -80,7 +81,7 @@ int CalibrateCommand::run() const {
   if (!model.empty()) {
     auto backend = make_cpu_backend(threads, weight_dtype == "bf16" ? DType::kBF16 : DType::kF32);
     OpenedModel opened = open_model(model);
-    LlamaModel m(*opened.source, *backend);
+    DecoderModel m(*opened.source, *backend);
     const ComputeProfile c = measure_compute(m, weight_dtype, co);
     hw.put_compute(c);
     std::printf("compute %s, %d threads:\n", c.model_key.c_str(), c.threads);
@@ -109,7 +110,7 @@ void PlanCommand::add_to(CLI::App* app) {
   cmd_->add_option("--gen-len", workload.gen_len, "Generated tokens")->required()->check(CLI::Range(2, 1 << 20));
   cmd_->add_option("--num-requests", workload.num_requests,
                    "Requests in the job (0 = unbounded: blocks as large as fit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_int());
   cmd_->add_option("--max-batch", max_batch, "Largest block of sequences considered")
       ->check(CLI::Range(1, 1 << 20));
   cmd_->add_option("--profile", profile, "Hardware profile (default the cache; measured when absent)");

@@ -10,7 +10,7 @@
 
 #include "cli/policy_flags.h"
 #include "policies/planner.h"
-#include "scheduler/planning.h"
+#include "eval/planning.h"
 
 namespace offgen {
 

@@ -3,6 +3,9 @@
 
 #include <toml++/toml.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -133,9 +136,19 @@ std::string format_bytes(int64_t b) {
 }
 
 Policy load_policy_toml(const std::string& path, const Policy& base) {
+  std::error_code ec;
+  OFFGEN_CHECK(!std::filesystem::is_directory(path, ec), kConfig,
+               "{}: is a directory, not a policy file (TOML)", path);
   std::ifstream in(path, std::ios::binary);
-  OFFGEN_CHECK(in.good(), kConfig, "{}: cannot read the policy file", path);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  OFFGEN_CHECK(in.good(), kConfig, "{}: cannot read the policy file: {}", path,
+               std::strerror(errno));
+  std::string text;
+  try {
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::exception& e) {
+    OFFGEN_THROW(kConfig, "{}: cannot read the policy file: {}", path, e.what());
+  }
+  OFFGEN_CHECK(!in.bad(), kConfig, "{}: cannot read the policy file", path);
   return parse_policy_toml(text, path, base);
 }
 

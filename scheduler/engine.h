@@ -14,7 +14,7 @@
 #include "policies/cost_model.h"
 #include "policies/policy.h"
 #include "runtime/backend/backend.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/decoder.h"
 #include "runtime/text/tokenizer.h"
 #include "scheduler/block_executor.h"
 #include "scheduler/context_compression.h"
@@ -23,7 +23,7 @@
 namespace offgen {
 
 struct EngineOptions {
-  std::string model;              // path to a .gguf file
+  std::string model;              // a .gguf file, a Hugging Face checkpoint directory or dummy:PRESET
   std::string backend = "cpu";    // cpu, cuda (or cpu-emulated-device: tests of the GPU paths)
   int threads = 0;                // 0 = all cores
   // Matmul storage: f32 (exact) or bf16 (faster, ~1e-2 logits); f16 on the GPU.
@@ -59,6 +59,10 @@ struct GenerationStats {
   double context_prefill_seconds = 0;  // the prefill part of it
   int64_t context_pairs = 0, context_kept_pairs = 0;  // KV pairs over all contexts, and kept
   int64_t context_peak_bytes = 0;  // most shared-context K+V bytes held at once
+  // Requests whose max_tokens was cut to fit the context window (prompt + completion).
+  int64_t max_tokens_clamped = 0;
+  bool interrupted = false;  // should_stop() ended the call early
+  int64_t unfinished = 0;    // requests without a result (an interruption; 0 otherwise)
 };
 
 struct Progress {
@@ -77,8 +81,9 @@ struct GenerateCallbacks {
   std::function<void(size_t index, int64_t step, std::span<const float> logits)> on_logits;
   // Called once per shared context when it has been built (compressed), before its requests run.
   std::function<void(const SharedContext& context)> on_context;
-  // Checked between engine iterations: when it returns true, generate() admits no more work and
-  // returns; requests not finished then get FinishReason::kInterrupted (not passed to on_result).
+  // Polled between engine iterations: when it returns true, generate() stops admitting work and
+  // returns promptly; requests not finished by then get FinishReason::kInterrupted and are not
+  // passed to on_result (a resumed job runs them again).
   std::function<bool()> should_stop;
 };
 
@@ -95,6 +100,8 @@ class Engine {
   const Tokenizer& tokenizer() const;
   const EngineOptions& options() const { return options_; }
   int64_t max_context() const { return max_context_; }
+  // The model's content identity (runtime/loaders/model_loader.h: OpenedModel::content_id).
+  const std::string& model_id() const { return model_id_; }
   int64_t weight_bytes() const;
   // Memory by tier now: weights (model tensors, homes, staging), KV homes at their peak and the
   // shared contexts' peak — device = GPU memory (on the CPU backend everything but disk is host).
@@ -123,7 +130,11 @@ class Engine {
   std::vector<int32_t> encode_prompt(const Request& r) const;
 
   // Generates all requests; results are returned in input order. Per-request failures (prompt
-  // too long, invalid sampling values) become error results; the others still run. Requests
+  // too long, invalid sampling values, a KV cache that can never fit, non-finite logits) become
+  // error results; the others still run. Failures of the machine (disk full, I/O errors, out of
+  // memory: Error kResource/kIo) are thrown, with no result for the unfinished requests; the
+  // engine stays usable. Without --cpu-mem (and --gpu-mem on the CPU backend), admission keeps
+  // the RAM the KV caches take within what was available when the engine was built. Requests
   // with a context (Request::context) share it: each distinct context is prefilled once,
   // compressed once by the KV policy (kvzip, kvzip-uniform, h2o, snapkv scored by its first
   // request, sinks, or full) to the KV budget's retained ratio, held once (RAM or GPU memory)
@@ -138,6 +149,19 @@ class Engine {
  private:
   struct Sequence;
   struct SharedContextJob;
+  struct Run;
+  // generate()'s steps (engine_generate.cpp).
+  void plan_contexts(Run& run);
+  std::unique_ptr<Sequence> prepare(Run& run, size_t i);  // null: finished with an error
+  void admit(Run& run);
+  void step(Run& run);
+  void release(Run& run, Sequence& s);
+  void finish(Run& run, Sequence& s);
+  void abandon(Run& run);
+  TierBytes context_tier(int64_t bytes) const;
+  int64_t ram_part(const TierBytes& need) const;
+  bool fits_memory(const TierBytes& need) const;
+  void check_memory(const TierBytes& need, const std::string& what) const;
   void build_context(SharedContextJob& job);
   ContextForward executor_forward();
   void run_prefill(std::vector<Sequence*>& seqs);
@@ -150,7 +174,7 @@ class Engine {
   EngineOptions options_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<WeightSource> source_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<DecoderModel> model_;
   std::unique_ptr<NvmeStore> nvme_;
   std::unique_ptr<WeightStore> weights_;
   std::unique_ptr<KvPolicy> kv_policy_;  // null for the full cache
@@ -160,10 +184,12 @@ class Engine {
   std::unique_ptr<KvzipRepeat> kvzip_repeat_;
   std::unique_ptr<Tokenizer> tokenizer_;
   int64_t max_context_ = 0;
+  std::string model_id_;
   GenerationStats stats_;
   const GenerateCallbacks* callbacks_ = nullptr;  // during generate()
   ModelFacts facts_;                               // the layout the memory accounting reads
   TierBytes weight_need_;                          // weights' bytes per tier
+  int64_t ram_limit_ = 0;  // RAM admission may commit (0: the policy's tier limits decide)
   std::vector<float> logits_;
   std::vector<int32_t> argmax_;  // the last forward's greedy tokens (when greedy_)
   bool greedy_ = false;

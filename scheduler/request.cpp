@@ -13,4 +13,15 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
+const char* request_error_kind_name(RequestErrorKind k) {
+  switch (k) {
+    case RequestErrorKind::kNone: return "none";
+    case RequestErrorKind::kFailed: return "request_failed";
+    case RequestErrorKind::kPromptTooLong: return "prompt_too_long";
+    case RequestErrorKind::kDoesNotFit: return "does_not_fit";
+    case RequestErrorKind::kNonFiniteLogits: return "non_finite_logits";
+  }
+  return "request_failed";
+}
+
 }  // namespace offgen

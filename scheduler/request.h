@@ -27,9 +27,20 @@ struct Request {
   bool has_context() const { return !context.empty() || !context_ids.empty(); }
 };
 
-// kInterrupted: generate() was stopped (GenerateCallbacks::should_stop) before the request ended.
+// kInterrupted: generate() was stopped before the request finished (no text; not a final result).
 enum class FinishReason { kStop, kLength, kError, kInterrupted };
 const char* finish_reason_name(FinishReason r);
+
+// Why a request failed, as far as the engine knows (job records name it as their error kind).
+enum class RequestErrorKind {
+  kNone,
+  kFailed,          // invalid for this model or engine (an id outside the vocabulary, a context
+                    // that cannot be built, ...): "request_failed"
+  kPromptTooLong,   // the prompt leaves no room in the context window: "prompt_too_long"
+  kDoesNotFit,      // its KV cache alone exceeds the memory limits: "does_not_fit"
+  kNonFiniteLogits  // the model produced NaN or infinite logits: "non_finite_logits"
+};
+const char* request_error_kind_name(RequestErrorKind k);
 
 struct Result {
   std::string id;
@@ -39,6 +50,7 @@ struct Result {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   std::string error;            // set when finish_reason == kError
+  RequestErrorKind error_kind = RequestErrorKind::kNone;  // set when finish_reason == kError
 };
 
 }  // namespace offgen

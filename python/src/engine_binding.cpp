@@ -10,12 +10,13 @@
 #include <mutex>
 #include <optional>
 
+#include "eval/planning.h"
+#include "jobs/job_io.h"
 #include "python/src/bindings.h"
 #include "runtime/core/error.h"
+#include "runtime/core/hash.h"
 #include "runtime/loaders/model_loader.h"
 #include "scheduler/engine.h"
-#include "scheduler/job_io.h"
-#include "scheduler/planning.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -35,19 +36,34 @@ struct Output {
   std::string error, error_kind, error_field;
 };
 
-// Request lines as a JSONL file of them would be read: line i is line_no i + 1; `defaults` holds
-// one SamplingParams for every line or one per line.
+// Request lines read as a JSONL file of them (line i is line i + 1, ids and seeds as the CLI
+// gives them); `defaults` holds one SamplingParams for every line, or one per line.
 std::vector<JobLine> parse_lines(const std::vector<std::string>& lines,
                                  const std::vector<SamplingParams>& defaults, bool chat) {
   OFFGEN_CHECK(defaults.size() == 1 || defaults.size() == lines.size(), kConfig,
                "{} sampling parameter sets for {} requests: give one, or one per request",
                defaults.size(), lines.size());
-  std::vector<JobLine> out;
-  out.reserve(lines.size());
-  for (size_t i = 0; i < lines.size(); ++i)
-    out.push_back(parse_request_line(lines[i], static_cast<int64_t>(i) + 1,
-                                     defaults[defaults.size() == 1 ? 0 : i], chat));
-  mark_duplicate_ids(out);
+  std::string text;
+  for (const std::string& l : lines) {
+    OFFGEN_CHECK(l.find('\n') == std::string::npos, kInternal, "a request line holds a newline");
+    text += l;
+    text += '\n';
+  }
+  std::vector<JobLine> out = parse_request_text(text, defaults[0], chat);
+  OFFGEN_CHECK(out.size() == lines.size(), kInternal, "{} request lines parsed as {}", lines.size(),
+               out.size());
+  if (defaults.size() > 1)
+    for (size_t i = 1; i < out.size(); ++i) {
+      // Its own defaults: the line's fields over them, the id the whole text gave it, and the
+      // default seed mixed with that id unless the line has a seed (as parse_request_line does).
+      JobLine& jl = out[i];
+      if (!jl.request) continue;
+      JobLine again = parse_request_line(lines[i], jl.line_no, defaults[i], chat);
+      OFFGEN_CHECK(again.request.has_value(), kInternal, "line {} parsed differently", jl.line_no);
+      again.request->id = jl.id;
+      if (!again.own_seed) again.request->sampling.seed = defaults[i].seed ^ fnv1a64(jl.id);
+      jl.request = std::move(again.request);
+    }
   return out;
 }
 

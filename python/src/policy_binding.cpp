@@ -7,11 +7,11 @@
 
 #include <cstdio>
 
+#include "eval/planning.h"
 #include "policies/planner.h"
 #include "policies/policy_overrides.h"
 #include "python/src/bindings.h"
 #include "runtime/text/sampler.h"
-#include "scheduler/planning.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;

@@ -209,8 +209,9 @@ class Backend {
   virtual void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
   // Causal attention of q[rows][n_heads][head_dim] over each sequence's KV slots; out has q's shape.
   virtual void attention(const float* q, const AttentionArgs& args, float* out) = 0;
-  // Greedy sampling on the device: out[i] = the lowest id among the largest logits of row i
-  // (NaN ranks lowest), for n rows of `vocab`; out is host memory, filled when this returns.
+  // Greedy sampling on the device: out[i] = the lowest id among the largest logits of row i, or
+  // kNonFiniteRow (-1, argmax.h) when row i holds a NaN or an infinity, for n rows of `vocab`;
+  // out is host memory, filled when this returns.
   virtual void argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out) = 0;
 };
 

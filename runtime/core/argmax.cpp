@@ -17,4 +17,14 @@ int32_t argmax(std::span<const float> logits) {
   return best;
 }
 
+bool all_finite(std::span<const float> logits) {
+  for (float x : logits)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+int32_t argmax_checked(std::span<const float> logits) {
+  return all_finite(logits) ? argmax(logits) : kNonFiniteRow;
+}
+
 }  // namespace offgen

@@ -9,6 +9,8 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
+#include "runtime/model/architecture.h"
+#include "runtime/model/tensor_table.h"
 
 namespace offgen {
 namespace {
@@ -53,8 +55,7 @@ std::vector<std::string> dummy_presets() {
 ModelConfig dummy_config(const std::string& preset) {
   for (const auto& p : kPresets) {
     if (preset != p.name) continue;
-    ModelConfig c;
-    c.arch = p.opt ? "opt" : "llama";
+    ModelConfig c = architecture_config(p.opt ? "opt" : "llama");
     c.name = std::string("dummy:") + p.name;
     c.n_layers = p.layers;
     c.d_model = p.d_model;
@@ -66,16 +67,11 @@ ModelConfig dummy_config(const std::string& preset) {
     c.context_length = p.context;
     c.rope_theta = 10000.0f;
     c.norm_eps = 1e-5f;
-    c.rope_style = RopeStyle::kHalf;
+    c.rope_style = RopeStyle::kHalf;  // random weights: either pairing; kept as benchmarked
     c.tied_embeddings = p.opt;
     if (p.opt) {
-      c.norm = NormKind::kLayer;
-      c.ffn = FfnKind::kRelu;
       c.pre_norm = !p.post_norm;
       c.final_norm = !p.post_norm;
-      c.qkv_bias = c.out_bias = c.ffn_bias = true;
-      c.learned_pos = true;
-      c.pos_offset = 2;
       c.embed_dim = p.embed_dim;
     }
     c.validate();
@@ -89,37 +85,7 @@ DummyWeightSource::DummyWeightSource(const std::string& preset)
     : preset_(preset), config_(dummy_config(preset)) {}
 
 std::vector<int64_t> DummyWeightSource::dims_of(const std::string& name) const {
-  const ModelConfig& c = config_;
-  const int64_t e = c.embed_width();
-  const bool layer_norm = c.norm == NormKind::kLayer;
-  if (name == "token_embd.weight") return {e, c.vocab_size};
-  if (name == "output.weight") return c.tied_embeddings ? std::vector<int64_t>{} : std::vector<int64_t>{e, c.vocab_size};
-  if (c.final_norm && (name == "output_norm.weight" || (layer_norm && name == "output_norm.bias")))
-    return {c.d_model};
-  if (c.learned_pos && name == "position_embd.weight")
-    return {c.d_model, c.pos_offset + c.context_length};
-  if (e != c.d_model && name == "proj_in.weight") return {e, c.d_model};
-  if (e != c.d_model && name == "proj_out.weight") return {c.d_model, e};
-  int layer = -1;
-  char what[64] = {};
-  if (std::sscanf(name.c_str(), "blk.%d.%63s", &layer, what) != 2 || layer < 0 ||
-      layer >= c.n_layers)
-    return {};
-  const std::string w = what;
-  if (w == "attn_norm.weight" || w == "ffn_norm.weight") return {c.d_model};
-  if (layer_norm && (w == "attn_norm.bias" || w == "ffn_norm.bias")) return {c.d_model};
-  if (w == "attn_q.weight") return {c.d_model, c.q_dim()};
-  if (w == "attn_k.weight" || w == "attn_v.weight") return {c.d_model, c.kv_dim()};
-  if (w == "attn_output.weight") return {c.q_dim(), c.d_model};
-  if (c.qkv_bias && w == "attn_q.bias") return {c.q_dim()};
-  if (c.qkv_bias && (w == "attn_k.bias" || w == "attn_v.bias")) return {c.kv_dim()};
-  if (c.out_bias && w == "attn_output.bias") return {c.d_model};
-  if (c.gated_ffn() && w == "ffn_gate.weight") return {c.d_model, c.ffn_dim};
-  if (w == "ffn_up.weight") return {c.d_model, c.ffn_dim};
-  if (w == "ffn_down.weight") return {c.ffn_dim, c.d_model};
-  if (c.ffn_bias && w == "ffn_up.bias") return {c.ffn_dim};
-  if (c.ffn_bias && w == "ffn_down.bias") return {c.d_model};
-  return {};
+  return model_tensor_dims(config_, name);
 }
 
 bool DummyWeightSource::has_tensor(const std::string& name) const { return !dims_of(name).empty(); }

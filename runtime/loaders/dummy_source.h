@@ -22,6 +22,7 @@ class DummyWeightSource final : public WeightSource {
   const ModelConfig& config() const override { return config_; }
   TensorRef tensor(const std::string& name) const override;
   bool has_tensor(const std::string& name) const override;
+  std::vector<int64_t> tensor_dims(const std::string& name) const override { return dims_of(name); }
   std::string describe() const override { return "dummy:" + preset_; }
   // Byte tokens plus "<dummy_N>" placeholders up to the model's vocabulary size.
   VocabData vocab() const;

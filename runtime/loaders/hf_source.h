@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "runtime/loaders/safetensors.h"
+#include "runtime/model/architecture.h"
 #include "runtime/model/weight_source.h"
 
 namespace offgen {
@@ -20,9 +21,14 @@ class HfWeightSource final : public WeightSource {
  public:
   // Opens dir/config.json and the directory's safetensors files (mmapped). Throws kIo / kInput.
   explicit HfWeightSource(const std::string& dir);
+  // The same over a config.json text given directly (the checkpoint's own config.json is not
+  // read): `config_name` names it in messages.
+  HfWeightSource(const std::string& dir, std::string_view config_json,
+                 const std::string& config_name);
   const ModelConfig& config() const override { return config_; }
   TensorRef tensor(const std::string& name) const override;
   bool has_tensor(const std::string& name) const override;
+  std::vector<int64_t> tensor_dims(const std::string& name) const override;
   std::string describe() const override { return dir_; }
   const SafetensorsCheckpoint& checkpoint() const { return ckpt_; }
 
@@ -33,6 +39,7 @@ class HfWeightSource final : public WeightSource {
   std::string dir_;
   ModelConfig config_;
   SafetensorsCheckpoint ckpt_;
+  const Architecture* arch_ = nullptr;  // its row (architecture.h)
   std::string prefix_;  // "model." / "model.decoder." / "decoder." as the checkpoint spells it
 };
 

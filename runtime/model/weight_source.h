@@ -34,6 +34,10 @@ class WeightSource {
   // Thread-safe.
   virtual TensorRef tensor(const std::string& name) const = 0;
   virtual bool has_tensor(const std::string& name) const = 0;
+  // A tensor's dims (GGML order) without touching or generating its data; throws as tensor().
+  virtual std::vector<int64_t> tensor_dims(const std::string& name) const {
+    return tensor(name).dims;
+  }
   virtual std::string describe() const = 0;  // e.g. the file path
 };
 

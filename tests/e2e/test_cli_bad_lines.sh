@@ -44,7 +44,7 @@ rows = [  # (line bytes, expected id, kind or OK/SKIP, field or None, what this 
   (simple(id="seed-float", prompt="x", seed=1.5), "seed-float", "wrong_type", "seed", "non-integer seed"),
   (simple(id="seed-neg", prompt="x", seed=-7), "seed-neg", "invalid_value", "seed", "negative seed"),
   (simple(id="crlf", prompt="again"), "crlf#line-26", "duplicate_id", "id", "duplicate id"),
-  (simple(id="", prompt="x"), "", "invalid_value", "id", "empty id"),
+  (simple(id="", prompt="x"), "line-27", "invalid_value", "id", "empty id"),
   (simple(id=True, prompt="x"), "line-28", "wrong_type", "id", "id of the wrong type"),
   (simple(id="bad-role", messages=[{"role": "wizard", "content": "x"}]), "bad-role", "invalid_value", "messages[0].role", "message with a bad role"),
   (simple(id="no-content", messages=[{"role": "user"}]), "no-content", "missing_field", "messages[0].content", "message without content"),
@@ -69,6 +69,16 @@ rows = [  # (line bytes, expected id, kind or OK/SKIP, field or None, what this 
   (oa("good-oa-chat", {"messages": chat}, url="/v1/chat/completions"), "good-oa-chat", OK, None, "valid OpenAI chat line"),
   (simple(id="good-unicode", prompt="Café — 世界"), "good-unicode", OK, None, "valid non-ASCII prompt"),
   (simple(id="good-zero", prompt="x", max_tokens=0), "good-zero", OK, None, "valid max_tokens 0"),
+  (simple(id="", prompt="y"), "line-52", "invalid_value", "id", "a second empty id: invalid too, not a duplicate"),
+  (b'{"id": "num-huge", "prompt": "x", "max_tokens": 1e999}', "line-53", "invalid_value", "max_tokens", "a number beyond a double (the line is not read further: generated id)"),
+  (simple(id="good-parts", messages=[{"role": "user", "content": [{"type": "text", "text": "Say"}, {"type": "text", "text": "hi."}]}], max_tokens=2),
+   "good-parts", OK, None, "valid content given as text parts"),
+  (simple(id="image-part", messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
+   "image-part", "unknown_field", "messages[0].content[0].image_url", "a non-text content part"),
+  (simple(prompt="no id here", max_tokens=2), "line-56#2", OK, None, "no id, and a later line's own id is line-56"),
+  (b"{broken", "line-57#2", "invalid_json", None, "broken line, and a later line's own id is line-57"),
+  (simple(id="line-56", prompt="y", max_tokens=2), "line-56", OK, None, "own id equal to an earlier line's generated one"),
+  (simple(id="line-57", prompt="z", max_tokens=2), "line-57", OK, None, "own id equal to a broken line's generated one"),
   (b"", None, SKIP, None, "blank line before the last one"),
   (simple(id="good-last", prompt="The end") + b"\r", "good-last", OK, None, "valid last line, CRLF"),
 ]
@@ -144,7 +154,8 @@ check(m is not None and m.groups() == (str(len(expect)), "0", str(n_bad)),
       f"summary line counts {m.groups() if m else summary!r}")
 req = report.get("requests", {})
 check(req == {"total": len(expect), "succeeded": n_ok, "failed": n_bad, "resumed": 0,
-              "this_run": len(expect)}, f"report requests {req}")
+              "this_run": len(expect), "unfinished": 0, "max_tokens_clamped": 0},
+      f"report requests {req}")
 kinds, fields = {}, {}
 for e in expect:
     if e["kind"] == "ok": continue

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "runtime/core/error.h"
-#include "scheduler/job_io.h"
+#include "jobs/job_io.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string line(reinterpret_cast<const char*>(data), size);

@@ -98,7 +98,7 @@ std::unique_ptr<Event> CpuBackend::make_event() { return std::make_unique<cpu::C
 
 void CpuBackend::argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out) {
   for (int64_t i = 0; i < n; ++i)
-    out[i] = argmax({logits + i * vocab, static_cast<size_t>(vocab)});
+    out[i] = argmax_checked({logits + i * vocab, static_cast<size_t>(vocab)});
 }
 
 int64_t CpuBackend::weight_bytes(int64_t rows, int64_t cols) const {

@@ -195,11 +195,14 @@ __global__ void argmax_kernel(const float* logits, int64_t vocab, int32_t* out) 
   const float* x = logits + blockIdx.x * vocab;
   float bv = NAN;
   int32_t bi = INT32_MAX;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x)
+  int bad = 0;  // a NaN or an infinity in the row: the caller reports it (kNonFiniteRow)
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    bad |= !isfinite(x[i]);
     if (better(x[i], static_cast<int32_t>(i), bv, bi)) bv = x[i], bi = static_cast<int32_t>(i);
+  }
   sv[threadIdx.x] = bv;
   si[threadIdx.x] = bi;
-  __syncthreads();
+  bad = __syncthreads_or(bad);
   for (int w = blockDim.x / 2; w > 0; w >>= 1) {
     if (threadIdx.x < w && better(sv[threadIdx.x + w], si[threadIdx.x + w], sv[threadIdx.x],
                                   si[threadIdx.x])) {
@@ -208,7 +211,7 @@ __global__ void argmax_kernel(const float* logits, int64_t vocab, int32_t* out) 
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0) out[blockIdx.x] = si[0] == INT32_MAX ? 0 : si[0];
+  if (threadIdx.x == 0) out[blockIdx.x] = bad ? -1 : si[0] == INT32_MAX ? 0 : si[0];
 }
 
 }  // namespace

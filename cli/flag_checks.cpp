@@ -1,0 +1,38 @@
+// CLI flag validators.
+#include "cli/flag_checks.h"
+
+#include <string>
+
+#include <fmt/format.h>
+
+#include "runtime/text/utf8.h"
+
+namespace offgen {
+
+CLI::Validator non_negative_int() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const bool digits =
+            !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+        return digits ? std::string() : fmt::format("must be a whole number >= 0 (got {})", s);
+      },
+      "INT>=0");
+}
+
+CLI::Validator utf8_text() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s.empty()) return "must not be empty";
+        for (size_t i = 0; i < s.size();) {
+          const utf8::Decoded d = utf8::decode(s, i);
+          if (!d.valid)
+            return fmt::format("invalid UTF-8 at byte {} (0x{:02x})", i + 1,
+                               static_cast<unsigned char>(s[i]));
+          i += static_cast<size_t>(d.len);
+        }
+        return std::string();
+      },
+      "TEXT");
+}
+
+}  // namespace offgen

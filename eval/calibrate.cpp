@@ -1,0 +1,264 @@
+// Calibration measurements.
+#include "eval/calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "offload/aligned_buffer.h"
+#include "offload/nvme_store.h"
+#include "policies/kv/kv_policy.h"
+#include "runtime/model/kv_codec.h"
+#include "runtime/core/buffer.h"
+#include "runtime/core/error.h"
+#include "runtime/text/sampler.h"
+
+namespace offgen {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Median seconds of fn over at least `reps` runs (and about `budget` seconds), after one warm-up.
+template <typename Fn>
+double median_time(Fn&& fn, int reps, double budget) {
+  fn();
+  std::vector<double> t;
+  const auto start = Clock::now();
+  while (static_cast<int>(t.size()) < reps ||
+         (std::chrono::duration<double>(Clock::now() - start).count() < budget && t.size() < 50)) {
+    const auto t0 = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
+
+std::string today() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+void step(const CalibrateOptions& o, const std::string& what) {
+  if (o.on_step) o.on_step(what);
+}
+
+// KV tables for `seqs` sequences of `capacity` slots (random K/V), with eviction metadata when
+// `meta` (positions 0..capacity-1 per head, zero scores).
+struct Tables {
+  std::vector<float> k, v, sum, max;
+  std::vector<int32_t> pos, written;
+  std::vector<KvSeqView> views;
+  Tables(const ModelConfig& c, int64_t seqs, int64_t capacity, bool meta) {
+    const int64_t per = capacity * c.kv_dim();
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1, 1);
+    k.resize(seqs * per), v.resize(seqs * per);
+    for (auto& x : k) x = u(rng);
+    for (auto& x : v) x = u(rng);
+    const int64_t table = c.n_kv_heads * capacity;
+    if (meta) {
+      pos.resize(seqs * table), sum.assign(seqs * table, 0.f), max.assign(seqs * table, 0.f);
+      for (int64_t i = 0; i < seqs * table; ++i) pos[i] = static_cast<int32_t>(i % capacity);
+    }
+    written.resize(seqs * c.n_kv_heads);
+    for (int64_t s = 0; s < seqs; ++s) {
+      KvSeqView view{k.data() + s * per, v.data() + s * per, capacity};
+      if (meta) {
+        view.pos = pos.data() + s * table;
+        view.sum = sum.data() + s * table;
+        view.max = max.data() + s * table;
+        view.compact_to = capacity;
+      }
+      view.written = written.data() + s * c.n_kv_heads;
+      views.push_back(view);
+    }
+  }
+};
+
+}  // namespace
+
+HardwareProfile measure_transfers(const CalibrateOptions& o, HardwareProfile p) {
+  p.created = today();
+  NvmeStoreOptions no;
+  no.dir = o.offload_dir;
+  if (no.dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    no.dir = tmp && *tmp ? tmp : "/tmp";
+  }
+  p.offload_dir = no.dir;
+  NvmeStore store(no);
+  p.direct_io = store.direct();
+  const std::vector<uint64_t> sizes =
+      o.quick ? std::vector<uint64_t>{4096, 1 << 20}
+              : std::vector<uint64_t>{4096, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20};
+  const uint64_t span = o.quick ? 8ull << 20 : 256ull << 20;  // file region the ops cycle over
+  const Extent extent = store.allocate(span);
+  AlignedHostBuffer buf(sizes.back());
+  std::memset(buf.data(), 0x5a, buf.capacity());
+  p.disk_read = p.disk_write = p.ram_copy = TimeCurve{};
+  // Fill the region once: the first write to preallocated space also converts the filesystem's
+  // unwritten extents, which the runtime pays once per extent, not per write-back.
+  step(o, "disk fill");
+  for (uint64_t off = 0; off < span; off += sizes.back())
+    store.write(Extent{extent.offset + off, std::min<uint64_t>(sizes.back(), span - off)},
+                buf.data(), std::min<uint64_t>(sizes.back(), span - off));
+  for (const bool write : {true, false}) {
+    for (uint64_t size : sizes) {
+      step(o, fmt::format("disk {} {} KiB", write ? "write" : "read", size >> 10));
+      // Ops walk the region so that reads are not served by a drive cache of the last op.
+      uint64_t offset = 0;
+      auto op = [&] {
+        const Extent at{extent.offset + offset, size};
+        if (write) store.write(at, buf.data(), size);
+        else store.read(at, buf.data(), size);
+        offset = (offset + size) % (span - size + 1) / 4096 * 4096;
+      };
+      const int reps = o.quick ? 3 : static_cast<int>(std::clamp<uint64_t>((64ull << 20) / size, 5, 200));
+      TimeCurve& c = write ? p.disk_write : p.disk_read;
+      c.x.push_back(static_cast<double>(size));
+      c.seconds.push_back(median_time(op, reps, o.quick ? 0.0 : 0.3));
+    }
+  }
+  const std::vector<uint64_t> copy_sizes =
+      o.quick ? std::vector<uint64_t>{4096, 1 << 20}
+              : std::vector<uint64_t>{4096, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  std::vector<std::byte> from(copy_sizes.back(), std::byte{1}), to(copy_sizes.back());
+  for (uint64_t size : copy_sizes) {
+    step(o, fmt::format("RAM copy {} KiB", size >> 10));
+    p.ram_copy.x.push_back(static_cast<double>(size));
+    p.ram_copy.seconds.push_back(median_time([&] { std::memcpy(to.data(), from.data(), size); },
+                                             o.quick ? 3 : 10, o.quick ? 0.0 : 0.2));
+  }
+  return p;
+}
+
+ComputeProfile measure_compute(const DecoderModel& model, const std::string& weight_dtype,
+                               const CalibrateOptions& o) {
+  const ModelConfig& c = model.config();
+  ComputeProfile out;
+  out.model_key = model_key(c, weight_dtype);
+  out.threads = model.backend().threads().threads();
+  // Copies of each unit's blob, cycled through so that weights stream from RAM as in a forward
+  // over all layers (one copy would stay in the last-level cache).
+  const int64_t stream_bytes = o.quick ? (8 << 20) : (128 << 20);
+  std::vector<Buffer> blobs[2];
+  for (int unit = 0; unit < 2; ++unit) {
+    const int64_t bytes = model.unit_bytes(unit);
+    const int64_t copies = std::max<int64_t>(1, stream_bytes / bytes);
+    for (int64_t i = 0; i < copies; ++i) {
+      blobs[unit].emplace_back(bytes);
+      if (i == 0) model.build_unit(unit, blobs[unit][0].data());
+      else std::memcpy(blobs[unit][i].data(), blobs[unit][0].data(), bytes);
+    }
+  }
+  size_t next_blob[2] = {0, 0};
+  DecoderScratch scratch;
+  const auto kv_policy = make_kv_policy(KvPolicyConfig{.name = "h2o"});
+  const int reps = o.quick ? 1 : 3;
+  const double budget = o.quick ? 0.0 : 0.3;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> hidden0, hidden;
+
+  // One unit over `seqs` sequences of n_new tokens after n_past slots (tables of `capacity`).
+  auto unit_time = [&](int64_t unit, int64_t seqs, int64_t n_new, int64_t n_past, int64_t capacity,
+                       bool evict) {
+    const int64_t rows = seqs * n_new;
+    hidden0.resize(rows * c.d_model);
+    for (auto& x : hidden0) x = u(rng) * 0.1f;
+    std::vector<SeqSpan> spans;
+    std::vector<int32_t> positions;
+    for (int64_t s = 0; s < seqs; ++s) {
+      spans.push_back(SeqSpan{s * n_new, n_new, n_past});
+      for (int64_t t = 0; t < n_new; ++t) positions.push_back(static_cast<int32_t>(n_past + t));
+    }
+    const bool attn = DecoderModel::unit_has_cache(unit);
+    Tables tables(c, attn ? seqs : 0, capacity, evict);
+    const UnitBatch ub{rows, spans, positions.data(), tables.views, evict ? kv_policy.get() : nullptr};
+    return median_time(
+        [&] {
+          hidden = hidden0;
+          auto& copies = blobs[unit];
+          model.run_unit(unit, copies[next_blob[unit]++ % copies.size()].data(), hidden.data(), ub,
+                         scratch);
+        },
+        reps, budget);
+  };
+
+  const std::vector<int64_t> rows = o.quick ? std::vector<int64_t>{1, 16, 128}
+                                            : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128,
+                                                                   256, 512, 1024, 2048};
+  for (int64_t r : rows) {
+    step(o, fmt::format("units at {} rows", r));
+    out.mlp.x.push_back(static_cast<double>(r));
+    out.mlp.seconds.push_back(unit_time(1, 1, r, 0, r, false));
+    out.attn_base.x.push_back(static_cast<double>(r));
+    out.attn_base.seconds.push_back(unit_time(0, r, 1, 0, 1, false));
+  }
+  // Attention core per (query row x key slot). Decode: g sequences over a short and a long past
+  // (equal rows, so the projections cancel). Prefill: prompts of n tokens filling one forward,
+  // minus attn_base at its rows, per n (the cost per pair grows with n as K/V outgrow the caches). Full caches and
+  // h2o tables (statistics accumulated; in decode a victim overwritten per head).
+  const int64_t g = o.quick ? 8 : 64, l1 = 32, l2 = o.quick ? 256 : 1024;
+  const std::vector<int64_t> lens = o.quick ? std::vector<int64_t>{32, 128}
+                                            : std::vector<int64_t>{32, 64, 128, 256, 512, 1024, 2048};
+  for (const bool evict : {false, true}) {
+    step(o, fmt::format("decode attention{}", evict ? " (h2o)" : ""));
+    const double d1 = unit_time(0, g, 1, l1, evict ? l1 : l1 + 1, evict);
+    const double d2 = unit_time(0, g, 1, l2, evict ? l2 : l2 + 1, evict);
+    // The difference of two short, noisy times: when noise swallows it (d2 <= d1, seen under
+    // sanitizers on a loaded machine), the whole long-past time per pair bounds it from above.
+    const double pair = d2 > d1 ? (d2 - d1) / static_cast<double>(g * (l2 - l1))
+                                : d2 / static_cast<double>(g * l2);
+    (evict ? out.decode_pair_evict : out.decode_pair) = pair;
+    TimeCurve& pre = evict ? out.prefill_pair_evict : out.prefill_pair;
+    for (int64_t n : lens) {
+      // As the engine's prefill forwards run them: as many prompts of n tokens as make one
+      // forward of `rows` tokens (its prefill chunk), beside each other.
+      const int64_t seqs = std::max<int64_t>(1, rows.back() / n);
+      step(o, fmt::format("prefill attention{} over {} x {} tokens", evict ? " (h2o)" : "", seqs, n));
+      const double whole = unit_time(0, seqs, n, 0, n, evict);
+      const double t = whole - out.attn_base.at(static_cast<double>(seqs * n));
+      const double pairs = static_cast<double>(seqs * n) * static_cast<double>(n + 1) / 2;
+      pre.x.push_back(static_cast<double>(n));
+      // Noise may swallow the difference (t <= 0): the whole unit's time bounds it from above.
+      pre.seconds.push_back((t > 0 ? t : whole) / pairs);
+    }
+    // Short chunks are a small difference of two noisy times (or the bound above); the cost per
+    // pair does not fall as chunks grow, so each point is capped by the next one's.
+    for (size_t i = pre.seconds.size() - 1; i-- > 0;)
+      pre.seconds[i] = std::min(pre.seconds[i], pre.seconds[i + 1]);
+  }
+  // Output head and sampling (the engine's default sampling parameters) per sequence.
+  std::vector<float> logits;
+  const std::vector<int64_t> seqs = o.quick ? std::vector<int64_t>{1, 16}
+                                            : std::vector<int64_t>{1, 4, 16, 64, 256, 1024};
+  for (int64_t s : seqs) {
+    step(o, fmt::format("output head for {} sequences", s));
+    hidden0.resize(s * c.d_model);
+    for (auto& x : hidden0) x = u(rng) * 0.1f;
+    std::vector<int64_t> last(s);
+    for (int64_t i = 0; i < s; ++i) last[i] = i;
+    logits.resize(s * c.vocab_size);
+    Sampler sampler{SamplingParams{}};
+    out.output.x.push_back(static_cast<double>(s));
+    out.output.seconds.push_back(median_time(
+        [&] {
+          model.output_step(hidden0.data(), last, logits.data(), scratch);
+          for (int64_t i = 0; i < s; ++i)
+            sampler.sample({logits.data() + i * c.vocab_size, static_cast<size_t>(c.vocab_size)});
+        },
+        reps, budget));
+  }
+  return out;
+}
+
+}  // namespace offgen

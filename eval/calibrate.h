@@ -1,0 +1,32 @@
+// `offgen calibrate`: measures this machine through the runtime's own paths — blocking NvmeStore
+// reads and writes (O_DIRECT, io_uring) and one-thread memcpy at several sizes, and the model's
+// attention / MLP / output units at several shapes — into a HardwareProfile (policies/).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "policies/cost_model.h"
+#include "policies/hardware_profile.h"
+#include "policies/model_facts.h"
+#include "runtime/model/decoder.h"
+
+namespace offgen {
+
+struct CalibrateOptions {
+  std::string offload_dir;  // disk to measure; empty: $TMPDIR or /tmp
+  bool quick = false;       // fewer sizes and repetitions (tests; rougher figures)
+  // Called before each measurement with a short description (progress on stderr).
+  std::function<void(const std::string&)> on_step;
+};
+
+// Disk read/write and RAM copy curves; keeps `base`'s compute entries. Throws Error(kIo/kConfig)
+// naming the directory when it cannot be used.
+HardwareProfile measure_transfers(const CalibrateOptions& o, HardwareProfile base = {});
+
+// Unit times of `model` on its backend (whose thread count is recorded). Not thread-safe with
+// other work on the same backend.
+ComputeProfile measure_compute(const DecoderModel& model, const std::string& weight_dtype,
+                               const CalibrateOptions& o);
+
+}  // namespace offgen

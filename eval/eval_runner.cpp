@@ -1,0 +1,161 @@
+// Teacher-forced perplexity under KV policies.
+#include "eval/eval_runner.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/core/error.h"
+
+namespace offgen {
+namespace {
+
+// Per text: the negative log-likelihood of each scored token and the top-1 prediction there.
+struct Scored {
+  std::vector<double> nll;
+  std::vector<int32_t> top1;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  OFFGEN_CHECK(in.good(), kInput, "{}: cannot read the text", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<Scored> score(Engine& engine, const std::vector<std::vector<int32_t>>& ids,
+                          int64_t prefix) {
+  std::vector<Request> reqs(ids.size());
+  std::vector<Scored> out(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    reqs[i].id = std::to_string(i);
+    reqs[i].prompt_ids.assign(ids[i].begin(), ids[i].begin() + prefix);
+    reqs[i].forced.assign(ids[i].begin() + prefix, ids[i].end());
+    out[i].nll.resize(reqs[i].forced.size());
+    out[i].top1.resize(reqs[i].forced.size());
+  }
+  GenerateCallbacks cb;
+  cb.on_logits = [&](size_t i, int64_t step, std::span<const float> row) {
+    size_t best = 0;
+    double mx = row[0];
+    for (size_t j = 1; j < row.size(); ++j)
+      if (row[j] > mx) mx = row[j], best = j;
+    double sum = 0;
+    for (float x : row) sum += std::exp(static_cast<double>(x) - mx);
+    out[i].nll[step] = mx + std::log(sum) - row[reqs[i].forced[step]];
+    out[i].top1[step] = static_cast<int32_t>(best);
+  };
+  for (const Result& r : engine.generate(reqs, cb))
+    OFFGEN_CHECK(r.error.empty(), kInput, "evaluation request failed: {}", r.error);
+  return out;
+}
+
+}  // namespace
+
+void EvalPplOptions::validate() const {
+  OFFGEN_CHECK(!texts.empty(), kConfig, "eval ppl: give at least one --text FILE");
+  OFFGEN_CHECK(tokens >= 2, kConfig, "--tokens {} must be >= 2", tokens);
+  OFFGEN_CHECK(prefix >= 1 && prefix < tokens, kConfig,
+               "--prefix {} must be in [1, --tokens {}) so that some tokens are scored", prefix,
+               tokens);
+  for (const std::string& p : policies)
+    for (double b : budgets) {
+      KvPolicyConfig c;
+      c.name = p, c.budget = b, c.scope = scope;
+      c.validate();
+    }
+}
+
+std::vector<EvalRow> run_eval_ppl(const EngineOptions& base, const EvalPplOptions& o,
+                                  const std::function<void(const std::string&)>& log) {
+  o.validate();
+  EngineOptions eo = base;
+  eo.policy.kv = KvPolicyConfig{};
+  eo.policy.gpu_batch_size = static_cast<int64_t>(o.texts.size());
+  eo.policy.num_gpu_batches = 1;
+  eo.policy.batch_given = true;
+  eo.prefill_chunk = std::max<int64_t>(eo.prefill_chunk > 0 ? eo.prefill_chunk : 2048,
+                                       o.prefix);  // the prefix is one chunk
+
+  // The full cache first: the tokeniser for the texts, and the reference for agreement.
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::string> names;
+  std::vector<Scored> full;
+  {  // released before the next configuration loads its own model
+    Engine full_engine(eo);
+    OFFGEN_CHECK(o.tokens <= full_engine.max_context(), kConfig,
+                 "--tokens {} exceeds the model's context window of {}", o.tokens,
+                 full_engine.max_context());
+    for (const std::string& path : o.texts) {
+      std::vector<int32_t> t = full_engine.tokenizer().encode(read_file(path), false);
+      OFFGEN_CHECK(static_cast<int64_t>(t.size()) >= o.tokens, kInput,
+                   "{}: has {} tokens; --tokens {} needs at least that many", path, t.size(),
+                   o.tokens);
+      t.resize(o.tokens);
+      ids.push_back(std::move(t));
+      names.push_back(std::filesystem::path(path).filename().string());
+    }
+    full = score(full_engine, ids, o.prefix);
+  }
+  const int64_t scored = o.tokens - o.prefix;
+  std::vector<EvalRow> rows;
+  auto add_rows = [&](const std::string& policy, double budget, const std::vector<Scored>& s,
+                      const std::vector<Scored>& ref) {
+    double nll_all = 0;
+    int64_t agree_all = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      double nll = 0;
+      int64_t agree = 0;
+      for (int64_t k = 0; k < scored; ++k) {
+        nll += s[i].nll[k];
+        agree += s[i].top1[k] == ref[i].top1[k];
+      }
+      rows.push_back({policy, budget, "ppl", std::exp(nll / scored), scored, names[i]});
+      rows.push_back({policy, budget, "top1_agreement", static_cast<double>(agree) / scored, scored,
+                      names[i]});
+      nll_all += nll, agree_all += agree;
+    }
+    const int64_t n = scored * static_cast<int64_t>(s.size());
+    rows.push_back({policy, budget, "ppl", std::exp(nll_all / n), n, "all"});
+    rows.push_back(
+        {policy, budget, "top1_agreement", static_cast<double>(agree_all) / n, n, "all"});
+    if (log)
+      log(fmt::format(
+          "{}@{:g}: ppl {:.4f}, top-1 agreement {:.4f} ({} tokens, {:.1f} s)", policy, budget,
+          rows[rows.size() - 2].value, rows.back().value, n,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+  };
+  add_rows("full", 1.0, full, full);
+  for (const std::string& p : o.policies) {
+    if (p == "full") continue;
+    for (double b : o.budgets) {
+      t0 = std::chrono::steady_clock::now();
+      eo.policy.kv.name = p;
+      eo.policy.kv.budget = b;
+      eo.policy.kv.scope = o.scope;
+      Engine engine(eo);
+      add_rows(p, b, score(engine, ids, o.prefix), full);
+    }
+  }
+  return rows;
+}
+
+nlohmann::json eval_rows_json(const std::vector<EvalRow>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const EvalRow& r : rows)
+    out.push_back({{"policy", r.policy},
+                   {"budget", r.budget},
+                   {"metric", r.metric},
+                   {"value", r.value},
+                   {"tokens", r.tokens},
+                   {"text", r.text}});
+  return out;
+}
+
+}  // namespace offgen

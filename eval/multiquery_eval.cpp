@@ -1,0 +1,218 @@
+// Multi-query evaluation over shared compressed contexts.
+#include "eval/multiquery_eval.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/backend/backend.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/error.h"
+#include "runtime/loaders/model_loader.h"
+#include "runtime/text/chat_template.h"
+#include "scheduler/context_compression.h"
+#include "scheduler/context_prompt.h"
+
+namespace offgen {
+namespace {
+
+using nlohmann::json;
+
+}  // namespace
+
+MultiqueryPrompt build_multiquery_prompt(const Tokenizer& tok, const MultiqueryContext& mc) {
+  // Each question as a request over the context: the chat form where the model has a template
+  // (the context opens the user turn, a blank line before the question — kvpress's pipeline with
+  // bench/peers/kvpress_multiquery.py's QUESTION_PREFIX), else plain text on its own lines.
+  const bool chat = !tok.vocab().chat_template.empty();
+  MultiqueryPrompt p;
+  for (size_t i = 0; i < mc.questions.size(); ++i) {
+    Request r;
+    r.context = mc.context;
+    r.chat = chat;
+    r.prompt = chat ? mc.questions[i].q : "\n\n" + mc.questions[i].q + "\n";
+    ContextSplit s = split_at_context(tok, r);
+    if (i == 0) {
+      p.context_ids = std::move(s.context_ids);
+      p.protected_len = s.protected_len;
+      p.postfix_ids = std::move(s.postfix_ids);
+    }
+    p.question_ids.push_back(std::move(s.question_ids));
+  }
+  return p;
+}
+
+std::string normalize_answer(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    const bool word = std::isalnum(ch) || ch >= 0x80;
+    if (word)
+      out += static_cast<char>(std::tolower(ch));
+    else if (!out.empty() && out.back() != ' ')
+      out += ' ';
+  }
+  if (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+bool answer_matches(const std::string& output, const std::string& gold) {
+  const std::string g = normalize_answer(gold);
+  return !g.empty() && (" " + normalize_answer(output) + " ").find(" " + g + " ") != std::string::npos;
+}
+
+std::vector<MultiqueryContext> load_multiquery_contexts(const std::string& path) {
+  std::ifstream in(path);
+  OFFGEN_CHECK(in.good(), kInput, "{}: cannot read the contexts file", path);
+  std::vector<MultiqueryContext> out;
+  std::string line;
+  for (int64_t no = 1; std::getline(in, line); ++no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::parse_error& e) {
+      OFFGEN_THROW(kInput, "{}:{}: not valid JSON at byte {}: {}", path, no, e.byte, e.what());
+    }
+    auto str = [&](const json& o, const char* key, bool required) -> std::optional<std::string> {
+      auto it = o.find(key);
+      if (it == o.end() || it->is_null()) {
+        OFFGEN_CHECK(!required, kInput, "{}:{}: field '{}' is missing", path, no, key);
+        return std::nullopt;
+      }
+      OFFGEN_CHECK(it->is_string(), kInput, "{}:{}: field '{}' must be a string", path, no, key);
+      return it->get<std::string>();
+    };
+    OFFGEN_CHECK(j.is_object(), kInput, "{}:{}: a line must be a JSON object", path, no);
+    MultiqueryContext mc;
+    mc.id = str(j, "id", false).value_or(std::to_string(out.size()));
+    mc.context = *str(j, "context", true);
+    auto qs = j.find("questions");
+    OFFGEN_CHECK(qs != j.end() && qs->is_array() && !qs->empty(), kInput,
+                 "{}:{}: field 'questions' must be a non-empty array", path, no);
+    for (size_t i = 0; i < qs->size(); ++i) {
+      const json& q = (*qs)[i];
+      OFFGEN_CHECK(q.is_object(), kInput, "{}:{}: questions[{}] must be an object", path, no, i);
+      mc.questions.push_back({*str(q, "q", true), str(q, "answer", false)});
+    }
+    out.push_back(std::move(mc));
+  }
+  OFFGEN_CHECK(!out.empty(), kInput, "{}: no contexts", path);
+  return out;
+}
+
+void EvalMultiqueryOptions::validate() const {
+  OFFGEN_CHECK(!contexts.empty(), kConfig, "eval multiquery: give --contexts FILE");
+  for (const auto& p : policies)
+    OFFGEN_CHECK(is_context_policy(p), kConfig, "eval multiquery: unknown policy '{}' ({})", p,
+                 fmt::join(context_policy_names(), ", "));
+  for (double r : ratios)
+    OFFGEN_CHECK(r > 0 && r <= 1, kConfig, "--kv-budget {} must be a retained fraction in (0, 1]",
+                 r);
+  OFFGEN_CHECK(max_answer_tokens >= 1, kConfig, "--max-tokens must be >= 1");
+}
+
+std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMultiqueryOptions& o,
+                                         const std::function<void(const std::string&)>& log) {
+  o.validate();
+  auto contexts = load_multiquery_contexts(o.contexts);
+  if (o.max_contexts > 0 && static_cast<int64_t>(contexts.size()) > o.max_contexts)
+    contexts.resize(o.max_contexts);
+  OpenedModel om = open_model(base.model);
+  const Tokenizer tok(om.vocab);
+  auto backend = make_cpu_backend(base.threads, dtype_from_name(base.weight_dtype));
+  const DecoderModel model(*om.source, *backend);
+  const ResidentUnits units(model);
+  const ModelConfig& c = model.config();
+  ContextRunner runner(model, units);
+  // An answer ends at the end of the turn or its first line break (QA-style answers; the
+  // rambling a small model adds after the answer would make agreement a test of the ramble).
+  std::vector<int32_t> stop = {tok.eos_id()};
+  for (int32_t id = 0; id < tok.vocab_size(); ++id)
+    if (id != tok.eos_id() && tok.token_bytes(id).find('\n') != std::string::npos)
+      stop.push_back(id);
+  const KvzipRepeat repeat = KvzipRepeat::from(tok);
+
+  struct Tally {
+    int64_t questions = 0, agree = 0, graded = 0, correct = 0, kept = 0, pairs = 0;
+  };
+  std::map<std::pair<std::string, double>, Tally> tally;
+  std::ofstream answers_out;
+  if (!o.answers.empty()) {
+    answers_out.open(o.answers, std::ios::trunc);
+    OFFGEN_CHECK(answers_out.good(), kIo, "{}: cannot write the answers", o.answers);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t ci = 0; ci < contexts.size(); ++ci) {
+    const MultiqueryContext& mc = contexts[ci];
+    const MultiqueryPrompt p = build_multiquery_prompt(tok, mc);
+    const int64_t n = static_cast<int64_t>(p.context_ids.size());
+    OFFGEN_CHECK(n + 512 <= c.context_length, kInput,
+                 "{}: context '{}' has {} tokens; the model's window is {}", o.contexts, mc.id, n,
+                 c.context_length);
+    const ContextCache cache = runner.prefill(p.context_ids);
+    const auto answers_for = [&](const std::vector<std::vector<int32_t>>& kept) {
+      const SharedContext shared(*backend, c, cache, kept, n);
+      return std::pair{runner.answer(shared, p.question_ids, o.max_answer_tokens, stop),
+                       shared.kept_pairs()};
+    };
+    ContextCompressor compressor(runner, cache, p, repeat);
+    const auto full_run = answers_for(compressor.keep("full", 1.0));
+    const std::vector<std::vector<int32_t>>& full = full_run.first;
+    const int64_t full_pairs = full_run.second;
+    auto score = [&](const std::string& policy, double ratio,
+                     const std::vector<std::vector<int32_t>>& got, int64_t kept) {
+      Tally& t = tally[{policy, ratio}];
+      t.kept += kept, t.pairs += full_pairs;
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (answers_out.is_open())
+          answers_out << json{{"context", mc.id},
+                              {"question", mc.questions[i].q},
+                              {"policy", policy},
+                              {"ratio", ratio},
+                              {"answer", tok.decode(got[i], true)},
+                              {"full_answer", tok.decode(full[i], true)},
+                              {"gold", mc.questions[i].answer.value_or("")}}
+                                 .dump(-1, ' ', false, json::error_handler_t::replace)
+                          << "\n";
+        ++t.questions;
+        t.agree += got[i] == full[i];
+        if (const auto& gold = mc.questions[i].answer) {
+          ++t.graded;
+          t.correct += answer_matches(tok.decode(got[i], true), *gold);
+        }
+      }
+    };
+    score("full", 1.0, full, full_pairs);
+    for (const auto& policy : o.policies) {
+      if (policy == "full") continue;
+      for (double r : o.ratios) {
+        const auto run = answers_for(compressor.keep(policy, r));
+        score(policy, r, run.first, run.second);
+      }
+    }
+    if (log)
+      log(fmt::format("context {}/{} '{}': {} tokens, {} questions, {:.1f} s", ci + 1,
+                      contexts.size(), mc.id, n, mc.questions.size(),
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+  }
+  std::vector<EvalRow> rows;
+  for (const auto& [key, t] : tally) {
+    const auto& [policy, ratio] = key;
+    rows.push_back({policy, ratio, "agreement", static_cast<double>(t.agree) / t.questions,
+                    t.questions, "all"});
+    if (t.graded > 0)
+      rows.push_back({policy, ratio, "accuracy", static_cast<double>(t.correct) / t.graded,
+                      t.graded, "all"});
+    rows.push_back({policy, ratio, "retained", static_cast<double>(t.kept) / t.pairs, t.questions,
+                    "all"});
+  }
+  return rows;
+}
+
+}  // namespace offgen

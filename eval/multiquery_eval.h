@@ -1,0 +1,65 @@
+// `offgen eval multiquery`: contexts with several questions each; per KV policy and retained
+// ratio, the context is compressed once and every question is answered greedily over it (shared,
+// read-only; each question's KV dropped after it). Metrics: agreement of the answers with the full
+// cache's and accuracy against given answers; an answer ends at the end of the turn or at its
+// first line break. Policies: kvzip (query-agnostic reconstruction
+// scores, one global threshold; kvzip-uniform: the same count per head), h2o (the context
+// prefill's accumulated attention), snapkv (scored by the first question, reused for all),
+// sinks (StreamingLLM), full. The prompt follows kvpress's pipeline: the chat template rendered
+// for one user turn holding the context, split there; question + the template's postfix.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scheduler/engine.h"
+#include "scheduler/shared_context.h"
+#include "eval/eval_runner.h"
+
+namespace offgen {
+
+struct MultiqueryQuestion {
+  std::string q;
+  std::optional<std::string> answer;
+};
+struct MultiqueryContext {
+  std::string id, context;
+  std::vector<MultiqueryQuestion> questions;
+};
+
+// Reads the JSONL (`{"id", "context", "questions": [{"q", "answer"?}, ...]}` per line; blank
+// lines skipped). Throws Error(kInput) naming the file, line and field.
+std::vector<MultiqueryContext> load_multiquery_contexts(const std::string& path);
+
+struct EvalMultiqueryOptions {
+  std::string contexts;               // JSONL file
+  std::vector<std::string> policies;  // kvzip, kvzip-uniform, h2o, snapkv, sinks (full always)
+  std::vector<double> ratios;         // retained fractions of the context, (0, 1]
+  int64_t max_answer_tokens = 24;
+  int64_t max_contexts = 0;           // 0 = all
+  std::string answers;                // JSONL of every answer ("" = none)
+  void validate() const;              // throws Error(kConfig)
+};
+
+// Rows: per (policy, ratio) "agreement" (answers identical to the full cache's), "accuracy"
+// (answer_matches; only when answers are given) and
+// "retained" (kept context pairs / all context pairs, protected prefix included); `tokens` =
+// questions. Also per context in the log. `base` gives the model and threads.
+std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMultiqueryOptions& o,
+                                         const std::function<void(const std::string&)>& log = {});
+
+// kvpress's prompt split: the chat template rendered for one user turn holding the context, cut
+// after the context; the protected prefix (system prompt + user header) tokenised on its own;
+// each question = a blank line + its text + the template's postfix (turn end + assistant header).
+MultiqueryPrompt build_multiquery_prompt(const Tokenizer& tok, const MultiqueryContext& mc);
+
+// Accuracy: the normalised gold answer (lower case, every other character than letters, digits
+// and non-ASCII a space, spaces collapsed) occurs in the normalised output between word
+// boundaries (bench/peers/kvpress_multiquery.py scores the same way).
+std::string normalize_answer(const std::string& s);
+bool answer_matches(const std::string& output, const std::string& gold);
+
+}  // namespace offgen

@@ -1,0 +1,124 @@
+// Profile cache and planning inputs.
+#include "eval/planning.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <algorithm>
+
+#include "runtime/backend/backend.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/error.h"
+#include "runtime/loaders/model_loader.h"
+#include "runtime/core/atomic_file.h"
+#include "scheduler/engine.h"
+
+namespace offgen {
+
+std::string default_profile_path() {
+  if (const char* p = std::getenv("OFFGEN_PROFILE"); p && *p) return p;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::string(x) + "/offgen/profile.json";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/offgen/profile.json";
+}
+
+HardwareProfile load_profile(const std::string& path) {
+  std::ifstream in(path);
+  OFFGEN_CHECK(in.good(), kIo, "{}: cannot read the hardware profile", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    OFFGEN_THROW(kInput, "{}: not JSON (byte {}): run `offgen calibrate` to rewrite it", path,
+                 e.byte);
+  }
+  return HardwareProfile::from_json(j, path);
+}
+
+void save_profile(const std::string& path, const HardwareProfile& p) {
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  OFFGEN_CHECK(!ec, kIo, "{}: cannot create the profile directory: {}", dir.string(), ec.message());
+  write_json_atomically(path, p.to_json());
+}
+
+PlanningInputs planning_inputs(const PlanningContext& ctx) {
+  const std::string path = ctx.profile_path.empty() ? default_profile_path() : ctx.profile_path;
+  PlanningInputs in;
+  bool have = std::filesystem::exists(path), changed = false;
+  if (have) {
+    try {
+      in.hw = load_profile(path);
+    } catch (const Error& e) {
+      // An outdated or damaged cache is measured again (and replaced), not a dead end; a profile
+      // the user named is theirs: its error stands.
+      if (!ctx.profile_path.empty()) throw;
+      std::fprintf(stderr, "offgen: %s; measuring again\n", e.what());
+      in.hw = HardwareProfile{};
+      have = false;
+    }
+  }
+  CalibrateOptions co;
+  co.offload_dir = ctx.offload_dir;
+  co.on_step = ctx.on_step;
+  if (!have || in.hw.disk_read.empty() || in.hw.ram_copy.empty()) {
+    in.hw = measure_transfers(co, std::move(in.hw));
+    changed = true;
+  }
+  auto backend = make_cpu_backend(ctx.threads, dtype_from_name(ctx.weight_dtype));
+  OpenedModel opened = open_model(ctx.model);
+  DecoderModel model(*opened.source, *backend);
+  in.facts = model_facts(model, ctx.weight_dtype);
+  const int threads = backend->threads().threads();
+  if (const ComputeProfile* c = in.hw.find_compute(in.facts.key, threads)) {
+    in.compute = *c;
+  } else {
+    in.compute = measure_compute(model, ctx.weight_dtype, co);
+    in.hw.put_compute(in.compute);
+    changed = true;
+  }
+  if (changed) save_profile(path, in.hw);
+  return in;
+}
+
+PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base) {
+  PlanOptions o;
+  o.workload = w;
+  o.base = base;
+  PlanResult r = plan(in.facts, in.compute, in.hw, o);
+  const Policy& p = r.policy;
+  std::fprintf(stderr,
+               "offgen: policy auto: %lld x %lld sequences, weights %g%% / KV %g%% in RAM, overlap "
+               "%s; predicted %.1f tok/s total (binding: %s)\n",
+               static_cast<long long>(p.gpu_batch_size), static_cast<long long>(p.num_gpu_batches),
+               p.weight_gpu_percent + p.weight_cpu_percent, p.cache_gpu_percent + p.cache_cpu_percent,
+               p.overlap ? "on" : "off", r.prediction.total_throughput, r.binding.c_str());
+  return r;
+}
+
+Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& requests,
+                      int64_t max_context, const std::string& source) {
+  Workload w;
+  w.prompt_len = 1;
+  w.gen_len = 2;
+  for (const Request& r : requests) {
+    try {
+      w.prompt_len = std::max<int64_t>(w.prompt_len, encode_request(tokenizer, r).size());
+    } catch (const Error&) {
+      continue;  // reported per request by the run itself
+    }
+    w.gen_len = std::max<int64_t>(w.gen_len, r.sampling.max_tokens);
+    ++w.num_requests;
+  }
+  OFFGEN_CHECK(w.num_requests > 0, kInput, "{}: --policy auto: no valid request to plan for",
+               source);
+  if (max_context > 0)
+    w.gen_len = std::max<int64_t>(2, std::min(w.gen_len, max_context - w.prompt_len));
+  return w;
+}
+
+}  // namespace offgen

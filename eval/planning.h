@@ -1,0 +1,50 @@
+// Planning on a model: the cached hardware profile (measured on first use), the model's facts and
+// compute profile, and the planner's or cost model's answer — for `offgen plan`, `--policy auto`
+// and `bench --predict`.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "policies/planner.h"
+#include "eval/calibrate.h"
+#include "runtime/text/tokenizer.h"
+#include "scheduler/request.h"
+
+namespace offgen {
+
+// $OFFGEN_PROFILE, else $XDG_CACHE_HOME/offgen/profile.json, else ~/.cache/offgen/profile.json.
+std::string default_profile_path();
+// Throws Error(kInput) naming the path and field on a malformed profile, kIo when unreadable.
+HardwareProfile load_profile(const std::string& path);
+void save_profile(const std::string& path, const HardwareProfile& p);  // atomic
+
+struct PlanningContext {
+  std::string model;                // as EngineOptions::model
+  std::string weight_dtype = "f32";  // matmul storage: f32, bf16 or q4g64 (Policy::weight_storage)
+  int threads = 0;
+  std::string profile_path;         // empty: default_profile_path(), re-measured when outdated
+  std::string offload_dir;          // where to measure the disk when the profile lacks it
+  std::function<void(const std::string&)> on_step;  // calibration progress
+};
+
+// Loads the model's layout and the profile, measuring (and caching) what the profile lacks: the
+// disk and RAM figures, and this model's compute at this thread count.
+struct PlanningInputs {
+  ModelFacts facts;
+  HardwareProfile hw;
+  ComputeProfile compute;
+};
+PlanningInputs planning_inputs(const PlanningContext& ctx);
+
+// Plans `base` (capacities, KV policy) for the workload; prints a one-line summary to stderr.
+// `--policy auto` of generate and bench, and the Python API's policy="auto".
+PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base);
+
+// The workload a job is planned for: its longest prompt and largest max_tokens over the requests
+// that tokenise (others fail on their own when run), gen_len capped by max_context (0 = none).
+// Throws Error(kInput) "`source`: --policy auto: no valid request to plan for" when none does.
+Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& requests,
+                      int64_t max_context, const std::string& source);
+
+}  // namespace offgen

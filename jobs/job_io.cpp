@@ -1,0 +1,551 @@
+// Request JSONL parsing and output records.
+#include "jobs/job_io.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <unordered_set>
+
+#include "runtime/core/error.h"
+#include "runtime/core/hash.h"
+#include "runtime/text/utf8.h"
+
+namespace offgen {
+namespace {
+
+using json = nlohmann::json;
+
+// A bad line: which kind of error, the JSON path of the field it concerns (empty when none).
+class LineError : public Error {
+ public:
+  LineError(const char* kind, std::string field, const std::string& message)
+      : Error(ErrorCategory::kInput, message), kind_(kind), field_(std::move(field)) {}
+  const char* kind() const { return kind_; }
+  const std::string& field() const { return field_; }
+
+ private:
+  const char* kind_;
+  std::string field_;
+};
+
+LineError line_error(const char* kind, const std::string& field, const std::string& what) {
+  if (field.empty()) return LineError(kind, field, what);
+  return LineError(kind, field, fmt::format("field '{}': {}", field, what));
+}
+
+[[noreturn]] void fail(const char* kind, const std::string& field, const std::string& what) {
+  throw line_error(kind, field, what);
+}
+
+std::string type_name(const json& v) { return v.type_name(); }
+
+double get_number(const json& v, const std::string& field) {
+  if (!v.is_number()) fail("wrong_type", field, "expected a number, got " + type_name(v));
+  return v.get<double>();
+}
+
+int64_t get_int(const json& v, const std::string& field) {
+  if (!v.is_number_integer() && !v.is_number_unsigned())
+    fail("wrong_type", field, "expected an integer, got " + type_name(v));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    fail("invalid_value", field, fmt::format("{} is out of range", v.dump()));
+  return v.get<int64_t>();
+}
+
+std::string get_string(const json& v, const std::string& field) {
+  if (!v.is_string()) fail("wrong_type", field, "expected a string, got " + type_name(v));
+  return v.get<std::string>();
+}
+
+// A message's content: a string, or (OpenAI's array form) text parts
+// [{"type": "text", "text": "..."}, ...], joined with newlines.
+std::string get_content(const json& v, const std::string& field) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array())
+    fail("wrong_type", field, "expected a string or an array of text parts, got " + type_name(v));
+  if (v.empty()) fail("invalid_value", field, "expected at least one text part");
+  std::string text;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string f = fmt::format("{}[{}]", field, i);
+    if (!v[i].is_object())
+      fail("wrong_type", f, "expected an object {\"type\": \"text\", \"text\": ...}, got " +
+                                type_name(v[i]));
+    for (auto it = v[i].begin(); it != v[i].end(); ++it)
+      if (it.key() != "type" && it.key() != "text") fail("unknown_field", f + "." + it.key(), "unknown field");
+    if (!v[i].contains("type")) fail("missing_field", f + ".type", "missing");
+    const std::string type = get_string(v[i]["type"], f + ".type");
+    if (type != "text")
+      fail("invalid_value", f + ".type", "only text parts are supported, got '" + type + "'");
+    if (!v[i].contains("text")) fail("missing_field", f + ".text", "missing");
+    if (i > 0) text += '\n';
+    text += get_string(v[i]["text"], f + ".text");
+  }
+  return text;
+}
+
+std::vector<ChatMessage> get_messages(const json& v, const std::string& field) {
+  if (!v.is_array())
+    fail("wrong_type", field, "expected an array of messages, got " + type_name(v));
+  if (v.empty()) fail("invalid_value", field, "expected at least one message");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string f = fmt::format("{}[{}]", field, i);
+    if (!v[i].is_object())
+      fail("wrong_type", f, "expected an object with 'role' and 'content', got " + type_name(v[i]));
+    for (auto it = v[i].begin(); it != v[i].end(); ++it)
+      if (it.key() != "role" && it.key() != "content" && it.key() != "name")
+        fail("unknown_field", f + "." + it.key(), "unknown field");
+    if (!v[i].contains("role")) fail("missing_field", f + ".role", "missing");
+    if (!v[i].contains("content")) fail("missing_field", f + ".content", "missing");
+    std::string role = get_string(v[i]["role"], f + ".role");
+    if (role != "system" && role != "user" && role != "assistant")
+      fail("invalid_value", f + ".role", "expected system, user or assistant, got '" + role + "'");
+    out.push_back({std::move(role), get_content(v[i]["content"], f + ".content")});
+  }
+  return out;
+}
+
+// Applies one sampling/prompt field of `obj` to the request; false when the key is not one.
+// Values are range-checked here so that the error names the field as the line spells it.
+bool apply_field(const std::string& key, const json& v, const std::string& path, Request& r) {
+  SamplingParams& s = r.sampling;
+  if (key == "prompt") {
+    r.prompt = get_string(v, path);
+    if (r.prompt.empty()) fail("invalid_value", path, "must not be empty");
+  } else if (key == "messages") {
+    r.messages = get_messages(v, path);
+  } else if (key == "max_tokens" || key == "max_completion_tokens") {
+    s.max_tokens = get_int(v, path);
+    if (s.max_tokens < 0)
+      fail("invalid_value", path, fmt::format("must be >= 0 (got {})", s.max_tokens));
+  } else if (key == "temperature") {
+    const double t = get_number(v, path);
+    if (!(t >= 0 && t <= 100))
+      fail("invalid_value", path, fmt::format("must be in [0, 100] (got {})", t));
+    s.temperature = static_cast<float>(t);
+  } else if (key == "top_p") {
+    const double p = get_number(v, path);
+    if (!(p > 0 && p <= 1))
+      fail("invalid_value", path, fmt::format("must be in (0, 1] (got {})", p));
+    s.top_p = static_cast<float>(p);
+  } else if (key == "top_k") {
+    s.top_k = get_int(v, path);
+    if (s.top_k < 0) fail("invalid_value", path, fmt::format("must be >= 0 (got {})", s.top_k));
+  } else if (key == "seed") {
+    if (v.is_number_unsigned())
+      s.seed = v.get<uint64_t>();
+    else if (get_int(v, path) < 0)
+      fail("invalid_value", path, fmt::format("must be >= 0 (got {})", v.dump()));
+    else
+      s.seed = static_cast<uint64_t>(v.get<int64_t>());
+  } else if (key == "ignore_eos") {
+    if (!v.is_boolean()) fail("wrong_type", path, "expected true or false, got " + type_name(v));
+    s.ignore_eos = v.get<bool>();
+  } else if (key == "stop") {
+    s.stop.clear();
+    if (v.is_null()) return true;
+    if (v.is_string()) {
+      s.stop.push_back(v.get<std::string>());
+      if (s.stop.back().empty()) fail("invalid_value", path, "stop strings must not be empty");
+    } else if (v.is_array()) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        const std::string f = fmt::format("{}[{}]", path, i);
+        s.stop.push_back(get_string(v[i], f));
+        if (s.stop.back().empty()) fail("invalid_value", f, "stop strings must not be empty");
+      }
+    } else {
+      fail("wrong_type", path, "expected a string or an array of strings, got " + type_name(v));
+    }
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void check_prompt_or_messages(const json& obj, const std::string& prefix) {
+  if (obj.contains("prompt") && obj.contains("messages"))
+    fail("conflicting_fields", prefix + "messages", "give either 'prompt' or 'messages', not both");
+}
+
+void parse_simple(const json& obj, JobLine& out, Request& r) {
+  check_prompt_or_messages(obj, "");
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "id") continue;
+    if (k == "chat") {
+      if (!it->is_boolean()) fail("wrong_type", k, "expected true or false, got " + type_name(*it));
+      r.chat = it->get<bool>();
+      continue;
+    }
+    if (k == "context") {
+      r.context = get_string(*it, k);
+      if (r.context.empty()) fail("invalid_value", k, "must not be empty");
+      continue;
+    }
+    if (!apply_field(k, *it, k, r)) fail("unknown_field", k, "unknown field");
+  }
+  if (r.prompt.empty() && r.messages.empty())
+    fail("missing_field", "prompt", "missing (give 'prompt' or 'messages')");
+}
+
+void parse_openai(const json& obj, JobLine& out, Request& r) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    const std::string& k = it.key();
+    if (k != "custom_id" && k != "method" && k != "url" && k != "body")
+      fail("unknown_field", k, "unknown field");
+  }
+  if (obj.contains("method") && get_string(obj["method"], "method") != "POST")
+    fail("invalid_value", "method",
+         "only POST is supported, got " + obj["method"].get<std::string>());
+  std::string url = obj.contains("url") ? get_string(obj["url"], "url") : "/v1/completions";
+  const bool chat_url = url == "/v1/chat/completions";
+  if (url != "/v1/completions" && !chat_url)
+    fail("invalid_value", "url", "expected /v1/completions or /v1/chat/completions, got " + url);
+  if (!obj.contains("body")) fail("missing_field", "body", "missing");
+  const json& body = obj["body"];
+  if (!body.is_object()) fail("wrong_type", "body", "expected an object, got " + type_name(body));
+  check_prompt_or_messages(body, "body.");
+  r.sampling.temperature = 1.0f;  // the API's default
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& k = it.key();
+    const std::string path = "body." + k;
+    if (k == "model" || k == "user") {
+      get_string(*it, path);
+      continue;
+    }
+    if (k == "n") {
+      if (get_int(*it, path) != 1) fail("invalid_value", path, "only n = 1 is supported");
+      continue;
+    }
+    if (k == "prompt" && chat_url)
+      fail("unknown_field", path, "not a field of /v1/chat/completions (use 'messages')");
+    if (k == "messages" && !chat_url)
+      fail("unknown_field", path,
+           "not a field of /v1/completions (use 'prompt' or the url /v1/chat/completions)");
+    if (!apply_field(k, *it, path, r)) fail("unknown_field", path, "unknown field");
+  }
+  if (chat_url && r.messages.empty()) fail("missing_field", "body.messages", "missing");
+  if (!chat_url && r.prompt.empty()) fail("missing_field", "body.prompt", "missing");
+}
+
+// Cuts a message to about `max` bytes at a UTF-8 boundary (parse errors quote the input).
+std::string clip(std::string s, size_t max = 160) {
+  if (s.size() <= max) return s;
+  size_t n = max;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  s.resize(n);
+  return s + "...";
+}
+
+// U+FFFF (a noncharacter): stands in for invalid bytes to find the field that holds them.
+constexpr std::string_view kBadByteMark = "\xEF\xBF\xBF";
+
+// Parses `text` as JSON (throws LineError when it is not). `dup_key` receives the path of the
+// first key given twice in one object (nlohmann would silently keep the last value); `marked`,
+// when set, the path of the first string holding kBadByteMark.
+json parse_checked(const std::string& text, std::string& dup_key, std::string* marked) {
+  struct Frame {
+    bool object;
+    std::unordered_set<std::string> keys;
+    std::string key;
+    size_t index = 0;
+  };
+  std::vector<Frame> stack;
+  auto path = [&stack] {
+    std::string p;
+    for (const Frame& f : stack) {
+      if (!f.object)
+        p += fmt::format("[{}]", f.index);
+      else if (!f.key.empty())
+        p += (p.empty() ? "" : ".") + f.key;
+    }
+    return p;
+  };
+  auto element_done = [&stack] {
+    if (!stack.empty() && !stack.back().object) ++stack.back().index;
+  };
+  const json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
+    switch (ev) {
+      case json::parse_event_t::object_start:
+        stack.push_back({true, {}, {}, 0});
+        break;
+      case json::parse_event_t::array_start:
+        stack.push_back({false, {}, {}, 0});
+        break;
+      case json::parse_event_t::key:
+        stack.back().key = parsed.get<std::string>();
+        if (marked && marked->empty() && stack.back().key.find(kBadByteMark) != std::string::npos)
+          *marked = path();
+        if (!stack.back().keys.insert(stack.back().key).second && dup_key.empty()) dup_key = path();
+        break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        stack.pop_back();
+        element_done();
+        break;
+      case json::parse_event_t::value:
+        if (marked && marked->empty() && parsed.is_string() &&
+            parsed.get_ref<const std::string&>().find(kBadByteMark) != std::string::npos)
+          *marked = path();
+        element_done();
+        break;
+    }
+    return true;
+  };
+  try {
+    return json::parse(text, cb);
+  } catch (const json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 9: <what>"
+    std::string what = e.what();
+    const size_t col = what.find("column ");
+    const size_t colon = col == std::string::npos ? col : what.find(": ", col);
+    if (colon != std::string::npos) what = what.substr(colon + 2);
+    const bool truncated = e.byte > text.size();
+    fail("invalid_json", "",
+         fmt::format("invalid JSON at byte {}{}: {}", e.byte,
+                     truncated ? " (the line ends early: truncated?)" : "", clip(what)));
+  } catch (const json::out_of_range& e) {  // valid JSON syntax: a number beyond a double
+    fail("invalid_value", path(),
+         fmt::format("number out of range (beyond a 64-bit float): {}", clip(e.what())));
+  } catch (const json::exception& e) {
+    fail("invalid_json", "", fmt::format("invalid JSON: {}", clip(e.what())));
+  }
+}
+
+// Parses one line. Errors that still leave a JSON value (a duplicate key; invalid UTF-8 inside
+// strings, with the invalid bytes replaced) are returned in `deferred` with that value, so the
+// record can carry the line's id; invalid UTF-8 elsewhere is thrown as it is.
+json parse_json(const std::string& line, std::optional<LineError>& deferred) {
+  std::string marked;  // invalid bytes replaced by kBadByteMark
+  size_t first_bad = std::string::npos;
+  for (size_t i = 0; i < line.size();) {
+    const utf8::Decoded d = utf8::decode(line, i);
+    if (d.valid) {
+      if (first_bad != std::string::npos) marked.append(line, i, d.len);
+    } else {
+      if (first_bad == std::string::npos) marked.assign(line, 0, first_bad = i);
+      marked += kBadByteMark;
+    }
+    i += d.len;
+  }
+  std::string dup_key, field;
+  json value;
+  if (first_bad == std::string::npos) {
+    value = parse_checked(line, dup_key, nullptr);
+  } else {
+    const std::string what = fmt::format("invalid UTF-8 at byte {} (0x{:02x})", first_bad + 1,
+                                         static_cast<unsigned char>(line[first_bad]));
+    if (line.find(kBadByteMark) != std::string::npos) fail("invalid_utf8", "", what);  // ambiguous
+    try {
+      value = parse_checked(marked, dup_key, &field);
+    } catch (const LineError&) {
+      fail("invalid_utf8", "", what);  // not valid JSON even so: report the bytes alone
+    }
+    if (field.empty()) fail("invalid_utf8", "", what);  // outside any string
+    deferred = line_error("invalid_utf8", field, what);
+    return value;
+  }
+  if (!dup_key.empty()) deferred = line_error("duplicate_key", dup_key, "given more than once");
+  return value;
+}
+
+}  // namespace
+
+JobLine parse_request_line(const std::string& line, int64_t line_no, const SamplingParams& defaults,
+                           bool chat_default) {
+  JobLine out;
+  out.line_no = line_no;
+  out.id = fmt::format("line-{}", line_no);
+  try {
+    std::optional<LineError> deferred;
+    const json obj = parse_json(line, deferred);
+    if (!obj.is_object())
+      fail("not_an_object", "", fmt::format("expected a JSON object, got {}", obj.type_name()));
+    out.openai = obj.contains("custom_id") || obj.contains("body");
+    const char* id_key = out.openai ? "custom_id" : "id";
+    if (deferred && deferred->field() == id_key) throw *deferred;  // the id itself is in doubt
+    if (obj.contains(id_key)) {
+      const json& idv = obj[id_key];
+      std::string id;
+      if (idv.is_string()) id = idv.get<std::string>();
+      else if (idv.is_number_integer()) id = idv.dump();  // exact digits, any size
+      else
+        fail("wrong_type", id_key, "expected a string or an integer, got " + type_name(idv));
+      if (id.empty()) fail("invalid_value", id_key, "must not be empty");
+      out.id = std::move(id);
+      out.own_id = true;
+    } else if (out.openai) {
+      fail("missing_field", "custom_id", "missing");
+    }
+    if (deferred) throw *deferred;
+    Request r;
+    r.id = out.id;
+    r.sampling = defaults;
+    r.chat = chat_default;
+    if (out.openai) parse_openai(obj, out, r);
+    else parse_simple(obj, out, r);
+    const bool has_seed =
+        obj.contains("seed") || (obj.contains("body") && obj["body"].is_object() && obj["body"].contains("seed"));
+    out.own_seed = has_seed;
+    if (!has_seed) r.sampling.seed = defaults.seed ^ fnv1a64(out.id);
+    try {
+      r.sampling.validate();  // the defaults (flags) are checked by the CLI; this is a backstop
+    } catch (const Error& e) {
+      fail("invalid_value", "", e.what());
+    }
+    out.request = std::move(r);
+  } catch (const LineError& e) {
+    out.error = fmt::format("line {}: {}", line_no, e.what());
+    out.error_kind = e.kind();
+    out.error_field = e.field();
+  } catch (const Error& e) {  // not expected: every check above throws LineError
+    out.error = fmt::format("line {}: {}", line_no, e.what());
+    out.error_kind = "invalid_value";
+  }
+  return out;
+}
+
+std::string read_job_input(const std::string& path, const char* what) {
+  const bool stdin_input = path == "-";
+  std::FILE* f = stdin_input ? stdin : std::fopen(path.c_str(), "rb");
+  OFFGEN_CHECK(f != nullptr, kIo, "{}: cannot open the {}: {}", path, what, std::strerror(errno));
+  std::string text;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;
+  if (!stdin_input) std::fclose(f);
+  OFFGEN_CHECK(!failed, kIo, "{}: cannot read the {}: {}", stdin_input ? "standard input" : path,
+               what, std::strerror(err));
+  return text;
+}
+
+namespace {
+
+// Gives line `jl` the id `id` (a generated one: the line had none, or a duplicate one), re-mixing
+// the default seed with it as parse_request_line does.
+void assign_generated_id(JobLine& jl, std::string id, const SamplingParams& defaults) {
+  jl.id = std::move(id);
+  if (!jl.request) return;
+  jl.request->id = jl.id;
+  if (!jl.own_seed) jl.request->sampling.seed = defaults.seed ^ fnv1a64(jl.id);
+}
+
+}  // namespace
+
+std::vector<JobLine> parse_request_text(std::string_view text, const SamplingParams& defaults,
+                                        bool chat_default) {
+  std::vector<JobLine> lines;
+  int64_t no = 0;
+  for (size_t start = 0; start < text.size();) {
+    size_t nl = text.find('\n', start);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string line(text.substr(start, nl - start));
+    start = nl + 1;
+    ++no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (no == 1 && line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);  // UTF-8 byte-order mark
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    lines.push_back(parse_request_line(line, no, defaults, chat_default));
+  }
+  // Record ids are the journal's keys, so they must be unique and no generated one ("line-N"
+  // for a line without an id, "ID#line-N" for a repeated id) may equal an id some line gives
+  // itself: a generated id that would is extended with "#2", "#3", ... The input is fixed by
+  // its fingerprint, so a resumed job assigns the same ids.
+  std::unordered_set<std::string> own;
+  for (const JobLine& jl : lines)
+    if (jl.own_id) own.insert(jl.id);
+  std::unordered_set<std::string> taken;
+  auto unique = [&](const std::string& base) {
+    std::string id = base;
+    for (int k = 2; own.count(id) > 0 || taken.count(id) > 0; ++k) id = fmt::format("{}#{}", base, k);
+    return id;
+  };
+  for (JobLine& jl : lines) {
+    if (jl.own_id && taken.insert(jl.id).second) continue;
+    if (jl.own_id) {  // a repeated id: the later line becomes an error record of its own
+      jl.request.reset();
+      jl.error = fmt::format("line {}: field '{}': duplicate id '{}'", jl.line_no,
+                             jl.openai ? "custom_id" : "id", jl.id);
+      jl.error_kind = "duplicate_id";
+      jl.error_field = jl.openai ? "custom_id" : "id";
+      const std::string id = unique(fmt::format("{}#line-{}", jl.id, jl.line_no));
+      assign_generated_id(jl, id, defaults);
+    } else {
+      const std::string id = unique(jl.id);
+      if (id != jl.id) assign_generated_id(jl, id, defaults);
+    }
+    taken.insert(jl.id);
+  }
+  return lines;
+}
+
+std::vector<JobLine> read_request_file(const std::string& path, const SamplingParams& defaults,
+                                       bool chat_default) {
+  return parse_request_text(read_job_input(path), defaults, chat_default);
+}
+
+nlohmann::json result_record(const JobLine& line, const Result& r, const std::string& model_name) {
+  json usage = {{"prompt_tokens", r.prompt_tokens},
+                {"completion_tokens", r.completion_tokens},
+                {"total_tokens", r.prompt_tokens + r.completion_tokens}};
+  if (r.finish_reason == FinishReason::kError) {
+    JobLine failed = line;
+    failed.error = fmt::format("line {}: {}", line.line_no, r.error);
+    failed.error_kind = request_error_kind_name(
+        r.error_kind == RequestErrorKind::kNone ? RequestErrorKind::kFailed : r.error_kind);
+    if (r.error_kind == RequestErrorKind::kPromptTooLong) {
+      const bool chat = line.request && !line.request->messages.empty();
+      failed.error_field = std::string(line.openai ? "body." : "") + (chat ? "messages" : "prompt");
+      failed.error =
+          fmt::format("line {}: field '{}': {}", line.line_no, failed.error_field, r.error);
+    }
+    return error_record(failed);
+  }
+  if (!line.openai)
+    return json{{"id", line.id},
+                {"text", r.text},
+                {"finish_reason", finish_reason_name(r.finish_reason)},
+                {"usage", usage}};
+  const bool chat = line.request && !line.request->messages.empty();
+  json choice = {{"index", 0}, {"finish_reason", finish_reason_name(r.finish_reason)}};
+  if (chat) choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+  else choice["text"] = r.text;
+  json body = {{"id", "cmpl-" + line.id},
+               {"object", chat ? "chat.completion" : "text_completion"},
+               {"model", model_name},
+               {"choices", json::array({choice})},
+               {"usage", usage}};
+  return json{{"id", "batch_req_" + line.id},
+              {"custom_id", line.id},
+              {"response", {{"status_code", 200}, {"request_id", line.id}, {"body", body}}},
+              {"error", nullptr}};
+}
+
+nlohmann::json error_record(const JobLine& line) {
+  json error = {{"message", line.error},
+                {"line", line.line_no},
+                {"kind", line.error_kind},
+                {"field", line.error_field.empty() ? json(nullptr) : json(line.error_field)}};
+  if (!line.openai) return json{{"id", line.id}, {"error", std::move(error)}};
+  error["code"] = "invalid_request";
+  return json{{"id", "batch_req_" + line.id},
+              {"custom_id", line.id},
+              {"response", nullptr},
+              {"error", std::move(error)}};
+}
+
+bool ErrorCounts::add(const nlohmann::json& record) {
+  if (!record.is_object() || !record.contains("error") || record["error"].is_null()) return false;
+  const json& e = record["error"];
+  ++total;
+  const bool tagged = e.is_object() && e.contains("kind") && e["kind"].is_string();
+  ++by_kind[tagged ? e["kind"].get<std::string>() : "unknown"];
+  if (e.is_object() && e.contains("field") && e["field"].is_string())
+    ++by_field[e["field"].get<std::string>()];
+  return true;
+}
+
+}  // namespace offgen

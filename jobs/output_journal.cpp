@@ -1,0 +1,171 @@
+// Resumable output journal.
+#include "jobs/output_journal.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+
+#include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/core/atomic_file.h"
+
+namespace offgen {
+namespace {
+
+std::string sidecar_path(const std::string& path) { return path + ".offgen.json"; }
+
+void write_sidecar(const std::string& path, const nlohmann::json& fingerprint) {
+  try {
+    write_json_atomically(sidecar_path(path), fingerprint);
+  } catch (const Error& e) {
+    OFFGEN_THROW(kIo, "cannot write the job sidecar: {}", e.what());
+  }
+}
+
+}  // namespace
+
+FsyncPolicy parse_fsync_policy(const std::string& s) {
+  if (s == "always") return FsyncPolicy::kAlways;
+  if (s == "periodic") return FsyncPolicy::kPeriodic;
+  if (s == "never") return FsyncPolicy::kNever;
+  OFFGEN_THROW(kConfig, "--fsync {}: expected always, periodic or never", s);
+}
+
+std::string record_id(const nlohmann::json& r) {
+  const char* key = r.contains("custom_id") ? "custom_id" : "id";
+  OFFGEN_CHECK(r.is_object() && r.contains(key) && r[key].is_string(), kInput,
+               "record without a string '{}'", key);
+  return r[key].get<std::string>();
+}
+
+OutputJournal::OutputJournal(const std::string& path, const nlohmann::json& fingerprint,
+                             bool overwrite, FsyncPolicy fsync)
+    : path_(path), fsync_(fsync), last_sync_(std::chrono::steady_clock::now()),
+      uncaught_(std::uncaught_exceptions()) {
+  // Open without truncating and take the lock first: one writer per output, and nothing is
+  // inspected or cut while another job might still be appending. A file this constructor
+  // creates is removed again when it fails (a full disk at the start leaves nothing behind).
+  bool& created = created_;
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd >= 0) created = true;
+  else if (errno == EEXIST) fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  OFFGEN_CHECK(fd >= 0, kIo, "{}: cannot open output file: {}", path, std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    OFFGEN_THROW(kConfig, "{}: another offgen process is writing this output", path);
+  }
+  try {
+    const off_t size = ::lseek(fd, 0, SEEK_END);
+    if (size > 0 && !overwrite) {
+      const std::string side = sidecar_path(path);
+      std::ifstream in(side, std::ios::binary);
+      OFFGEN_CHECK(in.good(), kConfig,
+                   "{}: exists but was not written by offgen (no {}); use --overwrite to replace it",
+                   path, side);
+      nlohmann::json previous;
+      try {
+        previous = nlohmann::json::parse(in);
+      } catch (const nlohmann::json::exception& e) {
+        OFFGEN_THROW(kConfig, "{}: unreadable ({}); use --overwrite to start afresh", side,
+                     e.what());
+      }
+      if (previous != fingerprint) {
+        std::string what;
+        for (auto it = fingerprint.begin(); it != fingerprint.end(); ++it)
+          if (!previous.contains(it.key()) || previous[it.key()] != *it)
+            what += (what.empty() ? "" : ", ") + it.key();
+        OFFGEN_THROW(kConfig,
+                     "{}: was produced by a different job ({} changed); resume needs the same "
+                     "input, model and settings — use --overwrite to start afresh or another "
+                     "--output",
+                     path, what.empty() ? "settings" : what);
+      }
+      load_existing(fd);
+    } else {
+      OFFGEN_CHECK(::ftruncate(fd, 0) == 0, kIo, "{}: cannot truncate: {}", path,
+                   std::strerror(errno));
+      write_sidecar(path, fingerprint);
+    }
+    ::lseek(fd, 0, SEEK_END);
+    f_ = ::fdopen(fd, "ab");
+    OFFGEN_CHECK(f_ != nullptr, kIo, "{}: fdopen failed: {}", path, std::strerror(errno));
+  } catch (...) {
+    if (!f_) ::close(fd);
+    if (created) ::unlink(path.c_str());
+    throw;
+  }
+}
+
+OutputJournal::~OutputJournal() {
+  if (!f_) return;
+  std::fflush(f_);
+  // Unwinding from a failure before this run wrote a single record into an output it created
+  // (e.g. the disk was full from the start): leave nothing behind.
+  if (created_ && appended_ == 0 && std::uncaught_exceptions() > uncaught_) {
+    std::fclose(f_);
+    ::unlink(path_.c_str());
+    ::unlink(sidecar_path(path_).c_str());
+    return;
+  }
+  if (fsync_ != FsyncPolicy::kNever) ::fdatasync(fileno(f_));
+  std::fclose(f_);
+}
+
+void OutputJournal::load_existing(int fd) {
+  std::ifstream in(path_, std::ios::binary);
+  OFFGEN_CHECK(in.good(), kIo, "{}: cannot read the existing output", path_);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t start = 0, line_no = 0, good_end = 0;
+  while (start < content.size()) {
+    const size_t nl = content.find('\n', start);
+    if (nl == std::string::npos) break;  // a torn last line (crash mid-write)
+    ++line_no;
+    const std::string line = content.substr(start, nl - start);
+    try {
+      const auto rec = nlohmann::json::parse(line);
+      done_.insert(record_id(rec));
+      ++resumed_;
+      resumed_errors_ += resumed_error_counts_.add(rec);
+    } catch (const std::exception& e) {
+      OFFGEN_THROW(kConfig, "{}:{}: not an offgen record ({}); use --overwrite to start afresh",
+                   path_, line_no, e.what());
+    }
+    start = good_end = nl + 1;
+  }
+  if (good_end < content.size()) {
+    dropped_torn_ = true;
+    OFFGEN_CHECK(::ftruncate(fd, static_cast<off_t>(good_end)) == 0, kIo,
+                 "{}: cannot drop the incomplete last line: {}", path_, std::strerror(errno));
+    log_warn("{}: dropped an incomplete last line ({} bytes) left by an interrupted run; its "
+             "request runs again",
+             path_, content.size() - good_end);
+  }
+}
+
+void OutputJournal::append(const std::string& id, const nlohmann::json& record) {
+  std::string s = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  s += '\n';
+  OFFGEN_CHECK(std::fwrite(s.data(), 1, s.size(), f_) == s.size() && std::fflush(f_) == 0, kIo,
+               "{}: write failed: {}", path_, std::strerror(errno));
+  done_.insert(id);
+  ++appended_;
+  const auto now = std::chrono::steady_clock::now();
+  if (fsync_ == FsyncPolicy::kAlways ||
+      (fsync_ == FsyncPolicy::kPeriodic && now - last_sync_ >= std::chrono::seconds(1))) {
+    sync();
+    last_sync_ = now;
+  }
+}
+
+void OutputJournal::sync() {
+  OFFGEN_CHECK(::fdatasync(fileno(f_)) == 0, kIo, "{}: fdatasync failed: {}", path_,
+               std::strerror(errno));
+}
+
+}  // namespace offgen

@@ -1,0 +1,60 @@
+// OutputJournal: the output JSONL of a batch job as a resumable journal. Records are appended one
+// complete line at a time and flushed (fdatasync by policy); re-opening an existing output skips
+// the ids already written, drops a torn last line from a crash, and refuses to mix runs whose
+// input, model or settings differ (recorded in a sidecar OUTPUT.offgen.json).
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <unordered_set>
+
+#include <nlohmann/json.hpp>
+
+#include "jobs/job_io.h"
+
+namespace offgen {
+
+enum class FsyncPolicy { kAlways, kPeriodic, kNever };
+FsyncPolicy parse_fsync_policy(const std::string& s);  // throws kConfig
+
+class OutputJournal {
+ public:
+  // `fingerprint` identifies what produced the records (input content, model, settings). With
+  // overwrite=false an existing output with the same fingerprint is resumed; a different one is
+  // an Error(kConfig) that names both and suggests --overwrite. Throws kIo on file errors.
+  OutputJournal(const std::string& path, const nlohmann::json& fingerprint, bool overwrite,
+                FsyncPolicy fsync);
+  ~OutputJournal();
+  OutputJournal(const OutputJournal&) = delete;
+  OutputJournal& operator=(const OutputJournal&) = delete;
+
+  bool done(const std::string& id) const { return done_.count(id) > 0; }
+  int64_t resumed() const { return resumed_; }
+  int64_t resumed_errors() const { return resumed_errors_; }  // error records among them
+  const ErrorCounts& resumed_error_counts() const { return resumed_error_counts_; }
+  bool dropped_torn_line() const { return dropped_torn_; }
+  // Appends one record (a line) and flushes it; `id` is remembered as done.
+  void append(const std::string& id, const nlohmann::json& record);
+  void sync();  // fdatasync now
+
+ private:
+  void load_existing(int fd);
+
+  std::string path_;
+  FsyncPolicy fsync_;
+  std::FILE* f_ = nullptr;
+  std::unordered_set<std::string> done_;
+  bool dropped_torn_ = false;
+  int64_t resumed_ = 0, resumed_errors_ = 0;
+  ErrorCounts resumed_error_counts_;
+  std::chrono::steady_clock::time_point last_sync_;
+  bool created_ = false;   // this journal created the output file
+  int64_t appended_ = 0;   // records this run wrote
+  int uncaught_ = 0;       // std::uncaught_exceptions() at construction
+};
+
+// The id a record belongs to: "custom_id" for OpenAI-shaped records, else "id".
+std::string record_id(const nlohmann::json& record);
+
+}  // namespace offgen

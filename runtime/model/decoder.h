@@ -1,0 +1,109 @@
+// Decoder-only transformer (Llama/Mistral/Qwen2: RMSNorm, RoPE, GQA, SwiGLU; OPT: LayerNorm,
+// learned positions, ReLU, biases, post-norm, projected embeddings — see ModelConfig) as schedulable
+// units — per layer an attention unit (2l) and an MLP unit (2l+1) — plus the resident embedding
+// and output head. A unit's weights live in one "blob" (backend storage, 4 KiB-multiple size)
+// that the caller places anywhere (RAM, staged from disk) and passes to run_unit.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "runtime/backend/backend.h"
+#include "runtime/backend/backend_array.h"
+#include "runtime/model/config.h"
+#include "runtime/model/kv_slots.h"
+#include "runtime/model/weight_source.h"
+
+namespace offgen {
+
+// Scratch activations for one ragged batch, in the backend's device memory; grown on demand. One
+// per concurrently running batch.
+struct DecoderScratch {
+  BackendArray<float> x, qkv, q, attn, proj, gate_up, act, emb;
+  std::vector<KvOverflow> overflow;  // per sequence, for chunks that overflow their table
+  void reserve(Backend& be, const ModelConfig& c, int64_t rows);
+};
+
+// The rows of one ragged batch as a unit sees them.
+struct UnitBatch {
+  int64_t rows = 0;
+  std::span<const SeqSpan> seqs;
+  const int32_t* positions = nullptr;  // per row
+  std::span<const KvSeqView> kv;       // per sequence, for this unit's layer (attention units)
+  const KvSlotPolicy* policy = nullptr;  // evicts from tables with metadata; null: none evict
+};
+
+// Per-layer KV views for the sequences of a batch, supplied by the caller (who owns the cache).
+using KvViewFn = std::function<std::span<const KvSeqView>(int64_t layer)>;
+// Where unit u's blob currently is.
+using BlobFn = std::function<const void*(int64_t unit)>;
+
+class DecoderModel {
+ public:
+  // Prepares the resident tensors (embedding table, output norm and head). `src` must outlive the
+  // model: build_unit reads it.
+  DecoderModel(const WeightSource& src, Backend& backend);
+
+  const ModelConfig& config() const { return config_; }
+  Backend& backend() const { return backend_; }
+
+  int64_t num_units() const { return 2 * config_.n_layers; }
+  static bool unit_has_cache(int64_t unit) { return unit % 2 == 0; }
+  static int64_t unit_layer(int64_t unit) { return unit / 2; }
+  int64_t unit_bytes(int64_t unit) const;  // multiple of 4096
+  // Writes unit u's blob (unit_bytes(u), 64-byte aligned) from the weight source. Thread-safe.
+  void build_unit(int64_t unit, void* dst) const;
+  int64_t resident_bytes() const;  // embedding + output head + norms
+
+  // hidden[rows, d_model] (device memory) = embedding of ids at their positions (learned position
+  // tables); ids and positions are host memory.
+  void embed(std::span<const int32_t> ids, const int32_t* positions, float* hidden,
+             DecoderScratch& s) const;
+  // Attention unit: hidden += attention(norm(hidden)), writing the new tokens' K/V into the
+  // batch's KV views after their n_past used slots — or, in tables that evict, where the policy
+  // makes room (see KvStep). MLP unit: hidden += mlp(norm(hidden)).
+  void run_unit(int64_t unit, const void* blob, float* hidden, const UnitBatch& batch,
+                DecoderScratch& s) const;
+  // logits[i, vocab] (device memory) for hidden rows rows[i].
+  void output_step(const float* hidden, std::span<const int64_t> rows, float* logits,
+                   DecoderScratch& s) const;
+
+  // All units in order; logits for the last token of each sequence: [seqs.size(), vocab] in
+  // device memory (the KV views' too).
+  void forward(std::span<const int32_t> ids, const int32_t* positions,
+               std::span<const SeqSpan> seqs, const KvViewFn& kv, const BlobFn& blob,
+               float* logits, DecoderScratch& s) const;
+
+ private:
+  struct Layout {  // byte offsets inside a unit blob (-1: absent)
+    int64_t norm = 0, norm_b = -1, b0 = -1, b1 = -1, w0 = 0, w1 = 0, bytes = 0;
+    int64_t w0_rows = 0, w0_cols = 0, w1_rows = 0, w1_cols = 0;
+  };
+  Layout layout(int64_t unit) const;
+
+  const WeightSource& src_;
+  ModelConfig config_;
+  Backend& backend_;
+  Weight tok_embd_;  // gather table [vocab, embed_width]
+  Weight pos_embd_;  // learned positions [pos_offset + context, d_model] (empty with RoPE)
+  Weight proj_in_, proj_out_;  // embed_width <-> d_model projections (empty when equal)
+  Buffer out_norm_, out_norm_b_;  // device memory; empty without a final norm
+  Weight lm_head_;   // [vocab, embed_width]
+};
+
+// Every unit blob built once and held in the backend's device memory: the all-resident placement.
+class ResidentUnits {
+ public:
+  explicit ResidentUnits(const DecoderModel& model);
+  const void* blob(int64_t unit) const { return blobs_[unit].data(); }
+  int64_t bytes() const;
+  BlobFn fn() const {
+    return [this](int64_t u) { return blob(u); };
+  }
+
+ private:
+  std::vector<Buffer> blobs_;
+};
+
+}  // namespace offgen

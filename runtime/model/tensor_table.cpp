@@ -1,0 +1,95 @@
+// The per-architecture tensor table and the shape check of weight sources.
+#include "runtime/model/tensor_table.h"
+
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "runtime/core/error.h"
+
+namespace offgen {
+namespace {
+
+// Layer tensors: name suffix after "blk.N." and dims.
+std::vector<TensorSpec> layer_tensors(const ModelConfig& c) {
+  const bool layer_norm = c.norm == NormKind::kLayer;
+  std::vector<TensorSpec> v;
+  auto add = [&v](const char* name, std::vector<int64_t> dims) { v.push_back({name, std::move(dims)}); };
+  add("attn_norm.weight", {c.d_model});
+  if (layer_norm) add("attn_norm.bias", {c.d_model});
+  add("attn_q.weight", {c.d_model, c.q_dim()});
+  add("attn_k.weight", {c.d_model, c.kv_dim()});
+  add("attn_v.weight", {c.d_model, c.kv_dim()});
+  if (c.qkv_bias) {
+    add("attn_q.bias", {c.q_dim()});
+    add("attn_k.bias", {c.kv_dim()});
+    add("attn_v.bias", {c.kv_dim()});
+  }
+  add("attn_output.weight", {c.q_dim(), c.d_model});
+  if (c.out_bias) add("attn_output.bias", {c.d_model});
+  add("ffn_norm.weight", {c.d_model});
+  if (layer_norm) add("ffn_norm.bias", {c.d_model});
+  if (c.gated_ffn()) add("ffn_gate.weight", {c.d_model, c.ffn_dim});
+  add("ffn_up.weight", {c.d_model, c.ffn_dim});
+  if (c.ffn_bias) add("ffn_up.bias", {c.ffn_dim});
+  add("ffn_down.weight", {c.ffn_dim, c.d_model});
+  if (c.ffn_bias) add("ffn_down.bias", {c.d_model});
+  return v;
+}
+
+std::vector<TensorSpec> top_tensors(const ModelConfig& c) {
+  const int64_t e = c.embed_width();
+  std::vector<TensorSpec> v;
+  v.push_back({"token_embd.weight", {e, c.vocab_size}});
+  if (c.learned_pos) v.push_back({"position_embd.weight", {c.d_model, c.pos_offset + c.context_length}});
+  if (e != c.d_model) {
+    v.push_back({"proj_in.weight", {e, c.d_model}});
+    v.push_back({"proj_out.weight", {c.d_model, e}});
+  }
+  if (c.final_norm) {
+    v.push_back({"output_norm.weight", {c.d_model}});
+    if (c.norm == NormKind::kLayer) v.push_back({"output_norm.bias", {c.d_model}});
+  }
+  if (!c.tied_embeddings) v.push_back({"output.weight", {e, c.vocab_size}});
+  return v;
+}
+
+}  // namespace
+
+std::vector<TensorSpec> model_tensors(const ModelConfig& c) {
+  std::vector<TensorSpec> v = top_tensors(c);
+  const std::vector<TensorSpec> layer = layer_tensors(c);
+  v.reserve(v.size() + layer.size() * static_cast<size_t>(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (const TensorSpec& t : layer) v.push_back({fmt::format("blk.{}.{}", l, t.name), t.dims});
+  return v;
+}
+
+std::vector<int64_t> model_tensor_dims(const ModelConfig& c, const std::string& name) {
+  for (const TensorSpec& t : top_tensors(c))
+    if (t.name == name) return t.dims;
+  int layer = -1;
+  char what[64] = {};
+  if (std::sscanf(name.c_str(), "blk.%d.%63s", &layer, what) != 2 || layer < 0 ||
+      layer >= c.n_layers || name != fmt::format("blk.{}.{}", layer, what))
+    return {};
+  for (const TensorSpec& t : layer_tensors(c))
+    if (t.name == what) return t.dims;
+  return {};
+}
+
+void check_tensor_shapes(const WeightSource& src) {
+  const ModelConfig& c = src.config();
+  for (const TensorSpec& t : model_tensors(c)) {
+    OFFGEN_CHECK(src.has_tensor(t.name), kInput, "{}: tensor '{}' is missing ({} architecture)",
+                 src.describe(), t.name, c.arch);
+    const std::vector<int64_t> dims = src.tensor_dims(t.name);
+    OFFGEN_CHECK(dims == t.dims, kInput,
+                 "{}: tensor '{}' has shape [{}] but the model config implies [{}] (a config "
+                 "field does not match the weights)",
+                 src.describe(), t.name, fmt::join(dims, ", "), fmt::join(t.dims, ", "));
+  }
+}
+
+}  // namespace offgen

@@ -1,0 +1,86 @@
+// The engine under stop requests and hostile requests: should_stop ends generate() early with the
+// unfinished requests marked interrupted and the engine reusable with unchanged results; a
+// max_tokens beyond the context window is cut and counted.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "scheduler/engine.h"
+
+using namespace offgen;
+
+namespace {
+
+const std::string kModel = std::string(OFFGEN_TEST_DATA) + "/hf_models/llama";
+
+std::vector<Request> requests(int n, int64_t max_tokens) {
+  std::vector<Request> reqs;
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    r.id = "r" + std::to_string(i);
+    r.prompt = "count " + std::to_string(i);
+    r.sampling.max_tokens = max_tokens;
+    r.sampling.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
+EngineOptions options(int64_t batch) {
+  EngineOptions eo;
+  eo.model = kModel;
+  eo.threads = 1;
+  eo.policy.gpu_batch_size = batch;
+  eo.policy.batch_given = true;
+  return eo;
+}
+
+}  // namespace
+
+TEST_CASE("should_stop ends generate early; the engine runs again unchanged", "[engine][faults]") {
+  Engine engine(options(2));
+  const auto reqs = requests(8, 6);
+  const std::vector<Result> clean = engine.generate(reqs);
+  int iterations = 0;
+  std::vector<size_t> reported;
+  GenerateCallbacks cb;
+  cb.should_stop = [&] { return ++iterations > 10; };  // a few steps in: some finished, some not
+  cb.on_result = [&](size_t i, const Result&) { reported.push_back(i); };
+  const std::vector<Result> cut = engine.generate(reqs, cb);
+  const GenerationStats& st = engine.last_stats();
+  CHECK(st.interrupted);
+  CHECK(st.unfinished > 0);
+  CHECK(st.unfinished < 8);
+  CHECK(static_cast<int64_t>(reported.size()) == 8 - st.unfinished);
+  int interrupted = 0;
+  for (size_t i = 0; i < cut.size(); ++i) {
+    INFO("request " << i);
+    CHECK(cut[i].id == reqs[i].id);
+    if (cut[i].finish_reason == FinishReason::kInterrupted) {
+      ++interrupted;
+      CHECK(std::find(reported.begin(), reported.end(), i) == reported.end());
+    } else {
+      CHECK(cut[i].tokens == clean[i].tokens);  // finished ones are complete and identical
+    }
+  }
+  CHECK(interrupted == st.unfinished);
+  // Nothing leaked: the same engine gives the clean results again.
+  const std::vector<Result> again = engine.generate(reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) CHECK(again[i].tokens == clean[i].tokens);
+  CHECK_FALSE(engine.last_stats().interrupted);
+  CHECK(engine.last_stats().unfinished == 0);
+}
+
+TEST_CASE("a max_tokens beyond the context window is cut and counted", "[engine][faults]") {
+  Engine engine(options(4));
+  auto reqs = requests(3, 5);
+  reqs[1].sampling.max_tokens = INT64_MAX;
+  reqs[2].sampling.max_tokens = int64_t{1} << 40;
+  const auto res = engine.generate(reqs);
+  CHECK(engine.last_stats().max_tokens_clamped == 2);
+  for (size_t i = 1; i < 3; ++i) {
+    CHECK(res[i].finish_reason == FinishReason::kLength);
+    CHECK(res[i].prompt_tokens + res[i].completion_tokens == engine.max_context());
+  }
+}
