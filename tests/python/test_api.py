@@ -63,6 +63,20 @@ def test_sampled_texts_differ_by_seed(llm):
     assert a == texts(llm.generate(PROMPTS, sp(1)))
 
 
+def test_one_sampling_params_per_request(llm):
+    hot = offgen.SamplingParams(temperature=1.0, top_k=50, seed=8, max_tokens=10)
+    cool = offgen.SamplingParams(temperature=0.3, seed=9, max_tokens=6, stop=["."])
+    per = [hot if i % 2 == 0 else cool for i in range(len(PROMPTS))]
+    mixed = llm.generate(PROMPTS, per)
+    # request i as in a run where every request has its SamplingParams (same ids, same seeds)
+    all_hot, all_cool = texts(llm.generate(PROMPTS, hot)), texts(llm.generate(PROMPTS, cool))
+    for i, o in enumerate(mixed):
+        ref = all_hot if i % 2 == 0 else all_cool
+        assert (o.outputs[0].text, o.outputs[0].finish_reason) == ref[o.request_id]
+    with pytest.raises(offgen.ConfigError, match="one per request"):
+        llm.generate(PROMPTS, [hot, cool])
+
+
 def test_request_dicts_with_ids_and_overrides_match_the_cli(llm, run_cli):
     rows = [
         {"id": "greedy", "prompt": PROMPTS[0]},
