@@ -95,8 +95,9 @@ PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& 
                "offgen: policy auto: %lld x %lld sequences, weights %g%% / KV %g%% in RAM, overlap "
                "%s; predicted %.1f tok/s total (binding: %s)\n",
                static_cast<long long>(p.gpu_batch_size), static_cast<long long>(p.num_gpu_batches),
-               p.weight_gpu_percent + p.weight_cpu_percent, p.cache_gpu_percent + p.cache_cpu_percent,
-               p.overlap ? "on" : "off", r.prediction.total_throughput, r.binding.c_str());
+               p.weight_gpu_percent + p.weight_cpu_percent,
+               p.cache_gpu_percent + p.cache_cpu_percent, p.overlap ? "on" : "off",
+               r.prediction.total_throughput, r.binding.c_str());
   return r;
 }
 
