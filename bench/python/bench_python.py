@@ -122,6 +122,7 @@ def cmd_ray(args) -> None:
         engine = llm.stats["wall_seconds"]
         ref = {o.outputs[0].text for o in outs}
         del llm
+        os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # no usage reports sent anywhere
         ray.init(num_cpus=args.actors, include_dashboard=False, log_to_driver=False)
         ray.data.DataContext.get_current().enable_progress_bars = False
         cfg = ProcessorConfig(model=args.model, concurrency=args.actors, batch_size=args.batch_size,

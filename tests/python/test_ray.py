@@ -50,6 +50,7 @@ def postprocess(row):
 def cluster():
     # The actors run this module's functions: ship them by value (tests/ is not importable there).
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # no usage reports sent anywhere
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
