@@ -37,6 +37,8 @@ VocabData vocab_from_gguf(const GgufFile& f) {
   };
   v.bos_id = id("tokenizer.ggml.bos_token_id");
   v.eos_id = id("tokenizer.ggml.eos_token_id");
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
+    if (const int32_t e = id(key); e >= 0) v.eog_ids.push_back(e);
   v.unk_id = id("tokenizer.ggml.unknown_token_id");
   v.pad_id = id("tokenizer.ggml.padding_token_id");
   const bool spm = v.model == "llama";

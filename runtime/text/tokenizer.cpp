@@ -390,6 +390,25 @@ const std::string& Tokenizer::token_bytes(int32_t id) const {
   return impl_->bytes[id];
 }
 
+std::vector<int32_t> Tokenizer::end_of_generation() const {
+  static constexpr std::string_view kEndMarkers[] = {
+      "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<|eom_id|>",
+      "<end_of_turn>", "<|end|>"};
+  const VocabData& v = vocab();
+  std::vector<int32_t> out(v.eog_ids.begin(), v.eog_ids.end());
+  if (v.eos_id >= 0) out.push_back(v.eos_id);
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    const bool control = i < v.token_types.size() &&
+                         v.token_types[i] == static_cast<int32_t>(TokenType::kControl);
+    if (!control) continue;
+    for (std::string_view m : kEndMarkers)
+      if (v.tokens[i] == m) out.push_back(static_cast<int32_t>(i));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->bytes.size()); }
 int32_t Tokenizer::bos_id() const { return impl_->vocab.bos_id; }
 int32_t Tokenizer::eos_id() const { return impl_->vocab.eos_id; }

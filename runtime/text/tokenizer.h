@@ -57,6 +57,9 @@ struct VocabData {
   std::string model = "gpt2";  // tokenizer.ggml.model: "gpt2" or "llama"
   std::string pre;             // tokenizer.ggml.pre: "smollm", "gpt2", "qwen2", ... ("gpt2" only)
   int32_t bos_id = -1, eos_id = -1, unk_id = -1, pad_id = -1;
+  // Ids besides eos_id that end generation, as the model's files name them (GGUF
+  // tokenizer.ggml.eot_token_id / eom_token_id, HF generation_config.json's eos_token_id list).
+  std::vector<int32_t> eog_ids;
   bool add_bos = false;
   bool add_eos = false;         // encode() appends EOS (tokenizer.ggml.add_eos_token)
   std::string chat_template;    // Jinja source from tokenizer.chat_template (may be empty)
@@ -85,6 +88,10 @@ class Tokenizer {
   // special id is out of range.
   explicit Tokenizer(VocabData vocab);
   ~Tokenizer();
+  // The ids that end a generation: eos_id, eog_ids, and control tokens spelled like the
+  // end-of-turn markers of common chat formats ("<|im_end|>", "<|eot_id|>", "<end_of_turn>",
+  // ...; llama.cpp recognises the same), in ascending order.
+  std::vector<int32_t> end_of_generation() const;
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
