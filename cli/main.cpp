@@ -68,24 +68,12 @@ void check_auto_backend(const CommonFlags& f, const PolicyFlags& pf) {
 // sequence then fits the planned block) over its valid requests.
 Policy plan_for_job(const CommonFlags& f, const GenerateJobOptions& job,
                     const std::vector<JobLine>& lines, const Policy& base, int64_t max_context) {
+  std::vector<Request> requests;
+  for (const JobLine& l : lines)
+    if (l.request) requests.push_back(*l.request);
   OpenedModel opened = open_model(f.model);
   const Tokenizer tokenizer(std::move(opened.vocab));
-  Workload w;
-  w.prompt_len = 1;
-  w.gen_len = 2;
-  for (const JobLine& l : lines) {
-    if (!l.request) continue;
-    try {
-      w.prompt_len = std::max<int64_t>(w.prompt_len, encode_request(tokenizer, *l.request).size());
-    } catch (const Error&) {
-      continue;  // reported per request by the run itself
-    }
-    w.gen_len = std::max<int64_t>(w.gen_len, l.request->sampling.max_tokens);
-    ++w.num_requests;
-  }
-  OFFGEN_CHECK(w.num_requests > 0, kInput, "{}: --policy auto: no valid request to plan for",
-               job.input);
-  if (max_context > 0) w.gen_len = std::max<int64_t>(2, std::min(w.gen_len, max_context - w.prompt_len));
+  const Workload w = job_workload(tokenizer, requests, max_context, job.input);
   const PlanningContext ctx{f.model, base.weight_storage(f.weight_dtype), f.threads, "", base.offload_dir,
                             calibration_progress};
   return auto_plan(planning_inputs(ctx), w, base).policy;

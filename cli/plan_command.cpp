@@ -116,21 +116,6 @@ void PlanCommand::add_to(CLI::App* app) {
   policy.add_to(cmd_);
 }
 
-PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base) {
-  PlanOptions o;
-  o.workload = w;
-  o.base = base;
-  PlanResult r = plan(in.facts, in.compute, in.hw, o);
-  const Policy& p = r.policy;
-  std::fprintf(stderr,
-               "offgen: policy auto: %lld x %lld sequences, weights %g%% / KV %g%% in RAM, overlap "
-               "%s; predicted %.1f tok/s total (binding: %s)\n",
-               static_cast<long long>(p.gpu_batch_size), static_cast<long long>(p.num_gpu_batches),
-               p.weight_gpu_percent + p.weight_cpu_percent, p.cache_gpu_percent + p.cache_cpu_percent,
-               p.overlap ? "on" : "off", r.prediction.total_throughput, r.binding.c_str());
-  return r;
-}
-
 int PlanCommand::run() const {
   const Policy base = policy.resolve();
   PlanningContext ctx{model, base.weight_storage(weight_dtype), threads, profile, base.offload_dir,

@@ -42,9 +42,6 @@ class PlanCommand {
   PolicyFlags policy;
 };
 
-// Plans `base` (capacities, KV policy) for the workload; prints a one-line summary to stderr.
-// Used by `--policy auto`.
-PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base);
 // Calibration progress lines on stderr ("offgen: calibrating: ...").
 void calibration_progress(const std::string& what);
 // The predicted figures as JSON fields (predicted_total_throughput, ...).
