@@ -31,10 +31,6 @@ struct BatchInput {
   size_t size() const { return spans.size(); }
 };
 
-struct LaneTimes {
-  double load = 0, compute = 0, store = 0, wall = 0;
-};
-
 class BlockExecutor {
  public:
   // placement: its activation() splits each GPU batch's activations between RAM and `disk`

@@ -64,9 +64,9 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   model_ = std::make_unique<DecoderModel>(*source_, *backend_);
   const Policy& p = options_.policy;
   // Capacity check of the weights before anything is staged (the accounting the planner uses).
-  facts_ = model_facts(*model_, storage);
-  weight_need_ = weight_need(facts_, p);
-  const Placement placement = facts_.placement(p);
+  facts_ = std::make_unique<const ModelFacts>(model_facts(*model_, storage));
+  weight_need_ = weight_need(*facts_, p);
+  const Placement placement = facts_->placement(p);
   p.check_fits(weight_need_, "the model's weights");
   if (p.uses_disk()) {
     NvmeStoreOptions no;
@@ -125,6 +125,33 @@ TierBytes Engine::peak_bytes() const {
       w.ram_bytes + w.bounce_bytes + k.peak_tiers.host, w.disk_bytes + k.peak_disk_bytes};
 }
 
+EngineStats Engine::stats() const {
+  EngineStats s;
+  const WeightStoreStats& w = weights_->stats();
+  s.weights.resident_bytes = model_->resident_bytes();
+  s.weights.device_bytes = w.device_bytes;
+  s.weights.ram_bytes = w.ram_bytes;
+  s.weights.disk_bytes = w.disk_bytes;
+  s.weights.staging_bytes = w.staging_bytes;
+  s.weights.bounce_bytes = w.bounce_bytes;
+  s.weights.h2d_bytes = weights_->h2d_bytes();
+  const KvStoreStats& k = kv_->stats();
+  s.kv.ram_bytes = k.ram_bytes;
+  s.kv.disk_bytes = k.disk_bytes;
+  s.kv.peak_ram_bytes = k.peak_ram_bytes;
+  s.kv.peak_disk_bytes = k.peak_disk_bytes;
+  s.kv.sequences = k.sequences;
+  s.kv.tiers = k.tiers;
+  s.kv.peak_tiers = k.peak_tiers;
+  if (nvme_) {
+    s.disk.used = true;
+    s.disk.path = nvme_->path();
+    s.disk.allocated_bytes = static_cast<int64_t>(nvme_->allocated_bytes());
+    s.disk.io = nvme_->stats();
+  }
+  return s;
+}
+
 std::vector<int32_t> encode_request(const Tokenizer& tokenizer, const Request& r) {
   if (!r.prompt_ids.empty()) return r.prompt_ids;
   std::string text;
@@ -150,13 +177,13 @@ std::vector<int32_t> Engine::encode_prompt(const Request& r) const {
 
 void Engine::check_fits(int64_t sequences, int64_t capacity) const {
   options_.policy.check_fits(
-      block_need(facts_, options_.policy, capacity, sequences),
+      block_need(*facts_, options_.policy, capacity, sequences),
       fmt::format("the model's weights and the KV cache of {} sequences of {} tokens", sequences,
                   capacity));
 }
 
 TierBytes Engine::kv_need(int64_t capacity) const {
-  return offgen::kv_need(facts_, options_.policy, capacity);
+  return offgen::kv_need(*facts_, options_.policy, capacity);
 }
 
 int64_t Engine::kv_capacity(int64_t prompt, int64_t max_tokens) const {

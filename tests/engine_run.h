@@ -31,7 +31,7 @@ inline EngineRun run_engine(const EngineOptions& eo, const std::vector<Request>&
       if (max_step < 0 || step < max_step) out.logits[{i, step}].assign(row.begin(), row.end());
     };
   out.results = engine.generate(reqs, cb);
-  out.weight_h2d = engine.weight_store().h2d_bytes();
+  out.weight_h2d = engine.stats().weights.h2d_bytes;
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "runtime/loaders/model_loader.h"
 #include "scheduler/context_prompt.h"
 #include "scheduler/engine.h"
+#include "scheduler/shared_context.h"
 
 using namespace offgen;
 
