@@ -20,6 +20,9 @@ struct TierBytes {
     return *this;
   }
   TierBytes operator*(int64_t n) const { return {device * n, host * n, disk * n}; }
+  TierBytes operator+(const TierBytes& o) const {
+    return {device + o.device, host + o.host, disk + o.disk};
+  }
   bool operator==(const TierBytes&) const = default;
   int64_t memory() const { return device + host; }
 };
