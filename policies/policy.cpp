@@ -61,24 +61,10 @@ std::string Policy::weight_storage(const std::string& weight_dtype) const {
   return "q4g64";
 }
 
-namespace {
-
-TierBytes split(int64_t bytes, double gpu, double cpu) {
-  TierBytes t;
-  t.device = static_cast<int64_t>(static_cast<double>(bytes) * gpu / 100.0);
-  t.host = static_cast<int64_t>(static_cast<double>(bytes) * (gpu + cpu) / 100.0) - t.device;
-  t.disk = bytes - t.device - t.host;
-  return t;
-}
-
-}  // namespace
-
-TierBytes Policy::split_weights(int64_t bytes) const {
-  return split(bytes, weight_gpu_percent, weight_cpu_percent);
-}
-
-TierBytes Policy::split_cache(int64_t bytes) const {
-  return split(bytes, cache_gpu_percent, cache_cpu_percent);
+Placement Policy::placement(bool device_is_host) const {
+  return Placement(TierShare{weight_gpu_percent, weight_cpu_percent},
+                   TierShare{cache_gpu_percent, cache_cpu_percent},
+                   TierShare{act_gpu_percent, act_cpu_percent}, device_is_host);
 }
 
 bool Policy::fits(const TierBytes& need) const {

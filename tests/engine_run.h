@@ -38,7 +38,7 @@ inline EngineRun run_engine(const EngineOptions& eo, const std::vector<Request>&
   GenerateCallbacks cb;
   if (keep_logits) record_logits(cb, out.logits, max_step);
   out.results = engine.generate(reqs, cb);
-  out.weight_h2d = engine.weight_store().h2d_bytes();
+  out.weight_h2d = engine.stats().weights.h2d_bytes;
   return out;
 }
 

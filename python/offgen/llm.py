@@ -69,8 +69,9 @@ class LLM:
     ``policy``: None (the defaults), ``"auto"`` (the planner chooses batch sizes, tier shares and
     overlap for the first ``generate()`` call's requests), a policy TOML file, or a ``Policy``.
     ``kv_policy``/``kv_budget`` and any other ``Policy`` field given as a keyword override it,
-    as the CLI's flags override ``--policy``; so do the engine options ``weight_dtype`` (f32 on
-    the CPU, f16 on cuda by default), ``max_context`` and ``prefill_chunk`` (0 = the defaults).
+    as the CLI's flags override ``--policy``; so do the engine options ``weight_dtype`` (``native``
+    by default: each tensor in the file's own format; ``f32``, ``bf16``, ``q8_0``, ... convert),
+    ``max_context`` and ``prefill_chunk`` (0 = the defaults).
     ``threads=0`` uses every core.
     """
 
@@ -111,7 +112,7 @@ class LLM:
             )
         self.backend = backend
         self.threads = threads
-        self.weight_dtype = options.get("weight_dtype") or ("f16" if backend == "cuda" else "f32")
+        self.weight_dtype = options.get("weight_dtype") or "native"
         self.max_context = int(options.get("max_context") or 0)
         self.prefill_chunk = int(options.get("prefill_chunk") or 0)
         self._resolved = self.policy._resolve_core()  # ConfigError now rather than later

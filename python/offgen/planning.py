@@ -35,7 +35,7 @@ def plan(
     gen_len: int,
     num_requests: int = 0,
     policy: Union[None, str, Policy] = None,
-    weight_dtype: str = "f32",
+    weight_dtype: str = "native",
     threads: int = 0,
     max_batch: int = 4096,
     profile: Optional[str] = None,

@@ -23,7 +23,7 @@ struct Run {
   Logits logits;
   std::vector<Result> results;
   GenerationStats stats;
-  KvStoreStats kv;
+  EngineStats::Kv kv;
   int64_t weight_disk_bytes = 0, weight_bytes = 0;
 };
 
@@ -68,8 +68,8 @@ Run run(const Policy& p, const std::vector<Request>& reqs) {
   out.results = engine.generate(reqs, cb);
   for (const Result& r : out.results) REQUIRE(r.error.empty());
   out.stats = engine.last_stats();
-  out.kv = engine.kv_store().stats();
-  out.weight_disk_bytes = engine.weight_store().stats().disk_bytes;
+  out.kv = engine.stats().kv;
+  out.weight_disk_bytes = engine.stats().weights.disk_bytes;
   out.weight_bytes = engine.weight_bytes();
   return out;
 }

@@ -15,6 +15,7 @@
 #include "scheduler/engine.h"
 #include "tests/engine_run.h"
 #include "tests/temp_dir.h"
+#include "scheduler/shared_context.h"
 
 using namespace offgen;
 

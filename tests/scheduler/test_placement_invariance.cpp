@@ -57,7 +57,7 @@ Run run(const Policy& p, const std::vector<Request>& reqs, bool keep_logits = tr
   if (keep_logits) test::record_logits(cb, out.logits);
   out.results = engine.generate(reqs, cb);
   out.stats = engine.last_stats();
-  out.weight_disk_bytes = engine.weight_store().stats().disk_bytes;
+  out.weight_disk_bytes = engine.stats().weights.disk_bytes;
   return out;
 }
 
@@ -221,10 +221,11 @@ TEST_CASE("finished sequences' disk KV space is reused", "[model][io]") {
   Engine engine(eo);
   const auto results = engine.generate(reqs);
   for (const auto& r : results) CHECK(r.finish_reason != FinishReason::kError);
-  REQUIRE(engine.nvme() != nullptr);
+  const EngineStats stats = engine.stats();
+  REQUIRE(stats.disk.used);
   const ModelConfig& c = engine.config();
   // Every sequence here needs well under 32 slots per layer; 24 sequences ran.
   const uint64_t one_seq_upper = static_cast<uint64_t>(c.n_layers) * 2 * 8 * 4096;
-  CHECK(engine.nvme()->allocated_bytes() <= 2 * one_seq_upper);
-  CHECK(engine.kv_store().stats().disk_bytes == 0);
+  CHECK(static_cast<uint64_t>(stats.disk.allocated_bytes) <= 2 * one_seq_upper);
+  CHECK(stats.kv.disk_bytes == 0);
 }
