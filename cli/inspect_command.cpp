@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "runtime/loaders/gguf_source.h"
 #include "runtime/loaders/hf_source.h"
 #include "runtime/loaders/model_loader.h"
@@ -16,11 +18,34 @@ namespace {
 std::string features(const ModelConfig& c) {
   std::string s = c.norm == NormKind::kLayer ? "LayerNorm" : "RMSNorm";
   s += c.pre_norm ? " (pre-norm)" : " (post-norm)";
-  s += c.ffn == FfnKind::kSwiGlu ? ", SwiGLU" : c.ffn == FfnKind::kRelu ? ", ReLU" : ", GELU";
+  if (c.post_norms) s += " and after each sublayer";
+  switch (c.ffn) {
+    case FfnKind::kSwiGlu: s += ", SwiGLU"; break;
+    case FfnKind::kGeGlu: s += ", GeGLU (tanh GELU)"; break;
+    case FfnKind::kRelu: s += ", ReLU"; break;
+    case FfnKind::kGelu: s += ", GELU"; break;
+  }
   s += c.learned_pos ? ", learned positions" : ", RoPE";
+  switch (c.rope_scaling.kind) {
+    case RopeScalingKind::kNone: break;
+    case RopeScalingKind::kLinear: s += fmt::format(" (linear x{:g})", c.rope_scaling.factor); break;
+    case RopeScalingKind::kLlama3:
+      s += fmt::format(" (llama3 x{:g} from {})", c.rope_scaling.factor,
+                       c.rope_scaling.original_context);
+      break;
+  }
+  if (!c.rope_freq_factors.empty()) s += " (frequency factors)";
+  if (c.qk_norm) s += ", QK-norm";
   if (c.qkv_bias) s += ", QKV bias";
   if (c.out_bias || c.ffn_bias) s += ", projection biases";
   if (c.embed_dim > 0) s += ", embeddings projected from " + std::to_string(c.embed_dim);
+  if (c.embed_scale != 1.0f) s += fmt::format(", embeddings x{:g}", c.embed_scale);
+  if (c.n_sliding_layers() > 0)
+    s += fmt::format(", sliding window {} on {} of {} layers (RoPE theta {:g})", c.sliding_window,
+                     c.n_sliding_layers(), c.n_layers,
+                     c.rope_local_theta > 0 ? c.rope_local_theta : c.rope_theta);
+  if (c.attn_softcap > 0) s += fmt::format(", attention soft-cap {:g}", c.attn_softcap);
+  if (c.final_softcap > 0) s += fmt::format(", logit soft-cap {:g}", c.final_softcap);
   return s;
 }
 

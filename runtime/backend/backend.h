@@ -1,5 +1,6 @@
-// Backend interface: the ops the models need (matmul over prepared weights, RMS/layer norms, RoPE,
-// SwiGLU/ReLU/GELU, biases, embedding gather, attention over a KV slot view, greedy sampling),
+// Backend interface: the ops the models need (matmul over prepared weights, RMS/layer norms (also
+// per head), RoPE, SwiGLU/GeGLU/ReLU/GELU, biases, scaling and soft-capping, embedding gather,
+// attention over a KV slot view (causal, optionally windowed and soft-capped), greedy sampling),
 // the backend's memory tiers and the streams and events that order copies between them.
 // Tensor pointers are in the backend's device memory (host RAM on the CPU backend); index
 // arguments (ids, positions, rows, descriptors) are host memory. Ops and Backend::copy* run in
@@ -118,6 +119,15 @@ struct AttentionArgs {
   std::span<const SeqSpan> seqs;
   std::span<const KvSeqView> kv;  // one per seq
   std::span<const AttentionStats> stats;  // one per seq, or empty for none
+  // Scores are soft-capped to softcap * tanh(score / softcap) before the softmax (0: not).
+  float softcap = 0.0f;
+  // Sliding window (0: none): a row at position p sees only keys at positions > p - window. A
+  // table without metadata holds consecutive positions (slot j of a sequence whose row t sits at
+  // slot n_past + t), so the window is a range of slots; in tables with metadata (that evict) the
+  // keys' positions are read from KvSeqView::pos and the rows' from `positions`. Not combined with
+  // a shared prefix (Error(kConfig)).
+  int64_t window = 0;
+  const int32_t* positions = nullptr;  // host memory, per row; needed with a window
 };
 
 struct DeviceInfo {
@@ -211,15 +221,23 @@ class Backend {
   // y[m, d] = x / rms(x) * gamma (y may alias x).
   virtual void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
                         float* y) = 0;
-  // In-place rotary embedding of x[n_tokens][n_heads][head_dim] at the given positions; token t
-  // starts at x + t * token_stride (0 = contiguous, n_heads * head_dim).
+  // In place over x[n_tokens][n_heads][head_dim]: every head's vector v = v / rms(v) * gamma
+  // (gamma: head_dim floats; QK-norm); token t starts at x + t * token_stride (0 = contiguous).
+  virtual void head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
+                             int64_t head_dim, float eps, int64_t token_stride = 0) = 0;
+  // In-place rotary embedding of x[n_tokens][n_heads][head_dim] at the given positions: pair i of
+  // each head rotates by positions[t] * inv_freq[i] (inv_freq: host memory, head_dim / 2 floats,
+  // see rope.h); token t starts at x + t * token_stride (0 = contiguous, n_heads * head_dim).
   virtual void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-                    const int32_t* positions, float theta, RopeStyle style,
+                    const int32_t* positions, std::span<const float> inv_freq, RopeStyle style,
                     int64_t token_stride = 0) = 0;
   // out[i] = silu(gate[i]) * up[i] over rows of width n in an interleaved [m][2][n] or separate
   // layout: gate and up are [m, n] with row strides gate_stride/up_stride.
   virtual void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
                       float* out) = 0;
+  // The same with the tanh-approximated GELU (HF "gelu_pytorch_tanh") in place of silu: GeGLU.
+  virtual void geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
+                     float* out) = 0;
   // y[m, d] = (x - mean(x)) / sqrt(var(x) + eps) * gamma + beta per row (y may alias x).
   virtual void layer_norm(const float* x, const float* gamma, const float* beta, int64_t m,
                           int64_t d, float eps, float* y) = 0;
@@ -228,6 +246,10 @@ class Backend {
   virtual void gelu(float* x, int64_t n) = 0;
   // y[i] += x[i]
   virtual void add(float* y, const float* x, int64_t n) = 0;
+  // x[i] *= s (embedding scale).
+  virtual void scale(float* x, float s, int64_t n) = 0;
+  // x[i] = cap * tanh(x[i] / cap) (logit soft-capping; cap > 0).
+  virtual void softcap(float* x, float cap, int64_t n) = 0;
   // y[r, j] += bias[j] for rows r < m of width n whose row stride is `stride` (0 = n).
   virtual void add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride = 0) = 0;
   // out[i, :] = table[ids[i], :] (dequantised).

@@ -1,8 +1,9 @@
-// Llama-family steps over the Backend.
+// Decoder steps over the Backend.
 #include "runtime/model/decoder.h"
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "runtime/core/error.h"
 
@@ -65,6 +66,16 @@ DType stack_source(const WeightSource& src, const std::vector<std::string>& name
   return dt;
 }
 
+// A norm gain: as stored, plus the config's shift for RMSNorm gains (HF Gemma stores w, meaning
+// 1 + w; the sum is formed in fp32, as Hugging Face does).
+std::vector<float> load_gain(const WeightSource& src, const std::string& name, int64_t n) {
+  std::vector<float> v = load_vector(src, name, n);
+  const ModelConfig& c = src.config();
+  if (c.norm == NormKind::kRms && c.norm_shift != 0.0f)
+    for (float& x : v) x += c.norm_shift;
+  return v;
+}
+
 Weight load_stacked(Backend& be, const WeightSource& src, const std::vector<std::string>& names,
                     const std::vector<int64_t>& rows, int64_t cols) {
   std::vector<uint8_t> packed;
@@ -110,7 +121,7 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend)
     proj_out_ = load_stacked(backend_, src, {"proj_out.weight"}, {e}, d);
   }
   if (c.final_norm) {
-    const auto g = load_vector(src, "output_norm.weight", d);
+    const auto g = load_gain(src, "output_norm.weight", d);
     out_norm_ = backend_.upload(g.data(), d * 4);
     if (c.norm == NormKind::kLayer) {
       const auto b = load_vector(src, "output_norm.bias", d);
@@ -127,6 +138,10 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend)
       tied && lm_head_.dtype == emb.dtype && backend_.can_gather_weight_rows(lm_head_.dtype);
   if (!embed_from_head_) tok_embd_ = backend_.prepare_table(emb.dtype, emb.data, c.vocab_size, e);
   for (int64_t u = 0; u < num_units(); ++u) layouts_.push_back(make_layout(u));
+  if (!c.learned_pos) {
+    inv_freq_ = c.rope_inv_freq(false);
+    if (c.n_sliding_layers() > 0) inv_freq_local_ = c.rope_inv_freq(true);
+  }
 }
 
 int64_t DecoderModel::place_matrix(const std::vector<std::string>& names,
@@ -182,7 +197,8 @@ DecoderModel::Layout DecoderModel::make_layout(int64_t unit) const {
     cols1 = c.ffn_dim;
     bias0 = bias1 = c.ffn_bias;
   }
-  // Small fp32 vectors first (norm gain, norm bias, biases), then the two matrices.
+  // Small fp32 vectors first (norm gain, norm bias, post-norm gain, Q/K norm gains, biases), then
+  // the two matrices.
   int64_t at = 0;
   auto take = [&at](int64_t floats) {
     const int64_t off = at;
@@ -193,6 +209,11 @@ DecoderModel::Layout DecoderModel::make_layout(int64_t unit) const {
   for (int64_t r : r0) rows0 += r;
   L.norm = take(c.d_model);
   if (c.norm == NormKind::kLayer) L.norm_b = take(c.d_model);
+  if (c.post_norms) L.post_norm = take(c.d_model);
+  if (c.qk_norm && unit_has_cache(unit)) {
+    L.q_norm = take(c.head_dim);
+    L.k_norm = take(c.head_dim);
+  }
   if (bias0) L.b0 = take(rows0);
   if (bias1) L.b1 = take(c.d_model);
   at = place_matrix(n0, r0, cols0, at, L.w0);
@@ -252,13 +273,18 @@ void DecoderModel::build_unit(int64_t unit, void* dst) const {
   auto* base = static_cast<uint8_t*>(dst);
   std::memset(base, 0, L.bytes);
   const bool attn = unit_has_cache(unit);
-  auto put_vector = [&](int64_t off, const char* what, int64_t n) {
+  auto put_vector = [&](int64_t off, const char* what, int64_t n, bool gain = false) {
     if (off < 0) return;
-    const auto v = load_vector(src_, layer_name(l, what), n);
+    const auto v =
+        gain ? load_gain(src_, layer_name(l, what), n) : load_vector(src_, layer_name(l, what), n);
     std::memcpy(base + off, v.data(), n * 4);
   };
-  put_vector(L.norm, attn ? "attn_norm.weight" : "ffn_norm.weight", c.d_model);
+  put_vector(L.norm, attn ? "attn_norm.weight" : "ffn_norm.weight", c.d_model, true);
   put_vector(L.norm_b, attn ? "attn_norm.bias" : "ffn_norm.bias", c.d_model);
+  put_vector(L.post_norm, attn ? "post_attention_norm.weight" : "post_ffw_norm.weight", c.d_model,
+             true);
+  put_vector(L.q_norm, "attn_q_norm.weight", c.head_dim, true);
+  put_vector(L.k_norm, "attn_k_norm.weight", c.head_dim, true);
   if (attn) {
     if (L.b0 >= 0) {
       const auto bq = load_vector(src_, layer_name(l, "attn_q.bias"), c.q_dim());
@@ -288,6 +314,7 @@ void DecoderModel::embed(std::span<const int32_t> ids, const int32_t* positions,
     backend_.gather_weight_rows(lm_head_, ids.data(), n, dst);
   else
     backend_.embedding(tok_embd_, ids.data(), n, dst);
+  if (c.embed_scale != 1.0f) backend_.scale(dst, c.embed_scale, n * c.embed_width());
   if (dst != hidden) backend_.matmul(s.emb.data(), n, proj_in_, hidden);
   if (!c.learned_pos) return;
   std::vector<int32_t> rows(n);
@@ -320,6 +347,7 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
   };
   const float* norm = vec(L.norm);
   const float* norm_b = vec(L.norm_b);
+  const int64_t layer = unit_layer(unit);
   const int64_t rows = b.rows;
   s.reserve(backend_, c, rows);
   // Pre-norm: the sublayer reads norm(hidden); post-norm: it reads hidden, normalised after.
@@ -330,14 +358,21 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
   }
   auto finish = [&] {
     if (L.b1 >= 0) backend_.add_bias(s.proj.data(), vec(L.b1), rows, c.d_model);
+    if (L.post_norm >= 0)
+      backend_.rms_norm(s.proj.data(), vec(L.post_norm), rows, c.d_model, c.norm_eps,
+                        s.proj.data());
     backend_.add(hidden, s.proj.data(), rows * c.d_model);
     if (!c.pre_norm) apply_norm(backend_, c, hidden, norm, norm_b, rows, hidden);
   };
   if (!unit_has_cache(unit)) {
     if (c.gated_ffn()) {
       matmul(in, rows, L.w0, base, s.gate_up.data());
-      backend_.swiglu(s.gate_up.data(), s.gate_up.data() + c.ffn_dim, rows, c.ffn_dim,
-                      2 * c.ffn_dim, s.act.data());
+      if (c.ffn == FfnKind::kGeGlu)
+        backend_.geglu(s.gate_up.data(), s.gate_up.data() + c.ffn_dim, rows, c.ffn_dim,
+                       2 * c.ffn_dim, s.act.data());
+      else
+        backend_.swiglu(s.gate_up.data(), s.gate_up.data() + c.ffn_dim, rows, c.ffn_dim,
+                        2 * c.ffn_dim, s.act.data());
     } else {
       matmul(in, rows, L.w0, base, s.act.data());
       if (L.b0 >= 0) backend_.add_bias(s.act.data(), vec(L.b0), rows, c.ffn_dim);
@@ -353,21 +388,36 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), hd = c.head_dim, wqkv = qd + 2 * kvd;
   matmul(in, rows, L.w0, base, s.qkv.data());
   if (L.b0 >= 0) backend_.add_bias(s.qkv.data(), vec(L.b0), rows, wqkv);
-  // Split Q out (contiguous rows for attention) and rotate Q and K in place.
+  // Split Q out (contiguous rows for attention), normalise Q and K per head (QK-norm) and
+  // rotate them in place.
   backend_.copy_rows(s.q.data(), qd * 4, s.qkv.data(), wqkv * 4, rows, qd * 4);
-  if (!c.learned_pos) {
-    backend_.rope(s.q.data(), rows, c.n_heads, hd, b.positions, c.rope_theta, c.rope_style);
-    backend_.rope(s.qkv.data() + qd, rows, c.n_kv_heads, hd, b.positions, c.rope_theta,
-                  c.rope_style, wqkv);
+  if (L.q_norm >= 0) {
+    backend_.head_rms_norm(s.q.data(), vec(L.q_norm), rows, c.n_heads, hd, c.norm_eps);
+    backend_.head_rms_norm(s.qkv.data() + qd, vec(L.k_norm), rows, c.n_kv_heads, hd, c.norm_eps,
+                           wqkv);
   }
-  // New K/V into each sequence's slot table (evicting where a policy says so), then attention.
-  KvStep step(backend_, c.n_kv_heads, hd, b.seqs, b.kv, b.policy, s.qkv.data(), wqkv, qd,
-              qd + kvd, b.positions, s.overflow);
+  const bool sliding = c.is_sliding(layer);
+  if (!c.learned_pos) {
+    const std::span<const float> inv_freq = sliding ? inv_freq_local_ : inv_freq_;
+    backend_.rope(s.q.data(), rows, c.n_heads, hd, b.positions, inv_freq, c.rope_style);
+    backend_.rope(s.qkv.data() + qd, rows, c.n_kv_heads, hd, b.positions, inv_freq, c.rope_style,
+                  wqkv);
+  }
+  // New K/V into each sequence's slot table (evicting where a policy says so; on sliding-window
+  // layers the keys behind the window first), then attention.
+  std::optional<SlidingWindowPolicy> window_policy;
+  const KvSlotPolicy* policy = b.policy;
+  if (sliding && policy) policy = &window_policy.emplace(*policy, c.sliding_window);
+  KvStep step(backend_, c.n_kv_heads, hd, b.seqs, b.kv, policy, s.qkv.data(), wqkv, qd, qd + kvd,
+              b.positions, s.overflow);
   AttentionArgs args;
   args.n_heads = c.n_heads;
   args.n_kv_heads = c.n_kv_heads;
   args.head_dim = hd;
-  args.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  args.scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  args.softcap = c.attn_softcap;
+  args.window = sliding ? c.sliding_window : 0;
+  args.positions = b.positions;
   args.seqs = step.spans();
   args.kv = step.views();
   args.stats = step.stats();
@@ -394,6 +444,7 @@ void DecoderModel::output_step(const float* hidden, std::span<const int64_t> row
     h = s.emb.data();
   }
   backend_.matmul(h, n, lm_head_, logits);
+  if (c.final_softcap > 0) backend_.softcap(logits, c.final_softcap, n * c.vocab_size);
 }
 
 void DecoderModel::forward(std::span<const int32_t> ids, const int32_t* positions,

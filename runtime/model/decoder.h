@@ -1,8 +1,9 @@
-// Decoder-only transformer (Llama/Mistral/Qwen2: RMSNorm, RoPE, GQA, SwiGLU; OPT: LayerNorm,
-// learned positions, ReLU, biases, post-norm, projected embeddings — see ModelConfig) as schedulable
-// units — per layer an attention unit (2l) and an MLP unit (2l+1) — plus the resident embedding
-// and output head. A unit's weights live in one "blob" (backend storage, 4 KiB-multiple size)
-// that the caller places anywhere (RAM, staged from disk) and passes to run_unit.
+// Decoder-only transformer (Llama/Mistral/Qwen2/Qwen3: RMSNorm, RoPE (scaled), GQA, SwiGLU,
+// QK-norm; Gemma 2/3: sandwich norms, GeGLU, sliding-window layers, soft-capping; OPT: LayerNorm,
+// learned positions, ReLU, biases, post-norm, projected embeddings — see ModelConfig) as
+// schedulable units — per layer an attention unit (2l) and an MLP unit (2l+1) — plus the resident
+// embedding and output head. A unit's weights live in one "blob" (backend storage, 4 KiB-multiple
+// size) that the caller places anywhere (RAM, staged from disk) and passes to run_unit.
 #pragma once
 
 #include <functional>
@@ -96,7 +97,8 @@ class DecoderModel {
     std::vector<Part> parts;
   };
   struct Layout {  // byte offsets inside a unit blob (-1: absent)
-    int64_t norm = 0, norm_b = -1, b0 = -1, b1 = -1, bytes = 0;
+    int64_t norm = 0, norm_b = -1, post_norm = -1, q_norm = -1, k_norm = -1, b0 = -1, b1 = -1;
+    int64_t bytes = 0;
     Matrix w0, w1;
   };
   Layout make_layout(int64_t unit) const;
@@ -119,6 +121,7 @@ class DecoderModel {
   Buffer out_norm_, out_norm_b_;  // device memory; empty without a final norm
   Weight lm_head_;   // [vocab, embed_width]
   std::vector<Layout> layouts_;  // per unit
+  std::vector<float> inv_freq_, inv_freq_local_;  // RoPE of the global / sliding-window layers
 };
 
 // Every unit blob built once and held in the backend's device memory: the all-resident placement.

@@ -87,7 +87,7 @@ int differing(const EngineRun& ref, const EngineRun& got, double max_nmse) {
 
 TEST_CASE("cuda engine: tiny checkpoints give the CPU's greedy tokens in every placement",
           "[cuda]") {
-  for (const char* name : {"llama", "opt", "qwen2"}) {
+  for (const char* name : {"llama", "opt", "qwen2", "gemma3", "gemma2", "qwen3", "llama3"}) {
     const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/" + name;
     for (const char* kv : {"full", "h2o"}) {
       Policy ref_p = placement(100, 0, 100, 0);

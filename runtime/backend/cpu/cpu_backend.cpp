@@ -48,6 +48,14 @@ namespace {
 
 void free_aligned(void* p, void*) { std::free(p); }
 
+// GELU with the tanh approximation, as PyTorch's approximate="tanh":
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+float gelu_tanh(float x) {
+  constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+  constexpr float kKappa = 0.044715f;
+  return 0.5f * x * (1.0f + std::tanh(kBeta * (x + kKappa * x * x * x)));
+}
+
 }  // namespace
 
 DeviceInfo CpuBackend::device_info() const {
@@ -202,15 +210,29 @@ void CpuBackend::rms_norm(const float* x, const float* gamma, int64_t m, int64_t
   });
 }
 
+void CpuBackend::head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
+                               int64_t head_dim, float eps, int64_t token_stride) {
+  if (token_stride == 0) token_stride = n_heads * head_dim;
+  // Each head's vector as rms_norm normalises a row: the same arithmetic, in place.
+  ctx_.parallel_for(n_tokens * n_heads, 16, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      float* v = x + (r / n_heads) * token_stride + (r % n_heads) * head_dim;
+      float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+      for (int64_t i = 0; i < head_dim; ++i) ss += v[i] * v[i];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(head_dim) + eps);
+      for (int64_t i = 0; i < head_dim; ++i) v[i] = v[i] * inv * gamma[i];
+    }
+  });
+}
+
 void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-                      const int32_t* positions, float theta, RopeStyle style,
+                      const int32_t* positions, std::span<const float> inv_freq, RopeStyle style,
                       int64_t token_stride) {
   if (token_stride == 0) token_stride = n_heads * head_dim;
   const int64_t half = head_dim / 2;
-  std::vector<float> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i)
-    inv_freq[i] = static_cast<float>(1.0 / std::pow(static_cast<double>(theta),
-                                                    static_cast<double>(2 * i) / head_dim));
+  OFFGEN_CHECK(static_cast<int64_t>(inv_freq.size()) == half, kInternal,
+               "rope: {} inverse frequencies for head_dim {}", inv_freq.size(), head_dim);
   ctx_.parallel_for(n_tokens, 8, [&](int64_t b, int64_t e) {
     std::vector<float> cs(half), sn(half);
     for (int64_t t = b; t < e; ++t) {
@@ -241,6 +263,18 @@ void CpuBackend::swiglu(const float* gate, const float* up, int64_t m, int64_t n
       const float* u = up + r * stride;
       float* o = out + r * n;
       for (int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    }
+  });
+}
+
+void CpuBackend::geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
+                       float* out) {
+  ctx_.parallel_for(m, 4, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* g = gate + r * stride;
+      const float* u = up + r * stride;
+      float* o = out + r * n;
+      for (int64_t i = 0; i < n; ++i) o[i] = gelu_tanh(g[i]) * u[i];
     }
   });
 }
@@ -276,6 +310,16 @@ void CpuBackend::gelu(float* x, int64_t n) {
 
 void CpuBackend::add(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void CpuBackend::scale(float* x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void CpuBackend::softcap(float* x, float cap, int64_t n) {
+  ctx_.parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) x[i] = std::tanh(x[i] / cap) * cap;
+  });
 }
 
 void CpuBackend::add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride) {
@@ -449,6 +493,13 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
   const int64_t hd = a.head_dim;
   const int64_t row_stride = a.n_heads * hd;
   const int64_t slot_stride = a.n_kv_heads * hd;
+  const int64_t window = a.window;
+  for (int64_t s = 0; s < n_seqs && window > 0; ++s) {
+    OFFGEN_CHECK(a.kv[s].prefix == nullptr, kConfig,
+                 "attention: a sliding window over a shared context is not supported");
+    OFFGEN_CHECK(a.kv[s].pos == nullptr || a.positions != nullptr, kInternal,
+                 "attention: a window over tables with metadata needs the rows' positions");
+  }
   // One task per (sequence, KV head): each key block is transposed once for the whole query
   // group. A task's arithmetic does not depend on the batch.
   ctx_.parallel_for(n_seqs * a.n_kv_heads, 1, [&](int64_t b, int64_t e) {
@@ -460,6 +511,12 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
       const KvSeqView& kv = a.kv[s];
       const float* kbase = kv.k + kvh * hd;
       const float* vbase = kv.v + kvh * hd;
+      // A window over a table with metadata masks by the keys' positions; over one without, row t
+      // sees slots from first_slot(t) on.
+      const int32_t* key_pos = window > 0 && kv.pos ? kv.pos + kvh * kv.capacity : nullptr;
+      auto first_slot = [&](int64_t t) {
+        return window > 0 && !key_pos ? std::max<int64_t>(0, sp.n_past + t + 1 - window) : 0;
+      };
       // A shared context's keys come first, visible to every row; then the sequence's slots.
       const int64_t n_pre = kv.prefix ? kv.prefix->len[kvh] : 0;
       const int64_t n_keys = sp.n_past + sp.n_new;
@@ -474,14 +531,19 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
           score_rows(q + sp.row_begin * row_stride + (kvh * group + g) * hd, row_stride, sp.n_new,
                      kt.data(), hd, a.scale, scores.data() + g * head_scores + j0, width);
       }
-      // Q·Kᵀ by blocks of 16 keys; row t (position n_past + t) needs keys [0, n_past + t].
-      for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
+      // Q·Kᵀ by blocks of 16 keys; row t (position n_past + t) needs keys [first_slot(t),
+      // n_past + t]: rows [t0, t1) need this block.
+      for (int64_t j0 = first_slot(0) / kKeyBlock * kKeyBlock; j0 < n_keys; j0 += kKeyBlock) {
         const int64_t nk = std::min(kKeyBlock, n_keys - j0);
-        transpose_keys(kbase + j0 * slot_stride, slot_stride, nk, hd, kt.data());
         const int64_t t0 = std::max<int64_t>(0, j0 - sp.n_past);
+        const int64_t t1 = window > 0 && !key_pos
+                               ? std::min(sp.n_new, j0 + nk + window - sp.n_past - 1)
+                               : sp.n_new;
+        if (t1 <= t0) continue;
+        transpose_keys(kbase + j0 * slot_stride, slot_stride, nk, hd, kt.data());
         for (int64_t g = 0; g < group; ++g)
           score_rows(q + (sp.row_begin + t0) * row_stride + (kvh * group + g) * hd, row_stride,
-                     sp.n_new - t0, kt.data(), hd, a.scale,
+                     t1 - t0, kt.data(), hd, a.scale,
                      scores.data() + g * head_scores + t0 * width + pre_width + j0, width);
       }
       for (int64_t g = 0; g < group; ++g) {
@@ -490,28 +552,39 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
           float* pre = scores.data() + g * head_scores + t * width;
           float* sc = pre + pre_width;
           const int64_t n_vis = sp.n_past + t + 1;
+          const int64_t lo = first_slot(t);
+          if (a.softcap > 0) {
+            for (int64_t j = 0; j < n_pre; ++j) pre[j] = std::tanh(pre[j] / a.softcap) * a.softcap;
+            for (int64_t j = lo; j < n_vis; ++j) sc[j] = std::tanh(sc[j] / a.softcap) * a.softcap;
+          }
+          if (key_pos) {
+            const int64_t oldest = static_cast<int64_t>(a.positions[sp.row_begin + t]) - window;
+            for (int64_t j = 0; j < n_vis; ++j)
+              if (key_pos[j] <= oldest) sc[j] = -INFINITY;
+          }
           float mx = -INFINITY;
           for (int64_t j = 0; j < n_pre; ++j) mx = std::max(mx, pre[j]);
-          for (int64_t j = 0; j < n_vis; ++j) mx = std::max(mx, sc[j]);
+          for (int64_t j = lo; j < n_vis; ++j) mx = std::max(mx, sc[j]);
           float sum = 0.0f;
           for (int64_t j = 0; j < n_pre; ++j) {
             pre[j] = std::exp(pre[j] - mx);
             sum += pre[j];
           }
-          for (int64_t j = 0; j < n_vis; ++j) {
+          for (int64_t j = lo; j < n_vis; ++j) {
             sc[j] = std::exp(sc[j] - mx);
             sum += sc[j];
           }
           const float inv = 1.0f / sum;
           float* o = out + (sp.row_begin + t) * row_stride + h * hd;
           if (n_pre > 0) weighted_sum(pre, inv, n_pre, kv.prefix->v[kvh], hd, hd, o);
-          weighted_sum(sc, inv, n_vis, vbase, slot_stride, hd, o, n_pre > 0);
+          weighted_sum(sc + lo, inv, n_vis - lo, vbase + lo * slot_stride, slot_stride, hd, o,
+                       n_pre > 0);
           if (!a.stats.empty() && a.stats[s].col_sum && t >= a.stats[s].first_row) {
             // Policy statistics of the sequence's own slots: this task owns (s, kvh)'s columns.
             const AttentionStats& st = a.stats[s];
             float* cs = st.col_sum + kvh * st.capacity;
             float* cm = st.col_max + kvh * st.capacity;
-            for (int64_t j = 0; j < n_vis; ++j) {
+            for (int64_t j = lo; j < n_vis; ++j) {
               const float p = sc[j] * inv;
               cs[j] += p;
               cm[j] = std::max(cm[j], p);

@@ -41,16 +41,21 @@ class CpuBackend final : public Backend {
   void matmul(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy = 0) override;
   void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
                 float* y) override;
-  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-            const int32_t* positions, float theta, RopeStyle style,
-            int64_t token_stride = 0) override;
+  void head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
+                     int64_t head_dim, float eps, int64_t token_stride = 0) override;
+  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+            std::span<const float> inv_freq, RopeStyle style, int64_t token_stride = 0) override;
   void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
               float* out) override;
+  void geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
+             float* out) override;
   void layer_norm(const float* x, const float* gamma, const float* beta, int64_t m, int64_t d,
                   float eps, float* y) override;
   void relu(float* x, int64_t n) override;
   void gelu(float* x, int64_t n) override;
   void add(float* y, const float* x, int64_t n) override;
+  void scale(float* x, float s, int64_t n) override;
+  void softcap(float* x, float cap, int64_t n) override;
   void add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride = 0) override;
   void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) override;
   bool can_gather_weight_rows(DType storage) const override;

@@ -91,18 +91,16 @@ const int32_t* CudaBackend::device_positions(const int32_t* host, int64_t n) {
   return dst;
 }
 
-const float* CudaBackend::device_inv_freq(float theta, int64_t head_dim) {
-  if (inv_freq_theta_ == theta && inv_freq_dim_ == head_dim) return inv_freq_.as<float>();
-  const int64_t half = head_dim / 2;
-  std::vector<float> f(half);
-  for (int64_t i = 0; i < half; ++i)  // as the CPU backend computes them
-    f[i] = static_cast<float>(1.0 / std::pow(static_cast<double>(theta),
-                                             static_cast<double>(2 * i) / head_dim));
-  compute_->synchronize();
-  inv_freq_ = upload(f.data(), half * 4);
-  inv_freq_theta_ = theta;
-  inv_freq_dim_ = head_dim;
-  return inv_freq_.as<float>();
+const float* CudaBackend::device_inv_freq(std::span<const float> inv_freq) {
+  for (const InvFreq& e : inv_freq_)
+    if (std::equal(e.host.begin(), e.host.end(), inv_freq.begin(), inv_freq.end()))
+      return e.device.as<float>();
+  // A new table (once per model and attention kind): uploaded, and kept for the backend's life.
+  InvFreq e;
+  e.host.assign(inv_freq.begin(), inv_freq.end());
+  e.device = upload(inv_freq.data(), static_cast<int64_t>(inv_freq.size()) * 4);
+  inv_freq_.push_back(std::move(e));
+  return inv_freq_.back().device.as<float>();
 }
 
 void CudaBackend::rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
@@ -110,12 +108,20 @@ void CudaBackend::rms_norm(const float* x, const float* gamma, int64_t m, int64_
   cuda::rms_norm(x, gamma, m, d, eps, y, stream());
 }
 
+void CudaBackend::head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
+                                int64_t head_dim, float eps, int64_t token_stride) {
+  if (token_stride == 0) token_stride = n_heads * head_dim;
+  cuda::head_rms_norm(x, gamma, n_tokens, n_heads, head_dim, eps, token_stride, stream());
+}
+
 void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-                       const int32_t* positions, float theta, RopeStyle style,
+                       const int32_t* positions, std::span<const float> inv_freq, RopeStyle style,
                        int64_t token_stride) {
+  OFFGEN_CHECK(static_cast<int64_t>(inv_freq.size()) == head_dim / 2, kInternal,
+               "rope: {} inverse frequencies for head_dim {}", inv_freq.size(), head_dim);
   if (n_tokens == 0) return;
   if (token_stride == 0) token_stride = n_heads * head_dim;
-  const float* inv = device_inv_freq(theta, head_dim);
+  const float* inv = device_inv_freq(inv_freq);
   cuda::rope(x, n_tokens, n_heads, head_dim, device_positions(positions, n_tokens), inv, style,
              token_stride, stream());
 }
@@ -123,6 +129,11 @@ void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head
 void CudaBackend::swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
                          float* out) {
   cuda::swiglu(gate, up, m, n, stride, out, stream());
+}
+
+void CudaBackend::geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
+                        float* out) {
+  cuda::geglu(gate, up, m, n, stride, out, stream());
 }
 
 void CudaBackend::layer_norm(const float* x, const float* gamma, const float* beta, int64_t m,
@@ -133,6 +144,8 @@ void CudaBackend::layer_norm(const float* x, const float* gamma, const float* be
 void CudaBackend::relu(float* x, int64_t n) { cuda::relu(x, n, stream()); }
 void CudaBackend::gelu(float* x, int64_t n) { cuda::gelu(x, n, stream()); }
 void CudaBackend::add(float* y, const float* x, int64_t n) { cuda::add(y, x, n, stream()); }
+void CudaBackend::scale(float* x, float s, int64_t n) { cuda::scale(x, s, n, stream()); }
+void CudaBackend::softcap(float* x, float cap, int64_t n) { cuda::softcap(x, cap, n, stream()); }
 
 void CudaBackend::add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride) {
   cuda::add_bias(y, bias, m, n, stride == 0 ? n : stride, stream());
@@ -176,7 +189,13 @@ void CudaBackend::attention(const float* q, const AttentionArgs& a, float* out) 
                "cuda attention: head size {} is outside 1..{} (this GPU's shared memory)",
                a.head_dim, max_head_dim_);
   std::vector<size_t> on_device, on_host;
-  for (size_t s = 0; s < a.seqs.size(); ++s) (a.kv[s].host ? on_host : on_device).push_back(s);
+  for (size_t s = 0; s < a.seqs.size(); ++s) {
+    OFFGEN_CHECK(a.window == 0 || a.kv[s].prefix == nullptr, kConfig,
+                 "attention: a sliding window over a shared context is not supported");
+    OFFGEN_CHECK(a.window == 0 || a.kv[s].pos == nullptr || a.positions != nullptr, kInternal,
+                 "attention: a window over tables with metadata needs the rows' positions");
+    (a.kv[s].host ? on_host : on_device).push_back(s);
+  }
   // Host-resident tables: their queries go to the host first, so the CPU attention overlaps the
   // device's.
   if (!on_host.empty()) stage_host_queries(q, a, on_host);
@@ -203,6 +222,7 @@ void CudaBackend::attention_on_device(const float* q, const AttentionArgs& a,
     AttnSeq d;
     d.row_begin = sp.row_begin, d.n_new = sp.n_new, d.n_past = sp.n_past;
     d.k = kv.k, d.v = kv.v;
+    if (a.window > 0 && kv.pos) d.pos_capacity = kv.capacity;  // key_pos: uploaded below
     if (kv.prefix) {
       d.prefix_at = static_cast<int64_t>(prefix.size());
       for (int64_t h = 0; h < a.n_kv_heads; ++h)
@@ -224,21 +244,42 @@ void CudaBackend::attention_on_device(const float* q, const AttentionArgs& a,
     rows_end = std::max(rows_end, sp.row_begin + sp.n_new);
   }
   if (tiles.empty()) return;
+  AttnMask mask;
+  mask.softcap = a.softcap;
+  mask.window = a.window;
+  // A window over tables with metadata compares positions: the rows' (all of the batch's, as the
+  // model's rope uploaded them: usually no copy) and the keys' (host metadata, some of it in
+  // pageable memory: copied through the ring with the descriptors).
+  size_t pos_bytes = 0;
+  for (const AttnSeq& d : seqs)
+    if (d.pos_capacity > 0)
+      pos_bytes += UploadRing::rounded(static_cast<size_t>(a.n_kv_heads * d.pos_capacity) * 4);
+  if (pos_bytes > 0) {
+    int64_t all_rows = 0;
+    for (const SeqSpan& sp : a.seqs) all_rows = std::max(all_rows, sp.row_begin + sp.n_new);
+    mask.q_pos = device_positions(a.positions, all_rows);
+  }
   float* ml = stat_tiles.empty()
                   ? nullptr
                   : static_cast<float*>(scratch(ml_, rows_end * a.n_heads * 2 * 4));
   // All descriptors uploaded together: none of them may move before both kernels ran.
   auto size_of = [](const auto& v) { return UploadRing::rounded(v.size() * sizeof(v[0])); };
-  ring_.reserve(size_of(seqs) + size_of(prefix) + size_of(tiles) + size_of(stat_tiles), stream());
+  ring_.reserve(size_of(seqs) + size_of(prefix) + size_of(tiles) + size_of(stat_tiles) + pos_bytes,
+                stream());
+  for (size_t si = 0; si < idx.size(); ++si)
+    if (seqs[si].pos_capacity > 0)
+      seqs[si].key_pos = static_cast<const int32_t*>(
+          ring_.put(a.kv[idx[si]].pos,
+                    static_cast<size_t>(a.n_kv_heads * seqs[si].pos_capacity) * 4, stream()));
   const auto* d_seqs = ring_.put(seqs, stream());
   const auto* d_prefix = prefix.empty() ? nullptr : ring_.put(prefix, stream());
   const auto* d_tiles = ring_.put(tiles, stream());
   const auto* d_stat = stat_tiles.empty() ? nullptr : ring_.put(stat_tiles, stream());
   cuda::attention(q, out, ml, d_tiles, static_cast<int64_t>(tiles.size()), d_seqs, d_prefix,
-                  a.n_heads, a.n_kv_heads, a.head_dim, a.scale, stream());
+                  a.n_heads, a.n_kv_heads, a.head_dim, a.scale, mask, stream());
   if (d_stat)
-    cuda::attention_stats(q, ml, d_stat, static_cast<int64_t>(stat_tiles.size()), d_seqs,
-                          a.n_heads, a.n_kv_heads, a.head_dim, a.scale, stream());
+    cuda::attention_stats(q, ml, d_stat, static_cast<int64_t>(stat_tiles.size()), d_seqs, a.n_heads,
+                          a.n_kv_heads, a.head_dim, a.scale, mask, stream());
 }
 
 void CudaBackend::stage_host_queries(const float* q, const AttentionArgs& a,
@@ -270,12 +311,16 @@ void CudaBackend::attention_on_host(const AttentionArgs& a, std::span<const size
   std::vector<SeqSpan> spans;
   std::vector<KvSeqView> views;
   std::vector<AttentionStats> stats;
+  std::vector<int32_t> positions;  // the staged rows' positions (the rows are renumbered)
   int64_t r = 0;
   for (size_t s : idx) {
     const SeqSpan& sp = a.seqs[s];
     spans.push_back({r, sp.n_new, sp.n_past});
     views.push_back(a.kv[s]);
     if (!a.stats.empty()) stats.push_back(a.stats[s]);
+    if (a.positions)
+      positions.insert(positions.end(), a.positions + sp.row_begin,
+                       a.positions + sp.row_begin + sp.n_new);
     r += sp.n_new;
   }
   host_ready_->synchronize();
@@ -283,6 +328,7 @@ void CudaBackend::attention_on_host(const AttentionArgs& a, std::span<const size
   h.seqs = spans;
   h.kv = views;
   h.stats = stats;
+  h.positions = a.positions ? positions.data() : nullptr;
   cpu_->attention(hq, h, ho);
   r = 0;
   for (size_t s : idx) {

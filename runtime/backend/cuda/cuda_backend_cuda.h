@@ -105,16 +105,21 @@ class CudaBackend final : public Backend {
   void matmul(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy = 0) override;
   void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
                 float* y) override;
-  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-            const int32_t* positions, float theta, RopeStyle style,
-            int64_t token_stride = 0) override;
+  void head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
+                     int64_t head_dim, float eps, int64_t token_stride = 0) override;
+  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+            std::span<const float> inv_freq, RopeStyle style, int64_t token_stride = 0) override;
   void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
               float* out) override;
+  void geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
+             float* out) override;
   void layer_norm(const float* x, const float* gamma, const float* beta, int64_t m, int64_t d,
                   float eps, float* y) override;
   void relu(float* x, int64_t n) override;
   void gelu(float* x, int64_t n) override;
   void add(float* y, const float* x, int64_t n) override;
+  void scale(float* x, float s, int64_t n) override;
+  void softcap(float* x, float cap, int64_t n) override;
   void add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride = 0) override;
   void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) override;
   bool can_gather_weight_rows(DType storage) const override;
@@ -131,7 +136,7 @@ class CudaBackend final : public Backend {
   // Device scratch grown on demand (contents not kept); only the compute stream uses it.
   void* scratch(Buffer& b, int64_t bytes, Tier tier = Tier::kDevice);
   const int32_t* device_positions(const int32_t* host, int64_t n);
-  const float* device_inv_freq(float theta, int64_t head_dim);
+  const float* device_inv_freq(std::span<const float> inv_freq);
   void attention_on_device(const float* q, const AttentionArgs& a, std::span<const size_t> seqs,
                            float* out);
   void stage_host_queries(const float* q, const AttentionArgs& a, std::span<const size_t> seqs);
@@ -150,9 +155,13 @@ class CudaBackend final : public Backend {
   // The last uploaded positions (the model passes the same ones to every unit of a forward).
   Buffer positions_;
   std::vector<int32_t> positions_host_;
-  Buffer inv_freq_;
-  float inv_freq_theta_ = 0;
-  int64_t inv_freq_dim_ = 0;
+  // Device copies of the inverse-frequency tables seen so far (a model has one or two: global and
+  // sliding-window layers), by content.
+  struct InvFreq {
+    std::vector<float> host;
+    Buffer device;
+  };
+  std::vector<InvFreq> inv_freq_;
   int64_t max_head_dim_ = 0;  // what the device's shared memory allows (attention_init)
   std::unique_ptr<CudaEvent> host_ready_;  // cpu_cache_compute: queries staged / outputs sent
 };
