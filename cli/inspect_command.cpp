@@ -64,7 +64,7 @@ std::string join_dims(const Dims& d) {
 
 }  // namespace
 
-int run_inspect(const std::string& model, int threads) {
+int run_inspect(const std::string& model, int threads, const std::string& weight_dtype) {
   OpenedModel om = open_model(model);
   const ModelConfig& c = om.source->config();
   std::printf("model: %s\n  source: %s\n", c.name.c_str(), om.source->describe().c_str());
@@ -94,7 +94,7 @@ int run_inspect(const std::string& model, int threads) {
     std::printf("tensors: generated on demand (deterministic pseudo-random weights)\n");
   }
   // Sizes as the CPU backend stores them, without building any unit (any size fits).
-  auto backend = make_cpu_backend(threads);
+  auto backend = make_cpu_backend(threads, WeightMode::parse(weight_dtype));
   DecoderModel m(*om.source, *backend);
   int64_t weights = m.resident_bytes();
   for (int64_t u = 0; u < m.num_units(); ++u) weights += m.unit_bytes(u);
@@ -103,8 +103,12 @@ int run_inspect(const std::string& model, int threads) {
                 stored / 1048576.0);
   else
     std::printf("memory:\n");
-  std::printf("  weights as the %s backend holds them: %.1f MiB\n", backend->name().c_str(),
-              weights / 1048576.0);
+  std::printf("  weights as the %s backend holds them (--weight-dtype %s): %.1f MiB",
+              backend->name().c_str(), weight_dtype.c_str(), weights / 1048576.0);
+  if (stored > 0) std::printf(" (%.3f x the file's tensor bytes)", double(weights) / double(stored));
+  std::printf("\n");
+  for (const auto& [t, b] : m.bytes_by_format())
+    std::printf("    %-8s %10.2f MiB\n", std::string(dtype_name(t)).c_str(), b / 1048576.0);
   std::printf(
       "  KV cache: %.1f KiB per token (fp32), %.1f MiB per sequence at the full context of %lld\n",
       c.kv_bytes_per_token() / 1024.0, c.kv_bytes_per_token() * c.context_length / 1048576.0,

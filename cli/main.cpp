@@ -31,11 +31,8 @@ using namespace offgen;
 struct CommonFlags {
   std::string model;
   int threads = 0;
-  std::string weight_dtype;  // empty: f32 on the CPU, f16 on a GPU (resolve_dtype)
+  std::string weight_dtype = "native";  // GGML blocks as the file holds them
   std::string backend = "cpu";
-  void resolve_dtype() {
-    if (weight_dtype.empty()) weight_dtype = backend == "cuda" ? "f16" : "f32";
-  }
 };
 
 void add_common(CLI::App* app, CommonFlags& f) {
@@ -43,10 +40,7 @@ void add_common(CLI::App* app, CommonFlags& f) {
   app->add_option("--threads", f.threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
   app->add_option("--backend", f.backend, "Compute backend: cpu (default) or cuda (GPU 0)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  app->add_option("--weight-dtype", f.weight_dtype,
-                  "Matmul weight storage: f32 (exact; the CPU default) or bf16 (half the bytes, "
-                  "faster); on the GPU also f16 (its default)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  add_weight_dtype(app, f.weight_dtype);
 }
 
 void add_sampling(CLI::App* app, SamplingParams& s) {
@@ -74,24 +68,12 @@ void check_auto_backend(const CommonFlags& f, const PolicyFlags& pf) {
 // sequence then fits the planned block) over its valid requests.
 Policy plan_for_job(const CommonFlags& f, const GenerateJobOptions& job,
                     const std::vector<JobLine>& lines, const Policy& base, int64_t max_context) {
+  std::vector<Request> requests;
+  for (const JobLine& l : lines)
+    if (l.request) requests.push_back(*l.request);
   OpenedModel opened = open_model(f.model);
   const Tokenizer tokenizer(std::move(opened.vocab));
-  Workload w;
-  w.prompt_len = 1;
-  w.gen_len = 2;
-  for (const JobLine& l : lines) {
-    if (!l.request) continue;
-    try {
-      w.prompt_len = std::max<int64_t>(w.prompt_len, encode_request(tokenizer, *l.request).size());
-    } catch (const Error&) {
-      continue;  // reported per request by the run itself
-    }
-    w.gen_len = std::max<int64_t>(w.gen_len, l.request->sampling.max_tokens);
-    ++w.num_requests;
-  }
-  OFFGEN_CHECK(w.num_requests > 0, kInput, "{}: --policy auto: no valid request to plan for",
-               job.input);
-  if (max_context > 0) w.gen_len = std::max<int64_t>(2, std::min(w.gen_len, max_context - w.prompt_len));
+  const Workload w = job_workload(tokenizer, requests, max_context, job.input);
   const PlanningContext ctx{f.model, base.weight_storage(f.weight_dtype), f.threads, "", base.offload_dir,
                             calibration_progress};
   return auto_plan(planning_inputs(ctx), w, base).policy;
@@ -247,7 +229,7 @@ int cmd_shared_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOpt
   return 0;
 }
 
-int cmd_inspect(const CommonFlags& f) { return run_inspect(f.model, f.threads); }
+int cmd_inspect(const CommonFlags& f) { return run_inspect(f.model, f.threads, f.weight_dtype); }
 
 }  // namespace
 
@@ -335,7 +317,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "offgen: error: %s (--help lists the flags)\n", e.what());
     return 2;
   }
-  for (CommonFlags* f : {&gen_common, &ins_common, &bench_common}) f->resolve_dtype();
   try {
     if (gen->parsed()) return cmd_generate(gen_common, job, gen_policy, max_context, quiet);
     if (ins->parsed()) return cmd_inspect(ins_common);

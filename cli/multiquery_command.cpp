@@ -8,6 +8,7 @@
 
 #include "cli/line_plot.h"
 #include "cli/policy_flags.h"
+#include "cli/flag_checks.h"
 #include "runtime/core/atomic_file.h"
 #include "eval/multiquery_eval.h"
 
@@ -25,8 +26,7 @@ void EvalMultiqueryCommand::add_to(CLI::App* eval) {
       ->required();
   cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
-  cmd_->add_option("--weight-dtype", weight_dtype, "Matmul weight storage: f32 or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  add_weight_dtype(cmd_, weight_dtype);
   cmd_->add_option("--kv-policy", policies,
                    "Policies, comma-separated: kvzip, kvzip-uniform, h2o, snapkv, sinks (full "
                    "always runs as the reference)");

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "policies/policy.h"
+#include "runtime/backend/backend.h"
 #include "runtime/core/error.h"
 
 namespace offgen {

@@ -8,6 +8,8 @@
 
 #include "policies/planner.h"
 #include "eval/calibrate.h"
+#include "runtime/text/tokenizer.h"
+#include "scheduler/request.h"
 
 namespace offgen {
 
@@ -34,5 +36,15 @@ struct PlanningInputs {
   ComputeProfile compute;
 };
 PlanningInputs planning_inputs(const PlanningContext& ctx);
+
+// Plans `base` (capacities, KV policy) for the workload; prints a one-line summary to stderr.
+// `--policy auto` of generate and bench, and the Python API's policy="auto".
+PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base);
+
+// The workload a job is planned for: its longest prompt and largest max_tokens over the requests
+// that tokenise (others fail on their own when run), gen_len capped by max_context (0 = none).
+// Throws Error(kInput) "`source`: --policy auto: no valid request to plan for" when none does.
+Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& requests,
+                      int64_t max_context, const std::string& source);
 
 }  // namespace offgen

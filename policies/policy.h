@@ -9,18 +9,9 @@
 #include <string_view>
 
 #include "policies/kv/kv_policy.h"
+#include "runtime/core/placement.h"
 
 namespace offgen {
-
-// Bytes on each tier.
-struct TierBytes {
-  int64_t device = 0, host = 0, disk = 0;
-  TierBytes& operator+=(const TierBytes& o) {
-    device += o.device, host += o.host, disk += o.disk;
-    return *this;
-  }
-  TierBytes operator*(int64_t n) const { return {device * n, host * n, disk * n}; }
-};
 
 struct Policy {
   int64_t gpu_batch_size = 32;
@@ -59,9 +50,9 @@ struct Policy {
   // Throws offgen::Error(kConfig) with the offending field and value.
   void validate() const;
 
-  // How `bytes` of weights / KV cache divide over the tiers by this policy's percentages.
-  TierBytes split_weights(int64_t bytes) const;
-  TierBytes split_cache(int64_t bytes) const;
+  // The weight, cache and activation percentages as a Placement, for a backend whose device
+  // memory is (or is not) host memory.
+  Placement placement(bool device_is_host) const;
   // Whether `need` fits the tier capacities (0 = unlimited).
   bool fits(const TierBytes& need) const;
   // Throws Error(kConfig) naming the first tier `need` overflows, its capacity flag and `what`.

@@ -6,13 +6,22 @@
 
 namespace offgen {
 
+WeightMode WeightMode::parse(std::string_view name) {
+  if (name == "native") return native_mode();
+  return WeightMode(dtype_from_name(name));
+}
+
+std::string WeightMode::name() const {
+  return native ? std::string("native") : std::string(dtype_name(storage));
+}
+
 Weight Backend::prepare_weight(DType src_type, const void* src, int64_t rows, int64_t cols) {
   Weight w;
   w.rows = rows;
   w.cols = cols;
-  w.dtype = src_type;
+  w.dtype = matmul_storage(src_type, cols);
   // Prepared on the host (prepare_weight_into writes host memory), then moved to the device.
-  Buffer host(weight_bytes(rows, cols), Tier::kHost);
+  Buffer host(weight_bytes(w.dtype, rows, cols), Tier::kHost);
   prepare_weight_into(src_type, src, rows, cols, host.data());
   w.data = device_is_host() ? std::move(host) : upload(host.data(), host.bytes());
   return w;
@@ -27,10 +36,10 @@ Buffer Backend::upload(const void* src, int64_t bytes) {
   return b;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads, DType weight_dtype,
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads, WeightMode weights,
                                       int device) {
-  if (name == "cpu") return make_cpu_backend(threads, weight_dtype);
-  if (name == "cuda") return make_cuda_backend(device, threads, weight_dtype);
+  if (name == "cpu") return make_cpu_backend(threads, weights);
+  if (name == "cuda") return make_cuda_backend(device, threads, weights);
   OFFGEN_THROW(kConfig, "--backend {}: unknown (cpu or cuda)", name);
 }
 

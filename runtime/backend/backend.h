@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/core/buffer.h"
@@ -21,8 +22,27 @@
 
 namespace offgen {
 
+// How a backend stores matmul weights: one storage for all of them (f32, bf16, f16, q4g64, or a
+// GGML block format weights are quantised to at load), or native: every weight in its source's own
+// format where the backend multiplies by that format directly (GGML block formats as the GGUF file
+// holds them), else the backend's closest plain format.
+struct WeightMode {
+  bool native = false;
+  DType storage = DType::kF32;  // when !native
+  WeightMode() = default;
+  WeightMode(DType t) : storage(t) {}  // NOLINT: a fixed storage converts implicitly
+  static WeightMode native_mode() {
+    WeightMode m;
+    m.native = true;
+    return m;
+  }
+  // "native", or a format name (dtype_from_name); throws Error(kConfig) for anything else.
+  static WeightMode parse(std::string_view name);
+  std::string name() const;
+};
+
 // A weight matrix W[rows=out_features, cols=in_features] in a backend's storage (non-owning).
-// `dtype` names the source precision the storage holds (the layout is the backend's own).
+// `dtype` is the storage format (the backend's matmul dispatches on it; the layout is its own).
 struct WeightView {
   int64_t rows = 0;
   int64_t cols = 0;
@@ -177,12 +197,15 @@ class Backend {
   // Blocks until every op and copy issued so far on the compute stream has finished.
   void synchronize() { compute_stream().synchronize(); }
 
-  // Bytes of matmul storage for a rows x cols weight (a multiple of 64).
-  virtual int64_t weight_bytes(int64_t rows, int64_t cols) const = 0;
-  // Converts rows x cols elements of `src` (type `src_type`, row-major, rows contiguous) into the
-  // backend's matmul storage at `dst` (64-byte aligned, weight_bytes() long, HOST memory on every
-  // backend: unit blobs are built on the host and moved to the device as bytes). Returns the view
-  // of dst. Deterministic: the same input gives the same bytes.
+  // The storage a rows x `cols` weight whose elements come as `src` gets under the backend's
+  // WeightMode (a fixed storage whose blocks do not divide `cols` falls back to a plain one).
+  virtual DType matmul_storage(DType src, int64_t cols) const = 0;
+  // Bytes of a rows x cols weight stored as `storage` (a multiple of 64).
+  virtual int64_t weight_bytes(DType storage, int64_t rows, int64_t cols) const = 0;
+  // Converts rows x cols elements of `src` (type `src_type`, row-major, rows contiguous) into
+  // matmul_storage(src_type, cols) at `dst` (64-byte aligned, weight_bytes() long, HOST memory on
+  // every backend: unit blobs are built on the host and moved to the device as bytes). Returns
+  // the view of dst. Deterministic: the same input gives the same bytes.
   virtual WeightView prepare_weight_into(DType src_type, const void* src, int64_t rows,
                                          int64_t cols, void* dst) = 0;
   // Owning convenience over prepare_weight_into; the weight ends up in device memory.
@@ -191,8 +214,10 @@ class Backend {
   // e.g. q8_0 rows).
   virtual Weight prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) = 0;
 
-  // y[m, w.rows] = x[m, w.cols] · Wᵀ.
-  virtual void matmul(const float* x, int64_t m, const WeightView& w, float* y) = 0;
+  // y[m, w.rows] = x[m, w.cols] · Wᵀ; row i of y starts at y + i * ldy (0: w.rows), so several
+  // weights can fill the column ranges of one output.
+  virtual void matmul(const float* x, int64_t m, const WeightView& w, float* y,
+                      int64_t ldy = 0) = 0;
   // y[m, d] = x / rms(x) * gamma (y may alias x).
   virtual void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
                         float* y) = 0;
@@ -229,6 +254,12 @@ class Backend {
   virtual void add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride = 0) = 0;
   // out[i, :] = table[ids[i], :] (dequantised).
   virtual void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
+  // Whether gather_weight_rows reads a matmul weight stored as `storage` (so a tied embedding can
+  // share the output head's storage instead of holding a second copy).
+  virtual bool can_gather_weight_rows(DType storage) const = 0;
+  // out[i, :] = row ids[i] of the prepared matmul weight w, as fp32 (exactly its values).
+  virtual void gather_weight_rows(const WeightView& w, const int32_t* ids, int64_t n,
+                                  float* out) = 0;
   // Causal attention of q[rows][n_heads][head_dim] over each sequence's KV slots; out has q's shape.
   virtual void attention(const float* q, const AttentionArgs& args, float* out) = 0;
   // Greedy sampling on the device: out[i] = the lowest id among the largest logits of row i, or
@@ -237,18 +268,18 @@ class Backend {
   virtual void argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out) = 0;
 };
 
-// weight_dtype: the matmul storage, kF32, kBF16 or kQ4G64 (see cpu/cpu_backend.h).
-std::unique_ptr<Backend> make_cpu_backend(int threads, DType weight_dtype = DType::kF32);
+// weights: the matmul storage (see cpu/cpu_backend.h).
+std::unique_ptr<Backend> make_cpu_backend(int threads, WeightMode weights = DType::kF32);
 // The CPU backend posing as a device with memory of its own (tests of the host-side paths of a
 // GPU backend): device_is_host() is false, kDevice memory is separate host memory only reached
 // through copies, and streams made by make_stream() run their copies on a worker thread, so
 // every tier transfer, event and stream wait a GPU backend needs happens — and results must be
 // bitwise those of the plain CPU backend.
 std::unique_ptr<Backend> make_emulated_device_backend(int threads,
-                                                      DType weight_dtype = DType::kF32);
+                                                      WeightMode weights = DType::kF32);
 // Backend by name: "cpu", or "cuda" (GPU `device`; Error(kConfig) when this build has no CUDA
 // backend, Error(kResource) when no usable GPU is present, with the reason).
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads, DType weight_dtype,
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads, WeightMode weights,
                                       int device = 0);
 // Whether the CUDA backend was compiled in and a GPU is usable; `why` gets the reason if not.
 bool cuda_backend_available(std::string* why = nullptr);

@@ -411,6 +411,17 @@ std::vector<int64_t> HfWeightSource::tensor_dims(const std::string& name) const 
   return std::vector<int64_t>(t.shape.rbegin(), t.shape.rend());  // GGML order
 }
 
+DType HfWeightSource::tensor_dtype(const std::string& name) const {
+  const std::string hf = hf_name(name);
+  OFFGEN_CHECK(!hf.empty(), kInput, "{}: {} checkpoints have no tensor for '{}'", dir_,
+               config_.arch, name);
+  const SafetensorsTensor& t = ckpt_.tensor(hf);
+  OFFGEN_CHECK(t.dtype.has_value(), kInput,
+               "{}: tensor '{}' has dtype {}; weights must be F32, F16 or BF16", dir_, hf,
+               t.dtype_name);
+  return *t.dtype;
+}
+
 TensorRef HfWeightSource::tensor(const std::string& name) const {
   const std::string hf = hf_name(name);
   OFFGEN_CHECK(!hf.empty(), kInput, "{}: {} checkpoints have no tensor for '{}'", dir_,

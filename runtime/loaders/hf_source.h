@@ -29,6 +29,7 @@ class HfWeightSource final : public WeightSource {
   TensorRef tensor(const std::string& name) const override;
   bool has_tensor(const std::string& name) const override;
   std::vector<int64_t> tensor_dims(const std::string& name) const override;
+  DType tensor_dtype(const std::string& name) const override;
   std::string describe() const override { return dir_; }
   const SafetensorsCheckpoint& checkpoint() const { return ckpt_; }
 

@@ -111,7 +111,6 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend)
   const int64_t d = c.d_model, e = c.embed_width();
   TensorRef emb = src.tensor("token_embd.weight");
   expect_matrix(emb, c.vocab_size, e, src.describe());
-  tok_embd_ = backend_.prepare_table(emb.dtype, emb.data, c.vocab_size, e);
   if (c.learned_pos) {
     TensorRef pos = src.tensor("position_embd.weight");
     expect_matrix(pos, c.pos_offset + c.context_length, d, src.describe());
@@ -133,23 +132,69 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend)
   config_.tied_embeddings = tied;
   lm_head_ = load_stacked(backend_, src, {tied ? "token_embd.weight" : "output.weight"},
                           {c.vocab_size}, e);
+  // A tied head kept in the table's own format holds the same values: gather embeddings from it
+  // rather than holding the table twice.
+  embed_from_head_ =
+      tied && lm_head_.dtype == emb.dtype && backend_.can_gather_weight_rows(lm_head_.dtype);
+  if (!embed_from_head_) tok_embd_ = backend_.prepare_table(emb.dtype, emb.data, c.vocab_size, e);
+  for (int64_t u = 0; u < num_units(); ++u) layouts_.push_back(make_layout(u));
   if (!c.learned_pos) {
     inv_freq_ = c.rope_inv_freq(false);
     if (c.n_sliding_layers() > 0) inv_freq_local_ = c.rope_inv_freq(true);
   }
 }
 
-DecoderModel::Layout DecoderModel::layout(int64_t unit) const {
+int64_t DecoderModel::place_matrix(const std::vector<std::string>& names,
+                                   const std::vector<int64_t>& rows, int64_t cols, int64_t at,
+                                   Matrix& m) const {
+  m.cols = cols;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const DType storage = backend_.matmul_storage(src_.tensor_dtype(names[i]), cols);
+    if (m.parts.empty() || m.parts.back().storage != storage) {
+      Part p;
+      p.storage = storage;
+      m.parts.push_back(std::move(p));
+    }
+    Part& p = m.parts.back();
+    p.names.push_back(names[i]);
+    p.tensor_rows.push_back(rows[i]);
+    p.rows += rows[i];
+    m.rows += rows[i];
+  }
+  for (Part& p : m.parts) {
+    p.offset = at;
+    at = align_up(at + backend_.weight_bytes(p.storage, p.rows, cols), 64);
+  }
+  return at;
+}
+
+DecoderModel::Layout DecoderModel::make_layout(int64_t unit) const {
   const ModelConfig& c = config_;
+  const int64_t l = unit_layer(unit);
   Layout L;
+  std::vector<std::string> n0, n1;
+  std::vector<int64_t> r0, r1;
+  int64_t cols0 = c.d_model, cols1 = 0;
   bool bias0 = false, bias1 = false;
   if (unit_has_cache(unit)) {
-    L.w0_rows = c.q_dim() + 2 * c.kv_dim(), L.w0_cols = c.d_model;
-    L.w1_rows = c.d_model, L.w1_cols = c.q_dim();
+    n0 = {layer_name(l, "attn_q.weight"), layer_name(l, "attn_k.weight"),
+          layer_name(l, "attn_v.weight")};
+    r0 = {c.q_dim(), c.kv_dim(), c.kv_dim()};
+    n1 = {layer_name(l, "attn_output.weight")};
+    r1 = {c.d_model};
+    cols1 = c.q_dim();
     bias0 = c.qkv_bias, bias1 = c.out_bias;
   } else {
-    L.w0_rows = (c.gated_ffn() ? 2 : 1) * c.ffn_dim, L.w0_cols = c.d_model;
-    L.w1_rows = c.d_model, L.w1_cols = c.ffn_dim;
+    if (c.gated_ffn()) {
+      n0 = {layer_name(l, "ffn_gate.weight"), layer_name(l, "ffn_up.weight")};
+      r0 = {c.ffn_dim, c.ffn_dim};
+    } else {
+      n0 = {layer_name(l, "ffn_up.weight")};
+      r0 = {c.ffn_dim};
+    }
+    n1 = {layer_name(l, "ffn_down.weight")};
+    r1 = {c.d_model};
+    cols1 = c.ffn_dim;
     bias0 = bias1 = c.ffn_bias;
   }
   // Small fp32 vectors first (norm gain, norm bias, post-norm gain, Q/K norm gains, biases), then
@@ -160,6 +205,8 @@ DecoderModel::Layout DecoderModel::layout(int64_t unit) const {
     at = align_up(at + floats * 4, 64);
     return off;
   };
+  int64_t rows0 = 0;
+  for (int64_t r : r0) rows0 += r;
   L.norm = take(c.d_model);
   if (c.norm == NormKind::kLayer) L.norm_b = take(c.d_model);
   if (c.post_norms) L.post_norm = take(c.d_model);
@@ -167,12 +214,30 @@ DecoderModel::Layout DecoderModel::layout(int64_t unit) const {
     L.q_norm = take(c.head_dim);
     L.k_norm = take(c.head_dim);
   }
-  if (bias0) L.b0 = take(L.w0_rows);
-  if (bias1) L.b1 = take(L.w1_rows);
-  L.w0 = at;
-  L.w1 = align_up(L.w0 + backend_.weight_bytes(L.w0_rows, L.w0_cols), 64);
-  L.bytes = align_up(L.w1 + backend_.weight_bytes(L.w1_rows, L.w1_cols), kBlobAlign);
+  if (bias0) L.b0 = take(rows0);
+  if (bias1) L.b1 = take(c.d_model);
+  at = place_matrix(n0, r0, cols0, at, L.w0);
+  at = place_matrix(n1, r1, cols1, at, L.w1);
+  L.bytes = align_up(at, kBlobAlign);
   return L;
+}
+
+void DecoderModel::build_matrix(const Matrix& m, uint8_t* base) const {
+  std::vector<uint8_t> stacked;
+  for (const Part& p : m.parts) {
+    const DType dt = stack_source(src_, p.names, p.tensor_rows, m.cols, stacked);
+    backend_.prepare_weight_into(dt, stacked.data(), p.rows, m.cols, base + p.offset);
+  }
+}
+
+void DecoderModel::matmul(const float* x, int64_t rows, const Matrix& m, const uint8_t* base,
+                          float* y) const {
+  int64_t col = 0;
+  for (const Part& p : m.parts) {
+    backend_.matmul(x, rows, WeightView{p.rows, m.cols, p.storage, base + p.offset}, y + col,
+                    m.rows);
+    col += p.rows;
+  }
 }
 
 int64_t DecoderModel::unit_bytes(int64_t unit) const { return layout(unit).bytes; }
@@ -182,10 +247,28 @@ int64_t DecoderModel::resident_bytes() const {
          lm_head_.bytes() + out_norm_.bytes() + out_norm_b_.bytes();
 }
 
+std::map<DType, int64_t> DecoderModel::bytes_by_format() const {
+  std::map<DType, int64_t> out;
+  for (const Weight* w : {&tok_embd_, &pos_embd_, &proj_in_, &proj_out_, &lm_head_})
+    if (w->bytes() > 0) out[w->dtype] += w->bytes();
+  out[DType::kF32] += out_norm_.bytes() + out_norm_b_.bytes();
+  for (const Layout& L : layouts_) {
+    int64_t matrices = 0;
+    for (const Matrix* m : {&L.w0, &L.w1})
+      for (const Part& p : m->parts) {
+        const int64_t b = backend_.weight_bytes(p.storage, p.rows, m->cols);
+        out[p.storage] += b;
+        matrices += b;
+      }
+    out[DType::kF32] += L.bytes - matrices;  // vectors and alignment
+  }
+  return out;
+}
+
 void DecoderModel::build_unit(int64_t unit, void* dst) const {
   OFFGEN_CHECK(unit >= 0 && unit < num_units(), kInternal, "unit {} out of range", unit);
   const ModelConfig& c = config_;
-  const Layout L = layout(unit);
+  const Layout& L = layout(unit);
   const int64_t l = unit_layer(unit);
   auto* base = static_cast<uint8_t*>(dst);
   std::memset(base, 0, L.bytes);
@@ -202,13 +285,7 @@ void DecoderModel::build_unit(int64_t unit, void* dst) const {
              true);
   put_vector(L.q_norm, "attn_q_norm.weight", c.head_dim, true);
   put_vector(L.k_norm, "attn_k_norm.weight", c.head_dim, true);
-  std::vector<uint8_t> stacked;
-  DType dt;
   if (attn) {
-    dt = stack_source(src_,
-                      {layer_name(l, "attn_q.weight"), layer_name(l, "attn_k.weight"),
-                       layer_name(l, "attn_v.weight")},
-                      {c.q_dim(), c.kv_dim(), c.kv_dim()}, c.d_model, stacked);
     if (L.b0 >= 0) {
       const auto bq = load_vector(src_, layer_name(l, "attn_q.bias"), c.q_dim());
       const auto bk = load_vector(src_, layer_name(l, "attn_k.bias"), c.kv_dim());
@@ -219,18 +296,12 @@ void DecoderModel::build_unit(int64_t unit, void* dst) const {
       std::memcpy(b + c.q_dim() + c.kv_dim(), bv.data(), bv.size() * 4);
     }
     put_vector(L.b1, "attn_output.bias", c.d_model);
-  } else if (c.gated_ffn()) {
-    dt = stack_source(src_, {layer_name(l, "ffn_gate.weight"), layer_name(l, "ffn_up.weight")},
-                      {c.ffn_dim, c.ffn_dim}, c.d_model, stacked);
-  } else {
-    dt = stack_source(src_, {layer_name(l, "ffn_up.weight")}, {c.ffn_dim}, c.d_model, stacked);
+  } else if (!c.gated_ffn()) {
     put_vector(L.b0, "ffn_up.bias", c.ffn_dim);
     put_vector(L.b1, "ffn_down.bias", c.d_model);
   }
-  backend_.prepare_weight_into(dt, stacked.data(), L.w0_rows, L.w0_cols, base + L.w0);
-  dt = stack_source(src_, {layer_name(l, attn ? "attn_output.weight" : "ffn_down.weight")},
-                    {L.w1_rows}, L.w1_cols, stacked);
-  backend_.prepare_weight_into(dt, stacked.data(), L.w1_rows, L.w1_cols, base + L.w1);
+  build_matrix(L.w0, base);
+  build_matrix(L.w1, base);
 }
 
 void DecoderModel::embed(std::span<const int32_t> ids, const int32_t* positions, float* hidden,
@@ -238,14 +309,13 @@ void DecoderModel::embed(std::span<const int32_t> ids, const int32_t* positions,
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(ids.size());
   s.reserve(backend_, c, n);
-  if (c.embed_width() == c.d_model) {
-    backend_.embedding(tok_embd_, ids.data(), n, hidden);
-    if (c.embed_scale != 1.0f) backend_.scale(hidden, c.embed_scale, n * c.d_model);
-  } else {
-    backend_.embedding(tok_embd_, ids.data(), n, s.emb.data());
-    if (c.embed_scale != 1.0f) backend_.scale(s.emb.data(), c.embed_scale, n * c.embed_width());
-    backend_.matmul(s.emb.data(), n, proj_in_, hidden);
-  }
+  float* dst = c.embed_width() == c.d_model ? hidden : s.emb.data();
+  if (embed_from_head_)
+    backend_.gather_weight_rows(lm_head_, ids.data(), n, dst);
+  else
+    backend_.embedding(tok_embd_, ids.data(), n, dst);
+  if (c.embed_scale != 1.0f) backend_.scale(dst, c.embed_scale, n * c.embed_width());
+  if (dst != hidden) backend_.matmul(s.emb.data(), n, proj_in_, hidden);
   if (!c.learned_pos) return;
   std::vector<int32_t> rows(n);
   for (int64_t i = 0; i < n; ++i) {
@@ -270,7 +340,7 @@ static void apply_norm(Backend& be, const ModelConfig& c, const float* x, const 
 void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const UnitBatch& b,
                           DecoderScratch& s) const {
   const ModelConfig& c = config_;
-  const Layout L = layout(unit);
+  const Layout& L = layout(unit);
   const auto* base = static_cast<const uint8_t*>(blob);
   auto vec = [base](int64_t off) {
     return off < 0 ? nullptr : reinterpret_cast<const float*>(base + off);
@@ -278,9 +348,6 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
   const float* norm = vec(L.norm);
   const float* norm_b = vec(L.norm_b);
   const int64_t layer = unit_layer(unit);
-  // The view dtype is informational for the CPU backend's packed storage.
-  const WeightView w0{L.w0_rows, L.w0_cols, DType::kF32, base + L.w0};
-  const WeightView w1{L.w1_rows, L.w1_cols, DType::kF32, base + L.w1};
   const int64_t rows = b.rows;
   s.reserve(backend_, c, rows);
   // Pre-norm: the sublayer reads norm(hidden); post-norm: it reads hidden, normalised after.
@@ -299,7 +366,7 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
   };
   if (!unit_has_cache(unit)) {
     if (c.gated_ffn()) {
-      backend_.matmul(in, rows, w0, s.gate_up.data());
+      matmul(in, rows, L.w0, base, s.gate_up.data());
       if (c.ffn == FfnKind::kGeGlu)
         backend_.geglu(s.gate_up.data(), s.gate_up.data() + c.ffn_dim, rows, c.ffn_dim,
                        2 * c.ffn_dim, s.act.data());
@@ -307,19 +374,19 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
         backend_.swiglu(s.gate_up.data(), s.gate_up.data() + c.ffn_dim, rows, c.ffn_dim,
                         2 * c.ffn_dim, s.act.data());
     } else {
-      backend_.matmul(in, rows, w0, s.act.data());
+      matmul(in, rows, L.w0, base, s.act.data());
       if (L.b0 >= 0) backend_.add_bias(s.act.data(), vec(L.b0), rows, c.ffn_dim);
       if (c.ffn == FfnKind::kRelu)
         backend_.relu(s.act.data(), rows * c.ffn_dim);
       else
         backend_.gelu(s.act.data(), rows * c.ffn_dim);
     }
-    backend_.matmul(s.act.data(), rows, w1, s.proj.data());
+    matmul(s.act.data(), rows, L.w1, base, s.proj.data());
     finish();
     return;
   }
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), hd = c.head_dim, wqkv = qd + 2 * kvd;
-  backend_.matmul(in, rows, w0, s.qkv.data());
+  matmul(in, rows, L.w0, base, s.qkv.data());
   if (L.b0 >= 0) backend_.add_bias(s.qkv.data(), vec(L.b0), rows, wqkv);
   // Split Q out (contiguous rows for attention), normalise Q and K per head (QK-norm) and
   // rotate them in place.
@@ -356,7 +423,7 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
   args.stats = step.stats();
   backend_.attention(s.q.data(), args, s.attn.data());
   step.finish();
-  backend_.matmul(s.attn.data(), rows, w1, s.proj.data());
+  matmul(s.attn.data(), rows, L.w1, base, s.proj.data());
   finish();
 }
 

@@ -13,6 +13,7 @@
 #include "scheduler/engine.h"
 #include "tests/engine_run.h"
 #include "tests/model_path.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 using offgen::test::EngineRun;
@@ -38,15 +39,14 @@ std::vector<Request> requests(int64_t max_tokens) {
 // One run recording the step-0 logits rows.
 EngineRun run(const std::string& model, const std::string& backend, const std::string& dtype,
               const Policy& p, const std::vector<Request>& reqs) {
-  const auto dir = std::filesystem::temp_directory_path() / "offgen-test-cuda-engine";
-  std::filesystem::create_directories(dir);
+  const test::TempDir dir;
   EngineOptions eo;
   eo.model = model;
   eo.backend = backend;
   eo.weight_dtype = dtype;
   eo.threads = 2;
   eo.policy = p;
-  eo.policy.offload_dir = dir.string();
+  eo.policy.offload_dir = dir.path();
   return run_engine(eo, reqs, true, 1);
 }
 

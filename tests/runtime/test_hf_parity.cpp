@@ -18,6 +18,7 @@
 #include "runtime/loaders/model_loader.h"
 #include "runtime/model/decoder.h"
 #include "runtime/text/tokenizer.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 
@@ -155,8 +156,8 @@ TEST_CASE("GGUF files made by llama.cpp's converter match the same transformers 
 TEST_CASE("HF checkpoints: an untied config without lm_head.weight is an error, not a tie",
           "[model][hf]") {
   namespace fs = std::filesystem;
-  const fs::path tmp = fs::temp_directory_path() / fs::path("offgen_hf_untied");
-  fs::remove_all(tmp);
+  const test::TempDir scratch;
+  const fs::path tmp = scratch.file("qwen2");
   fs::copy(kDir + "/qwen2", tmp, fs::copy_options::recursive);
   {
     std::ifstream in(tmp / "config.json");
@@ -173,14 +174,13 @@ TEST_CASE("HF checkpoints: an untied config without lm_head.weight is an error, 
     CHECK(e.category() == ErrorCategory::kInput);
     CHECK_THAT(e.what(), Catch::Contains("lm_head.weight"));
   }
-  fs::remove_all(tmp);
 }
 
 TEST_CASE("HF checkpoints: a damaged config names the file and field", "[model][hf]") {
   // config_from_hf is exercised through open_model on a copy with one field broken.
   namespace fs = std::filesystem;
-  const fs::path tmp = fs::temp_directory_path() / fs::path("offgen_hf_bad_config");
-  fs::remove_all(tmp);
+  const test::TempDir scratch;
+  const fs::path tmp = scratch.file("opt");
   fs::copy(kDir + "/opt", tmp, fs::copy_options::recursive);
   {
     std::ifstream in(tmp / "config.json");
@@ -224,5 +224,4 @@ TEST_CASE("HF checkpoints: a damaged config names the file and field", "[model][
   } catch (const Error& e) {
     CHECK_THAT(e.what(), Catch::Contains("pytorch_model.bin") && Catch::Contains("save_pretrained"));
   }
-  fs::remove_all(tmp);
 }

@@ -10,6 +10,8 @@
 #include <map>
 
 #include "scheduler/engine.h"
+#include "tests/engine_run.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 
@@ -17,16 +19,15 @@ namespace {
 
 struct Run {
   std::vector<Result> results;
-  std::map<std::pair<size_t, int64_t>, std::vector<float>> logits;
+  test::Logits logits;
 };
 
 Run run(const std::string& model, const Policy& p) {
-  const auto dir = std::filesystem::temp_directory_path() / "offgen-test-arch-placement";
-  std::filesystem::create_directories(dir);
+  const test::TempDir dir;
   EngineOptions eo;
   eo.model = model;
   eo.policy = p;
-  eo.policy.offload_dir = dir.string();
+  eo.policy.offload_dir = dir.path();
   Engine engine(eo);
   std::vector<Request> reqs;
   for (const char* prompt : {"Hello, the other day", "42 + 17 =", "ok", "haha 中中 😀!!"}) {
@@ -39,9 +40,7 @@ Run run(const std::string& model, const Policy& p) {
   }
   Run out;
   GenerateCallbacks cb;
-  cb.on_logits = [&](size_t i, int64_t step, std::span<const float> row) {
-    out.logits[{i, step}].assign(row.begin(), row.end());
-  };
+  test::record_logits(cb, out.logits);
   out.results = engine.generate(reqs, cb);
   return out;
 }

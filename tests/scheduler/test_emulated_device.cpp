@@ -13,6 +13,7 @@
 #include "runtime/core/error.h"
 #include "scheduler/engine.h"
 #include "tests/engine_run.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 using offgen::test::EngineRun;
@@ -37,14 +38,13 @@ std::vector<Request> requests() {
 
 EngineRun run(const std::string& model, const std::string& backend, const Policy& p,
               const std::vector<Request>& reqs, bool record_logits = true) {
-  const auto dir = std::filesystem::temp_directory_path() / "offgen-test-emulated-device";
-  std::filesystem::create_directories(dir);
+  const test::TempDir dir;
   EngineOptions eo;
   eo.model = model;
   eo.backend = backend;
   eo.threads = 2;
   eo.policy = p;
-  eo.policy.offload_dir = dir.string();
+  eo.policy.offload_dir = dir.path();
   return run_engine(eo, reqs, record_logits);
 }
 

@@ -12,28 +12,36 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/backend/cpu/cpu_kernels.h"
 #include "runtime/backend/cpu/gemm.h"
+#include "runtime/backend/cpu/qgemm.h"
+#include "runtime/core/formats.h"
 #include "runtime/core/error.h"
 #include "runtime/core/argmax.h"
 
 namespace offgen {
 
-CpuBackend::CpuBackend(int threads, DType weight_dtype, bool emulate_device)
-    : ctx_(threads), weight_dtype_(weight_dtype), emulate_device_(emulate_device) {
-  OFFGEN_CHECK(weight_dtype == DType::kF32 || weight_dtype == DType::kBF16 ||
-                   weight_dtype == DType::kQ4G64,
-               kConfig, "cpu backend: weight dtype {} is not supported (f32, bf16 or q4g64)",
-               dtype_name(weight_dtype));
-  OFFGEN_CHECK(weight_dtype != DType::kBF16 || cpu::bf16_supported(), kConfig,
+CpuBackend::CpuBackend(int threads, WeightMode weights, bool emulate_device)
+    : ctx_(threads), weights_(weights), emulate_device_(emulate_device) {
+  if (weights.native) return;
+  const cpu::CpuMatmulKernel* k = cpu::cpu_matmul_kernel(weights.storage);
+  OFFGEN_CHECK(k != nullptr, kConfig,
+               "cpu backend: --weight-dtype {} is not a matmul storage here (native, f32, bf16, "
+               "q4g64 or a GGML block format such as q8_0, q4_k)",
+               dtype_name(weights.storage));
+  OFFGEN_CHECK(weights.storage != DType::kBF16 || cpu::bf16_supported(), kConfig,
                "cpu backend: bf16 weights need a CPU with AVX512-BF16 (use --weight-dtype f32)");
+  OFFGEN_CHECK(k->source == DType::kF32 || format_traits(weights.storage).quantize != nullptr,
+               kConfig, "cpu backend: weights cannot be converted to {} (a load-only format)",
+               dtype_name(weights.storage));
 }
 
-std::unique_ptr<Backend> make_cpu_backend(int threads, DType weight_dtype) {
-  return std::make_unique<CpuBackend>(threads, weight_dtype);
+std::unique_ptr<Backend> make_cpu_backend(int threads, WeightMode weights) {
+  return std::make_unique<CpuBackend>(threads, weights);
 }
 
-std::unique_ptr<Backend> make_emulated_device_backend(int threads, DType weight_dtype) {
-  return std::make_unique<CpuBackend>(threads, weight_dtype, true);
+std::unique_ptr<Backend> make_emulated_device_backend(int threads, WeightMode weights) {
+  return std::make_unique<CpuBackend>(threads, weights, true);
 }
 
 namespace {
@@ -109,45 +117,65 @@ void CpuBackend::argmax_rows(const float* logits, int64_t n, int64_t vocab, int3
     out[i] = argmax_checked({logits + i * vocab, static_cast<size_t>(vocab)});
 }
 
-int64_t CpuBackend::weight_bytes(int64_t rows, int64_t cols) const {
-  if (weight_dtype_ == DType::kQ4G64) return cpu::packed_q4g64_bytes(rows, cols);
-  return weight_dtype_ == DType::kBF16 ? cpu::packed_bf16_bytes(rows, cols)
-                                       : cpu::packed_f32_bytes(rows, cols);
+DType CpuBackend::matmul_storage(DType src, int64_t cols) const {
+  auto usable = [cols](DType t) {
+    const cpu::CpuMatmulKernel* k = cpu::cpu_matmul_kernel(t);
+    return k != nullptr && k->available() &&
+           (format_traits(t).ggml_type == kNoGgmlType || cols % dtype_block_elems(t) == 0);
+  };
+  if (weights_.native) {
+    // GGML blocks as the file holds them; bf16 stays bf16 where the CPU multiplies it; other
+    // plain floats (f16, f32) become f32, exactly.
+    if (src != DType::kF16 && usable(src)) return src;
+    return DType::kF32;
+  }
+  if (usable(weights_.storage)) return weights_.storage;
+  // A block format whose blocks do not divide the rows: q8_0 if it does, else f32.
+  return usable(DType::kQ8_0) && format_traits(weights_.storage).ggml_type != kNoGgmlType
+             ? DType::kQ8_0
+             : DType::kF32;
+}
+
+int64_t CpuBackend::weight_bytes(DType storage, int64_t rows, int64_t cols) const {
+  const cpu::CpuMatmulKernel* k = cpu::cpu_matmul_kernel(storage);
+  OFFGEN_CHECK(k != nullptr, kInternal, "cpu backend: no matmul storage {}", dtype_name(storage));
+  return (k->packed_bytes(storage, rows, cols) + 63) / 64 * 64;
 }
 
 WeightView CpuBackend::prepare_weight_into(DType src_type, const void* src, int64_t rows,
                                            int64_t cols, void* dst) {
-  // Dequantise 16-row panels and pack them; panels are independent, so threads split them.
-  const int64_t row_bytes = dtype_bytes(src_type, cols);
-  const auto* s = static_cast<const uint8_t*>(src);
-  if (weight_dtype_ == DType::kQ4G64) {  // 64-row chunks, quantised in the GEMM's packed order
-    ctx_.parallel_for((rows + 63) / 64, 1, [&](int64_t c0, int64_t c1) {
-      std::vector<float> tmp(64 * cols);
-      for (int64_t c = c0; c < c1; ++c) {
-        const int64_t r0 = c * 64, nr = std::min<int64_t>(64, rows - r0);
-        for (int64_t r = 0; r < nr; ++r)
-          dequantize_row(src_type, s + (r0 + r) * row_bytes, tmp.data() + r * cols, cols);
-        cpu::pack_q4g64(tmp.data(), nr, cols,
-                        static_cast<uint8_t*>(dst) + c * cols * kQ4G64Bytes);
-      }
-    });
-    return WeightView{rows, cols, src_type, dst};
+  const DType storage = matmul_storage(src_type, cols);
+  const cpu::CpuMatmulKernel* k = cpu::cpu_matmul_kernel(storage);
+  OFFGEN_CHECK(k != nullptr, kInternal, "cpu backend: no matmul storage {}", dtype_name(storage));
+  const WeightView view{rows, cols, storage, dst};
+  if (k->source == src_type) {  // the rows are already in the format the packer reads
+    k->pack(storage, src, rows, cols, dst);
+    return view;
   }
-  const int64_t panels = (rows + 15) / 16;
-  ctx_.parallel_for(panels, 4, [&](int64_t p0, int64_t p1) {
-    std::vector<float> tmp(16 * cols);
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t r0 = p * 16, nr = std::min<int64_t>(16, rows - r0);
+  // Converted chunk by chunk (independent, so threads split them): source rows -> fp32 -> the
+  // packer's row format (a quantiser when the storage is a block format) -> packed.
+  const int64_t row_bytes = dtype_bytes(src_type, cols);
+  const int64_t src_row = dtype_bytes(k->source, cols);
+  const int64_t cr = k->chunk_rows;
+  const int64_t chunk = k->chunk_bytes(storage, cols);
+  const auto* s = static_cast<const uint8_t*>(src);
+  ctx_.parallel_for((rows + cr - 1) / cr, cr >= 64 ? 1 : 4, [&](int64_t c0, int64_t c1) {
+    std::vector<float> tmp(cr * cols);
+    std::vector<uint8_t> conv(k->source == DType::kF32 ? 0 : cr * src_row);
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t r0 = c * cr, nr = std::min<int64_t>(cr, rows - r0);
       for (int64_t r = 0; r < nr; ++r)
         dequantize_row(src_type, s + (r0 + r) * row_bytes, tmp.data() + r * cols, cols);
-      if (weight_dtype_ == DType::kBF16)
-        cpu::pack_bf16(tmp.data(), nr, cols,
-                       static_cast<uint16_t*>(dst) + cpu::packed_bf16_bytes(16, cols) / 2 * p);
-      else
-        cpu::pack_f32(tmp.data(), nr, cols, static_cast<float*>(dst) + p * 16 * cols);
+      const void* rows_in = tmp.data();
+      if (!conv.empty()) {
+        for (int64_t r = 0; r < nr; ++r)
+          quantize_row(k->source, tmp.data() + r * cols, conv.data() + r * src_row, cols);
+        rows_in = conv.data();
+      }
+      k->pack(storage, rows_in, nr, cols, static_cast<uint8_t*>(dst) + c * chunk);
     }
   });
-  return WeightView{rows, cols, src_type, dst};
+  return view;
 }
 
 Weight CpuBackend::prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) {
@@ -161,16 +189,10 @@ Weight CpuBackend::prepare_table(DType src_type, const void* src, int64_t rows, 
   return w;
 }
 
-void CpuBackend::matmul(const float* x, int64_t m, const WeightView& w, float* y) {
-  if (weight_dtype_ == DType::kQ4G64)
-    cpu::gemm_q4g64(x, m, w.cols, static_cast<const uint8_t*>(w.data), w.rows, w.cols, y, w.rows,
-                    ctx_);
-  else if (weight_dtype_ == DType::kBF16)
-    cpu::gemm_bf16(x, m, w.cols, static_cast<const uint16_t*>(w.data), w.rows, w.cols, y, w.rows,
-                   ctx_);
-  else
-    cpu::gemm_f32(x, m, w.cols, static_cast<const float*>(w.data), w.rows, w.cols, y, w.rows,
-                  ctx_);
+void CpuBackend::matmul(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy) {
+  const cpu::CpuMatmulKernel* k = cpu::cpu_matmul_kernel(w.dtype);
+  OFFGEN_CHECK(k != nullptr, kInternal, "cpu backend: no matmul kernel for {}", dtype_name(w.dtype));
+  k->gemm(w.dtype, x, m, w.cols, w.data, w.rows, w.cols, y, ldy > 0 ? ldy : w.rows, ctx_);
 }
 
 void CpuBackend::rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
@@ -315,6 +337,23 @@ void CpuBackend::embedding(const WeightView& table, const int32_t* ids, int64_t 
     OFFGEN_CHECK(ids[i] >= 0 && ids[i] < table.rows, kInput, "token id {} outside vocabulary of {}",
                  ids[i], table.rows);
     dequantize_row(table.dtype, base + ids[i] * row_bytes, out + i * table.cols, table.cols);
+  }
+}
+
+bool CpuBackend::can_gather_weight_rows(DType storage) const {
+  return cpu::quant_gemm_supported(storage);  // GGML blocks: their packing is lossless
+}
+
+void CpuBackend::gather_weight_rows(const WeightView& w, const int32_t* ids, int64_t n,
+                                    float* out) {
+  OFFGEN_CHECK(can_gather_weight_rows(w.dtype), kInternal, "cpu backend: cannot gather rows of {}",
+               dtype_name(w.dtype));
+  std::vector<uint8_t> row(dtype_bytes(w.dtype, w.cols));
+  for (int64_t i = 0; i < n; ++i) {
+    OFFGEN_CHECK(ids[i] >= 0 && ids[i] < w.rows, kInput, "token id {} outside vocabulary of {}",
+                 ids[i], w.rows);
+    cpu::unpack_quant_rows(w.dtype, w.data, w.rows, w.cols, ids[i], 1, row.data());
+    dequantize_row(w.dtype, row.data(), out + i * w.cols, w.cols);
   }
 }
 

@@ -14,7 +14,7 @@ namespace offgen {
 // f16, fp32 accumulation), fp32 activations and KV cache, kernels for the other ops. `threads`
 // size the host-side pool (cpu_cache_compute attention on the CPU). Throws Error(kConfig) in a
 // build without CUDA and Error(kResource) when no usable GPU is present, with the reason.
-std::unique_ptr<Backend> make_cuda_backend(int device, int threads, DType weight_dtype);
+std::unique_ptr<Backend> make_cuda_backend(int device, int threads, WeightMode weights);
 // Whether the CUDA backend is compiled in and GPU `device` is usable; `why` gets the reason if not.
 bool cuda_available(std::string* why, int device = 0);
 // Whether this build compiled the CUDA backend at all.

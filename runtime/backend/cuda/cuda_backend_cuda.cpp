@@ -6,6 +6,8 @@
 
 #include "runtime/backend/cuda/cuda_backend.h"
 #include "runtime/backend/cuda/cuda_backend_cuda.h"
+#include "runtime/backend/cuda/cuda_quant_cuda.h"
+#include "runtime/core/formats.h"
 #include "runtime/backend/cuda/cuda_common_cuda.h"
 #include "runtime/core/error.h"
 
@@ -35,20 +37,23 @@ bool cuda_available(std::string* why, int device) {
   return true;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device, int threads, DType weight_dtype) {
+std::unique_ptr<Backend> make_cuda_backend(int device, int threads, WeightMode weights) {
   std::string why;
   OFFGEN_CHECK(cuda_available(&why, device), kResource, "--backend cuda: {}", why);
-  return std::make_unique<cuda::CudaBackend>(device, threads, weight_dtype);
+  return std::make_unique<cuda::CudaBackend>(device, threads, weights);
 }
 
 namespace cuda {
 
-CudaBackend::CudaBackend(int device, int threads, DType weight_dtype)
-    : device_(device), weight_dtype_(weight_dtype) {
-  OFFGEN_CHECK(weight_dtype == DType::kF32 || weight_dtype == DType::kF16 ||
-                   weight_dtype == DType::kBF16 || weight_dtype == DType::kQ4G64,
-               kConfig, "cuda backend: weight dtype {} is not supported (f32, f16, bf16 or q4g64)",
-               dtype_name(weight_dtype));
+CudaBackend::CudaBackend(int device, int threads, WeightMode weights)
+    : device_(device), weights_(weights) {
+  const DType t = weights.storage;
+  OFFGEN_CHECK(weights.native || t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 ||
+                   t == DType::kQ4G64 || (dequant_supported(t) && format_traits(t).quantize),
+               kConfig,
+               "cuda backend: --weight-dtype {} is not supported (native, f32, f16, bf16, q4g64 "
+               "or a GGML block format with a quantiser)",
+               weights.name());
   OFFGEN_CUDA_CHECK(cudaSetDevice(device_));
   compute_ = std::make_unique<CudaStream>(device_);
   cublas_.reset(cublas_create(stream()));
@@ -157,6 +162,26 @@ void CudaBackend::embedding(const WeightView& table, const int32_t* ids, int64_t
   if (n == 0) return;
   const auto* dev_ids = static_cast<const int32_t*>(ring_.put(ids, static_cast<size_t>(n) * 4, stream()));
   cuda::embedding(table.data, table.dtype, table.cols, dev_ids, n, out, stream());
+}
+
+bool CudaBackend::can_gather_weight_rows(DType storage) const {
+  // Weights are row-major on the GPU: plain floats, or GGML blocks as the file holds them.
+  return storage == DType::kF32 || storage == DType::kF16 || storage == DType::kBF16 ||
+         (format_traits(storage).ggml_type != kNoGgmlType && dequant_supported(storage));
+}
+
+void CudaBackend::gather_weight_rows(const WeightView& w, const int32_t* ids, int64_t n,
+                                     float* out) {
+  OFFGEN_CHECK(can_gather_weight_rows(w.dtype), kInternal, "cuda backend: cannot gather rows of {}",
+               dtype_name(w.dtype));
+  if (w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16)
+    return embedding(w, ids, n, out);
+  for (int64_t i = 0; i < n; ++i)
+    OFFGEN_CHECK(ids[i] >= 0 && ids[i] < w.rows, kInput, "token id {} outside vocabulary of {}",
+                 ids[i], w.rows);
+  if (n == 0) return;
+  const auto* dev_ids = static_cast<const int32_t*>(ring_.put(ids, static_cast<size_t>(n) * 4, stream()));
+  cuda::gather_dequantize_f32(w.dtype, w.data, w.cols, dev_ids, n, out, stream());
 }
 
 void CudaBackend::attention(const float* q, const AttentionArgs& a, float* out) {

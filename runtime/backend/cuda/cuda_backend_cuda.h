@@ -78,7 +78,7 @@ cudaError_t probe_kernels(int device);
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, int threads, DType weight_dtype);
+  CudaBackend(int device, int threads, WeightMode weights);
   ~CudaBackend() override;
   std::string name() const override { return "cuda"; }
   ThreadContext& threads() override { return cpu_->threads(); }
@@ -97,11 +97,12 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Stream> make_stream() override;
   std::unique_ptr<Event> make_event() override;
 
-  int64_t weight_bytes(int64_t rows, int64_t cols) const override;
+  DType matmul_storage(DType src, int64_t cols) const override;
+  int64_t weight_bytes(DType storage, int64_t rows, int64_t cols) const override;
   WeightView prepare_weight_into(DType src_type, const void* src, int64_t rows, int64_t cols,
                                  void* dst) override;
   Weight prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) override;
-  void matmul(const float* x, int64_t m, const WeightView& w, float* y) override;
+  void matmul(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy = 0) override;
   void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
                 float* y) override;
   void head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
@@ -121,6 +122,8 @@ class CudaBackend final : public Backend {
   void softcap(float* x, float cap, int64_t n) override;
   void add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride = 0) override;
   void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) override;
+  bool can_gather_weight_rows(DType storage) const override;
+  void gather_weight_rows(const WeightView& w, const int32_t* ids, int64_t n, float* out) override;
   void attention(const float* q, const AttentionArgs& args, float* out) override;
   void argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out) override;
 
@@ -140,7 +143,7 @@ class CudaBackend final : public Backend {
   void attention_on_host(const AttentionArgs& a, std::span<const size_t> seqs, float* out);
 
   int device_;
-  DType weight_dtype_;
+  WeightMode weights_;
   std::unique_ptr<CudaStream> compute_;
   struct CublasDeleter {
     void operator()(cublasContext* h) const;
