@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "policies/cost_model.h"
+#include "policies/model_facts.h"
 #include "runtime/loaders/gguf_source.h"
 #include "runtime/loaders/hf_source.h"
 #include "runtime/loaders/model_loader.h"
@@ -109,10 +111,19 @@ int run_inspect(const std::string& model, int threads, const std::string& weight
   std::printf("\n");
   for (const auto& [t, b] : m.bytes_by_format())
     std::printf("    %-8s %10.2f MiB\n", std::string(dtype_name(t)).c_str(), b / 1048576.0);
-  std::printf(
-      "  KV cache: %.1f KiB per token (fp32), %.1f MiB per sequence at the full context of %lld\n",
-      c.kv_bytes_per_token() / 1024.0, c.kv_bytes_per_token() * c.context_length / 1048576.0,
-      (long long)c.context_length);
+  // KV bytes per sequence as the KV store allocates them (fp32, all in memory, no eviction):
+  // sliding-window layers hold only their window.
+  const ModelFacts facts = model_facts(m, weight_dtype);
+  const Policy full;
+  auto per_seq = [&](int64_t tokens) {
+    return kv_need(facts, full, tokens).memory() / 1048576.0;
+  };
+  std::printf("  KV cache: %.1f KiB per token (fp32) over all layers", c.kv_bytes_per_token() / 1024.0);
+  if (facts.window_layers > 0)
+    std::printf("; %lld sliding-window layers hold only their window of %lld",
+                (long long)facts.window_layers, (long long)facts.window);
+  std::printf("\n    per sequence: %.2f MiB at 4096 tokens, %.1f MiB at the full context of %lld\n",
+              per_seq(4096), per_seq(c.context_length), (long long)c.context_length);
   return 0;
 }
 

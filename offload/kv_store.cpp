@@ -13,6 +13,7 @@ KvStore::KvStore(const ModelConfig& config, const Placement& placement, NvmeStor
     : n_layers_(config.n_layers),
       kv_dim_(config.kv_dim()),
       n_kv_heads_(config.n_kv_heads),
+      sliding_(static_cast<size_t>(config.n_layers), 0),
       with_meta_(with_meta),
       homes_(homes),
       gpu_homes_(homes.backend && !homes.backend->device_is_host()),
@@ -39,6 +40,9 @@ KvStore::KvStore(const ModelConfig& config, const Placement& placement, NvmeStor
   layout_.compressed = codec_.has_value();
   layout_.n_kv_heads = n_kv_heads_;
   layout_.with_meta = with_meta_;
+  for (int64_t l = 0; l < n_layers_; ++l) sliding_[static_cast<size_t>(l)] = config.is_sliding(l);
+  layout_.window_layers = config.n_sliding_layers();
+  layout_.window = layout_.window_layers > 0 ? config.sliding_window : 0;
 }
 
 int64_t KvStore::staging_bytes(int64_t capacity) const {
@@ -67,12 +71,33 @@ int64_t KvStore::add(int64_t capacity, int64_t compact_to) {
   s->capacity = capacity;
   s->compact_to = compact_to > 0 ? std::min(compact_to, capacity) : capacity;
   s->ram_slots = split.memory_slots;
-  if (s->ram_slots > 0) s->ram = alloc_home(split.memory_bytes);
-  s->meta = alloc_meta(split.meta_bytes);  // zeroed: position 0, scores 0.0f
-  if (s->ram_slots < capacity) {
-    s->disk_segment = split.disk_segment;
-    s->disk = take_extent(static_cast<uint64_t>(split.disk_bytes));
+  // Each layer's table: the global geometry, or a window table for a sliding-window layer.
+  const bool windowed = layout_.windowed(capacity);
+  int64_t ram_at = 0, disk_at = 0, meta_at = 0;
+  for (int64_t l = 0; l < n_layers_; ++l) {
+    LayerHome h;
+    h.window = windowed && sliding_[static_cast<size_t>(l)];
+    h.capacity = h.window ? split.window_capacity : capacity;
+    h.compact_to = h.window ? h.capacity : s->compact_to;
+    h.ram_slots = h.window ? split.window_memory_slots : split.memory_slots;
+    h.disk_segment = h.window ? split.window_disk_segment : split.disk_segment;
+    h.ram_offset = ram_at;
+    h.disk_offset = disk_at;
+    if (with_meta_ || h.window) {
+      h.meta_offset = meta_at;
+      meta_at += 3 * n_kv_heads_ * h.capacity;
+    }
+    ram_at += 2 * h.ram_slots * row_bytes();
+    disk_at += 2 * h.disk_segment;
+    s->layers.push_back(h);
   }
+  OFFGEN_CHECK(meta_at * 4 == split.meta_bytes && disk_at == split.disk_bytes &&
+                   static_cast<int64_t>(align_up(static_cast<uint64_t>(ram_at))) ==
+                       split.memory_bytes,
+               kInternal, "KV table layout disagrees with its placement split");
+  if (ram_at > 0) s->ram = alloc_home(split.memory_bytes);
+  s->meta = alloc_meta(split.meta_bytes);  // zeroed: position 0, scores 0.0f
+  if (disk_at > 0) s->disk = take_extent(static_cast<uint64_t>(split.disk_bytes));
   s->tiers = {on_device_ ? split.memory_bytes : 0,
               (on_device_ ? 0 : split.memory_bytes) + split.meta_bytes,
               static_cast<int64_t>(s->disk.bytes)};
@@ -121,49 +146,53 @@ Extent KvStore::take_extent(uint64_t bytes) {
 }
 
 std::byte* KvStore::ram_row0(const Seq& s, int64_t layer, int which) const {
-  return reinterpret_cast<std::byte*>(s.ram.data()) + (layer * 2 + which) * s.ram_slots * row_bytes();
+  const LayerHome& h = s.layers[static_cast<size_t>(layer)];
+  return reinterpret_cast<std::byte*>(s.ram.data()) + h.ram_offset + which * h.ram_slots * row_bytes();
 }
 
 float* KvStore::ram_slot0(const Seq& s, int64_t layer, int which) const {
   return reinterpret_cast<float*>(ram_row0(s, layer, which));
 }
 
-std::byte* KvStore::disk_image(const Seq& s, float* stage) const {
+std::byte* KvStore::disk_image(const LayerHome& h, float* stage) const {
   auto* b = reinterpret_cast<std::byte*>(stage);
-  if (!codec_) return b + s.ram_slots * row_bytes();
-  return b + align_up(static_cast<uint64_t>(s.capacity * stage_row_bytes()));
+  if (!codec_) return b + h.ram_slots * row_bytes();
+  return b + align_up(static_cast<uint64_t>(h.capacity * stage_row_bytes()));
 }
 
 void KvStore::encode_rows(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
                           float* stage) {
-  const int64_t ram_end = std::min(end, s.ram_slots);
+  const LayerHome& h = s.layers[static_cast<size_t>(layer)];
+  const int64_t ram_end = std::min(end, h.ram_slots);
   if (begin < ram_end)
     codec_->encode(stage + begin * kv_dim_,
                    reinterpret_cast<uint8_t*>(ram_row0(s, layer, which) + begin * row_bytes()),
                    ram_end - begin);
-  const int64_t first = std::max(begin, s.ram_slots);
+  const int64_t first = std::max(begin, h.ram_slots);
   if (first < end)
     codec_->encode(stage + first * kv_dim_,
-                   reinterpret_cast<uint8_t*>(disk_image(s, stage) +
-                                              (first - s.ram_slots) * row_bytes()),
+                   reinterpret_cast<uint8_t*>(disk_image(h, stage) +
+                                              (first - h.ram_slots) * row_bytes()),
                    end - first);
 }
 
 KvSeqView KvStore::home_view(int64_t handle, int64_t layer) const {
   const Seq& s = *seqs_[handle];
-  OFFGEN_DCHECK(s.ram_slots == s.capacity);
-  KvSeqView v{ram_slot0(s, layer, 0), ram_slot0(s, layer, 1), s.capacity};
+  const LayerHome& h = s.layers[static_cast<size_t>(layer)];
+  OFFGEN_DCHECK(h.ram_slots == h.capacity);
+  KvSeqView v{ram_slot0(s, layer, 0), ram_slot0(s, layer, 1), h.capacity};
   attach_meta(handle, layer, v);
   v.host = host_compute();
   return v;
 }
 
 void KvStore::attach_meta(int64_t handle, int64_t layer, KvSeqView& v) const {
-  if (!with_meta_) return;
   Seq& s = *seqs_[handle];
-  const int64_t table = n_kv_heads_ * s.capacity;
-  int32_t* base = s.meta.as<int32_t>() + layer * 3 * table;
-  v.compact_to = s.compact_to;
+  const LayerHome& h = s.layers[static_cast<size_t>(layer)];
+  if (h.meta_offset < 0) return;
+  const int64_t table = n_kv_heads_ * h.capacity;
+  int32_t* base = s.meta.as<int32_t>() + h.meta_offset;
+  v.compact_to = h.compact_to;
   v.pos = base;
   v.sum = reinterpret_cast<float*>(base + table);
   v.max = reinterpret_cast<float*>(base + 2 * table);
@@ -171,7 +200,8 @@ void KvStore::attach_meta(int64_t handle, int64_t layer, KvSeqView& v) const {
 
 void KvStore::load(int64_t handle, int64_t layer, int64_t n_valid, float* k, float* v) const {
   const Seq& s = *seqs_[handle];
-  const int64_t n_ram = std::min(n_valid, s.ram_slots);
+  const LayerHome& h = s.layers[static_cast<size_t>(layer)];
+  const int64_t n_ram = std::min(n_valid, h.ram_slots);
   float* stage[2] = {k, v};
   for (int which = 0; which < 2; ++which) {
     if (n_ram > 0) {
@@ -181,15 +211,15 @@ void KvStore::load(int64_t handle, int64_t layer, int64_t n_valid, float* k, flo
       else
         std::memcpy(stage[which], ram_slot0(s, layer, which), n_ram * row_bytes());
     }
-    if (n_valid > s.ram_slots) {
-      const uint64_t bytes = align_up(static_cast<uint64_t>((n_valid - s.ram_slots) * row_bytes()));
-      const Extent seg{s.disk.offset + static_cast<uint64_t>((layer * 2 + which) * s.disk_segment),
-                       bytes};
-      std::byte* image = disk_image(s, stage[which]);
+    if (n_valid > h.ram_slots) {
+      const uint64_t bytes = align_up(static_cast<uint64_t>((n_valid - h.ram_slots) * row_bytes()));
+      const Extent seg{
+          s.disk.offset + static_cast<uint64_t>(h.disk_offset + which * h.disk_segment), bytes};
+      std::byte* image = disk_image(h, stage[which]);
       disk_->read(seg, image, bytes);
       if (codec_)
-        codec_->decode(reinterpret_cast<const uint8_t*>(image), stage[which] + s.ram_slots * kv_dim_,
-                       n_valid - s.ram_slots);
+        codec_->decode(reinterpret_cast<const uint8_t*>(image), stage[which] + h.ram_slots * kv_dim_,
+                       n_valid - h.ram_slots);
     }
   }
 }
@@ -197,40 +227,44 @@ void KvStore::load(int64_t handle, int64_t layer, int64_t n_valid, float* k, flo
 void KvStore::write_disk(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
                          float* stage) {
   // Whole pages from the one holding disk slot `begin` to the one holding slot end - 1.
-  const int64_t first = std::max(begin, s.ram_slots) - s.ram_slots;
+  const LayerHome& h = s.layers[static_cast<size_t>(layer)];
+  const int64_t first = std::max(begin, h.ram_slots) - h.ram_slots;
   const uint64_t from = align_down(static_cast<uint64_t>(first * row_bytes()));
-  const uint64_t to = align_up(static_cast<uint64_t>((end - s.ram_slots) * row_bytes()));
-  const Extent seg{s.disk.offset + static_cast<uint64_t>((layer * 2 + which) * s.disk_segment) + from,
-                   to - from};
-  disk_->write(seg, disk_image(s, stage) + from, to - from);
+  const uint64_t to = align_up(static_cast<uint64_t>((end - h.ram_slots) * row_bytes()));
+  const Extent seg{
+      s.disk.offset + static_cast<uint64_t>(h.disk_offset + which * h.disk_segment) + from,
+      to - from};
+  disk_->write(seg, disk_image(h, stage) + from, to - from);
 }
 
 void KvStore::store(int64_t handle, int64_t layer, int64_t begin, int64_t end, float* k,
                     float* v) {
   const Seq& s = *seqs_[handle];
-  OFFGEN_DCHECK(end <= s.capacity && begin <= end);
+  const LayerHome& h = s.layers[static_cast<size_t>(layer)];
+  OFFGEN_DCHECK(end <= h.capacity && begin <= end);
   float* stage[2] = {k, v};
   for (int which = 0; which < 2; ++which) {
     if (codec_) {
       encode_rows(s, layer, which, begin, end, stage[which]);
-      if (end > s.ram_slots) write_disk(s, layer, which, begin, end, stage[which]);
+      if (end > h.ram_slots) write_disk(s, layer, which, begin, end, stage[which]);
       continue;
     }
-    const int64_t ram_end = std::min(end, s.ram_slots);
+    const int64_t ram_end = std::min(end, h.ram_slots);
     if (begin < ram_end)
       std::memcpy(ram_slot0(s, layer, which) + begin * kv_dim_, stage[which] + begin * kv_dim_,
                   (ram_end - begin) * row_bytes());
-    if (end > s.ram_slots) write_disk(s, layer, which, begin, end, stage[which]);
+    if (end > h.ram_slots) write_disk(s, layer, which, begin, end, stage[which]);
   }
 }
 
 void KvStore::encode_slot(const Seq& s, int64_t layer, int which, int64_t slot,
                           std::span<const int32_t> head_slots, float* stage) {
   if (head_slots.empty()) return encode_rows(s, layer, which, slot, slot + 1, stage);
-  auto* dst = slot < s.ram_slots
+  const LayerHome& lh = s.layers[static_cast<size_t>(layer)];
+  auto* dst = slot < lh.ram_slots
                   ? reinterpret_cast<uint8_t*>(ram_row0(s, layer, which) + slot * row_bytes())
-                  : reinterpret_cast<uint8_t*>(disk_image(s, stage) +
-                                               (slot - s.ram_slots) * row_bytes());
+                  : reinterpret_cast<uint8_t*>(disk_image(lh, stage) +
+                                               (slot - lh.ram_slots) * row_bytes());
   for (size_t h = 0; h < head_slots.size(); ++h)
     if (head_slots[h] == slot)
       codec_->encode_head(stage + slot * kv_dim_, dst, static_cast<int64_t>(h));
@@ -239,17 +273,18 @@ void KvStore::encode_slot(const Seq& s, int64_t layer, int which, int64_t slot,
 void KvStore::store_slots(int64_t handle, int64_t layer, std::span<const int32_t> slots,
                           std::span<const int32_t> head_slots, float* k, float* v) {
   const Seq& s = *seqs_[handle];
+  const LayerHome& lh = s.layers[static_cast<size_t>(layer)];
   float* stage[2] = {k, v};
   const auto page_of = [&](int64_t slot) {
-    return (slot - s.ram_slots) * row_bytes() / static_cast<int64_t>(kDiskAlign);
+    return (slot - lh.ram_slots) * row_bytes() / static_cast<int64_t>(kDiskAlign);
   };
   for (int which = 0; which < 2; ++which) {
     // RAM slots one row each; disk slots in runs that share or touch pages.
     size_t i = 0;
     while (i < slots.size()) {
       const int64_t a = slots[i];
-      OFFGEN_DCHECK(a < s.capacity && (i == 0 || slots[i - 1] < a));
-      if (a < s.ram_slots) {
+      OFFGEN_DCHECK(a < lh.capacity && (i == 0 || slots[i - 1] < a));
+      if (a < lh.ram_slots) {
         if (codec_)
           encode_slot(s, layer, which, a, head_slots, stage[which]);
         else

@@ -5,9 +5,12 @@
 // slots written back. Stores for eviction policies also keep each table's slot metadata (positions
 // and attention statistics per KV head) in RAM. Compressed stores (--compress-cache) home 4-bit
 // rows (see KvRowCodec) and always compute on fp32 staging, re-encoding only the slots a step
-// wrote.
+// wrote. Sliding-window layers hold only their window: in a sequence of more slots than the
+// window their tables have `window` slots (KvTableLayout::window_capacity), with metadata (the
+// keys' positions), and overwrite keys the window has left behind (SlidingWindowPolicy).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -83,6 +86,18 @@ class KvStore {
   bool host_compute() const { return gpu_homes_ && !on_device_; }
   int64_t capacity(int64_t handle) const { return seqs_[handle]->capacity; }
   int64_t compact_to(int64_t handle) const { return seqs_[handle]->compact_to; }
+  // The same for one layer's table (a sliding-window layer's may be its window).
+  int64_t capacity(int64_t handle, int64_t layer) const { return home(handle, layer).capacity; }
+  int64_t compact_to(int64_t handle, int64_t layer) const { return home(handle, layer).compact_to; }
+  // Whether the layer's table is a window table (smaller than the sequence's capacity): it
+  // always evicts (keys behind the window), and holds min(tokens fed, window) slots.
+  bool window_table(int64_t handle, int64_t layer) const { return home(handle, layer).window; }
+  // Slots in use in the layer's table of a sequence that has fed `fed` tokens and uses `n_used`
+  // slots of its (global) tables.
+  int64_t slots_used(int64_t handle, int64_t layer, int64_t n_used, int64_t fed) const {
+    const LayerHome& h = home(handle, layer);
+    return h.window ? std::min(fed, h.capacity) : n_used;
+  }
   // The in-place view of a wholly resident sequence's layer (with its metadata).
   KvSeqView home_view(int64_t handle, int64_t layer) const;
   // Points v's metadata at the sequence's layer metadata (always in RAM); no-op without it.
@@ -103,19 +118,31 @@ class KvStore {
   const KvStoreStats& stats() const { return stats_; }
 
  private:
-  struct Seq {
+  // One layer's table within a sequence's buffers.
+  struct LayerHome {
     int64_t capacity = 0, ram_slots = 0, compact_to = 0;
-    int64_t disk_segment = 0;  // bytes of one layer's K (or V) disk part, 4 KiB multiple
-    TierBytes tiers;           // what it holds, by tier (KvStoreStats::tiers)
-    Buffer ram;                // [layer][K|V][ram_slots][row_bytes()], 4 KiB aligned
-    Buffer meta;               // [layer][pos|sum|max][n_kv_heads][capacity] (floats as bits)
-    Extent disk;               // [layer][K|V][disk_segment]
+    int64_t ram_offset = 0;     // bytes into Seq::ram of its K rows (V rows follow)
+    int64_t disk_segment = 0;   // bytes of its K (or V) disk part, 4 KiB multiple
+    int64_t disk_offset = 0;    // bytes into Seq::disk of its K part (V part follows)
+    int64_t meta_offset = -1;   // int32s into Seq::meta of its metadata (-1: none)
+    bool window = false;        // a window table (see window_table)
   };
+  struct Seq {
+    int64_t capacity = 0, ram_slots = 0, compact_to = 0;  // of the global layers' tables
+    std::vector<LayerHome> layers;
+    TierBytes tiers;  // what it holds, by tier (KvStoreStats::tiers)
+    Buffer ram;       // [layer][K|V][its ram_slots][row_bytes()], 4 KiB aligned
+    Buffer meta;      // per layer with metadata: [pos|sum|max][n_kv_heads][its capacity]
+    Extent disk;      // [layer][K|V][its disk_segment]
+  };
+  const LayerHome& home(int64_t handle, int64_t layer) const {
+    return seqs_[handle]->layers[static_cast<size_t>(layer)];
+  }
   int64_t stage_row_bytes() const { return kv_dim_ * 4; }
   std::byte* ram_row0(const Seq& s, int64_t layer, int which) const;
   float* ram_slot0(const Seq& s, int64_t layer, int which) const;
   // Where the disk slots' home bytes are staged: the fp32 rows past ram_slots, or the disk image.
-  std::byte* disk_image(const Seq& s, float* stage) const;
+  std::byte* disk_image(const LayerHome& h, float* stage) const;
   // Compressed: encodes slots [begin, end) of staging into their RAM home / the disk image.
   // Encodes one slot row, or only the heads h with head_slots[h] == slot when given.
   void encode_slot(const Seq& s, int64_t layer, int which, int64_t slot,
@@ -129,6 +156,7 @@ class KvStore {
   Buffer alloc_home(int64_t bytes) const;
   Buffer alloc_meta(int64_t bytes) const;
   int64_t n_layers_, kv_dim_, n_kv_heads_;
+  std::vector<uint8_t> sliding_;  // per layer: a sliding-window layer
   bool with_meta_;
   KvDeviceHomes homes_;
   bool gpu_homes_ = false;  // homes_ on a backend whose device memory is not host memory

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
@@ -124,7 +125,8 @@ struct ForwardTime {
   LaneSeconds lanes;
 };
 
-ForwardTime forward_time(const Ctx& x, const std::vector<Batch>& batches) {
+// xw: the costs of sliding-window layers' window tables (null: none; see KvTableLayout).
+ForwardTime forward_time(const Ctx& x, const Ctx* xw, const std::vector<Batch>& batches) {
   const int64_t U = 2 * x.m.n_layers;
   const bool load_weights = x.load_weights;
   const bool load_hidden = x.placement.activations().memory() < 100;
@@ -132,13 +134,18 @@ ForwardTime forward_time(const Ctx& x, const std::vector<Batch>& batches) {
   std::vector<double> L(U + 1, 0), C(U, 0), S(U, 0), Ld(U + 1, 0), Sd(U, 0);
   for (int64_t u = 0; u < U; ++u) {
     const bool attn = u % 2 == 0;
+    const auto layer = static_cast<size_t>(u / 2);
+    // A window table holds min(n_past, window) slots (exact: it is a window table only when the
+    // sequence's tables are larger than the window).
+    const Ctx& y = xw && layer < x.m.sliding.size() && x.m.sliding[layer] ? *xw : x;
     x.take_disk();
     if (load_weights) L[u] += x.weight_load(u);
     Ld[u] += x.take_disk();
     for (const Batch& b : batches) {
       int64_t rows = 0, seqs = 0;
       double core = 0, cl = 0, cs = 0, cl_disk = 0, cs_disk = 0;
-      for (const Piece& pc : b.pieces) {
+      for (const Piece& full : b.pieces) {
+        const Piece pc{std::min(full.n_past, y.capacity), full.n_new, full.mult};
         rows += pc.n_new * pc.mult;
         seqs += pc.mult;
         if (attn) {
@@ -152,10 +159,10 @@ ForwardTime forward_time(const Ctx& x, const std::vector<Batch>& batches) {
         }
         if (attn && !x.kv_resident) {
           const auto mult = static_cast<double>(pc.mult);
-          cl += mult * x.cache_load(pc.n_past);
-          cl_disk += mult * x.take_disk();
-          cs += mult * x.cache_store(pc);
-          cs_disk += mult * x.take_disk();
+          cl += mult * y.cache_load(pc.n_past);
+          cl_disk += mult * y.take_disk();
+          cs += mult * y.cache_store(pc);
+          cs_disk += mult * y.take_disk();
         }
       }
       double c = 0;
@@ -219,6 +226,8 @@ KvTableLayout ModelFacts::kv_layout(const Policy& p) const {
   l.compressed = p.compress_cache;
   l.n_kv_heads = n_kv_heads;
   l.with_meta = p.kv.evicts();
+  l.window_layers = window_layers;
+  l.window = window;
   return l;
 }
 
@@ -269,6 +278,16 @@ Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const Har
   OFFGEN_CHECK(!p.uses_disk() || (!hw.disk_read.empty() && !hw.disk_write.empty()), kConfig,
                "the hardware profile has no disk figures; run `offgen calibrate --offload-dir DIR`");
   if (x.evicts && !x.kv_resident) x.estimate_replace(period);
+  // Sliding-window layers' window tables: their own capacity and memory / disk cut.
+  std::optional<Ctx> xw;
+  if (layout.windowed(x.capacity)) {
+    xw.emplace(x);
+    xw->capacity = xw->compact_to = layout.window_capacity(x.capacity);
+    xw->ram_slots = x.placement.kv_table(layout, x.capacity).window_memory_slots;
+    xw->evicts = true;
+    if (!x.kv_resident) xw->estimate_replace(period);
+  }
+  const Ctx* window_costs = xw ? &*xw : nullptr;
 
   Prediction r;
   r.batch = batch > 0 ? batch : p.block_size();
@@ -295,7 +314,7 @@ Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const Har
       if (done[i] == w.prompt_len) ++i;
       else break;
     }
-    const ForwardTime f = forward_time(x, batches);
+    const ForwardTime f = forward_time(x, window_costs, batches);
     r.prefill_seconds += f.seconds;
     add(r.prefill_lanes, f.lanes);
   }
@@ -307,7 +326,7 @@ Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const Har
     std::vector<Batch> batches;
     if (N / gbs > 0) batches.push_back(Batch{{Piece{n_used, 1, gbs}}, N / gbs});
     if (N % gbs > 0) batches.push_back(Batch{{Piece{n_used, 1, N % gbs}}, 1});
-    return forward_time(x, batches);
+    return forward_time(x, window_costs, batches);
   };
   std::vector<int64_t> used_at(steps);  // used slots before decode step s
   int64_t u = used[0];

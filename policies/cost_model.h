@@ -18,6 +18,8 @@ namespace offgen {
 struct ModelFacts {
   std::string key;                   // model_key(config, weight dtype)
   int64_t n_layers = 0, d_model = 0, n_kv_heads = 0, context_length = 0;
+  int64_t window_layers = 0, window = 0;  // sliding-window layers and their window (0: none)
+  std::vector<uint8_t> sliding;           // per layer: a sliding-window layer (empty: none)
   std::vector<int64_t> unit_bytes;   // blob bytes per unit: attention 2l, MLP 2l+1
   int64_t resident_bytes = 0;        // embedding, output head, norms (always in RAM)
   int64_t kv_row_bytes = 0;          // one layer's K (or V) for one token

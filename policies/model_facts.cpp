@@ -13,6 +13,9 @@ ModelFacts model_facts(const DecoderModel& model, const std::string& weight_dtyp
   m.d_model = c.d_model;
   m.n_kv_heads = c.n_kv_heads;
   m.context_length = c.context_length;
+  m.window_layers = c.n_sliding_layers();
+  m.window = m.window_layers > 0 ? c.sliding_window : 0;
+  for (int64_t l = 0; l < c.n_layers && m.window_layers > 0; ++l) m.sliding.push_back(c.is_sliding(l));
   for (int64_t u = 0; u < model.num_units(); ++u) m.unit_bytes.push_back(model.unit_bytes(u));
   m.resident_bytes = model.resident_bytes();
   m.kv_row_bytes = c.kv_dim() * 4;

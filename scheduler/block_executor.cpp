@@ -84,13 +84,25 @@ std::vector<KvSeqView> BlockExecutor::kv_views(const BatchInput& b, int64_t laye
     } else if (kv_.resident(b.kv[i])) {
       views[i] = kv_.home_view(b.kv[i], layer);
     } else {
-      views[i] = KvSeqView{stage(slot, i, 0), stage(slot, i, 1), kv_.capacity(b.kv[i])};
+      views[i] = KvSeqView{stage(slot, i, 0), stage(slot, i, 1), kv_.capacity(b.kv[i], layer)};
       kv_.attach_meta(b.kv[i], layer, views[i]);
     }
     if (!b.prefix.empty() && b.prefix[i]) views[i].prefix = b.prefix[i] + layer;
     views[i].written = written_[slot].data() + i * heads;
   }
   return views;
+}
+
+std::vector<SeqSpan> BlockExecutor::layer_spans(const BatchInput& b, int64_t layer) const {
+  std::vector<SeqSpan> spans = b.spans;
+  if (b.external) return spans;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    // Tokens fed before this chunk: its first row's position (no shared context on models with
+    // sliding-window layers).
+    const int64_t fed = b.positions[static_cast<size_t>(spans[i].row_begin)];
+    spans[i].n_past = kv_.slots_used(b.kv[i], layer, spans[i].n_past, fed);
+  }
+  return spans;
 }
 
 void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batches) {
@@ -102,9 +114,10 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
     case TaskKind::kLoadCache: {
       const BatchInput& b = batches[t.batch];
       const int64_t layer = DecoderModel::unit_layer(t.unit);
+      const std::vector<SeqSpan> spans = layer_spans(b, layer);
       for (size_t i = 0; i < b.kv.size(); ++i)
         if (!kv_.resident(b.kv[i]))
-          kv_.load(b.kv[i], layer, b.spans[i].n_past, stage(t.slot, i, 0), stage(t.slot, i, 1));
+          kv_.load(b.kv[i], layer, spans[i].n_past, stage(t.slot, i, 0), stage(t.slot, i, 1));
       return;
     }
     case TaskKind::kCompute: {
@@ -114,9 +127,12 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
       float* h = hidden(t.unit, t.batch);
       if (t.unit == 0) model_.embed(b.ids, b.positions.data(), h, scratch_);
       std::vector<KvSeqView> views;
-      if (DecoderModel::unit_has_cache(t.unit))
+      std::vector<SeqSpan> spans;
+      if (DecoderModel::unit_has_cache(t.unit)) {
         views = kv_views(b, DecoderModel::unit_layer(t.unit), t.slot);
-      const UnitBatch ub{rows, b.spans, b.positions.data(), views,
+        spans = layer_spans(b, DecoderModel::unit_layer(t.unit));
+      }
+      const UnitBatch ub{rows, spans.empty() ? b.spans : spans, b.positions.data(), views,
                          b.external ? b.external_policy : policy_};
       const int wslot = static_cast<int>(t.unit % 2);
       model_.run_unit(t.unit, weights_.acquire(t.unit, wslot), h, ub, scratch_);
@@ -133,15 +149,18 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
       const BatchInput& b = batches[t.batch];
       const int64_t layer = DecoderModel::unit_layer(t.unit);
       const int64_t heads = model_.config().n_kv_heads;
+      const std::vector<SeqSpan> spans = layer_spans(b, layer);
       std::vector<int32_t> slots;
       for (size_t i = 0; i < b.kv.size(); ++i) {
         if (kv_.resident(b.kv[i])) continue;
         // The slots compute wrote (KvStep): appended ones, each head's replaced one, or all.
-        const SeqSpan& sp = b.spans[i];
-        const int64_t cap = kv_.capacity(b.kv[i]), target = kv_.compact_to(b.kv[i]);
+        const SeqSpan& sp = spans[i];
+        const int64_t cap = kv_.capacity(b.kv[i], layer);
+        const int64_t target = kv_.compact_to(b.kv[i], layer);
+        const bool evicts = policy_ != nullptr || kv_.window_table(b.kv[i], layer);
         float* k = stage(t.slot, i, 0);  // non-const: a compressed store patches its disk image
         float* v = stage(t.slot, i, 1);
-        switch (kv_write_kind(sp.n_past, sp.n_new, cap, target, policy_ != nullptr)) {
+        switch (kv_write_kind(sp.n_past, sp.n_new, cap, target, evicts)) {
           case KvWrite::kAppend:
             kv_.store(b.kv[i], layer, sp.n_past, sp.n_past + sp.n_new, k, v);
             break;

@@ -50,6 +50,9 @@ class BlockExecutor {
  private:
   void execute(const Task& t, const std::vector<BatchInput>& batches);
   std::vector<KvSeqView> kv_views(const BatchInput& b, int64_t layer, int slot);
+  // The batch's spans for one layer: n_past as the layer's table holds it (a window table's
+  // differs from the sequence's; KvStore::slots_used).
+  std::vector<SeqSpan> layer_spans(const BatchInput& b, int64_t layer) const;
   float* hidden(int64_t unit, int64_t batch);  // where compute(unit, batch) finds its activations
   void prepare_activations(const std::vector<BatchInput>& batches);
   float* stage(int slot, size_t seq, int which);

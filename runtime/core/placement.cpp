@@ -85,23 +85,34 @@ WeightSplit Placement::weight_blobs(std::span<const int64_t> unit_bytes,
 KvTableSplit Placement::kv_table(const KvTableLayout& layout, int64_t capacity) const {
   OFFGEN_CHECK(capacity > 0, kInternal, "KV capacity must be positive");
   const int64_t granule = layout.granule();
-  auto slots = [&](double pct) {
-    if (pct >= 100) return capacity;
-    const auto n = static_cast<int64_t>(static_cast<double>(capacity) * pct / 100.0);
+  auto slots = [&](int64_t cap, double pct) {
+    if (pct >= 100) return cap;
+    const auto n = static_cast<int64_t>(static_cast<double>(cap) * pct / 100.0);
     return n / granule * granule;
+  };
+  auto segment = [&](int64_t cap, int64_t memory_slots) {
+    return memory_slots < cap ? page_up((cap - memory_slots) * layout.row_bytes) : int64_t{0};
   };
   KvTableSplit s;
   s.capacity = capacity;
-  s.memory_slots = slots(cache_.memory());
-  s.device_slots = std::min(slots(cache_.device), s.memory_slots);
-  const int64_t rows = 2 * layout.n_layers;  // K and V of every layer
-  s.memory_bytes = page_up(rows * s.memory_slots * layout.row_bytes);
-  if (s.memory_slots < capacity)
-    s.disk_segment = page_up((capacity - s.memory_slots) * layout.row_bytes);
-  s.disk_bytes = rows * s.disk_segment;
+  s.memory_slots = slots(capacity, cache_.memory());
+  s.device_slots = std::min(slots(capacity, cache_.device), s.memory_slots);
+  s.disk_segment = segment(capacity, s.memory_slots);
+  s.window_capacity = layout.window_capacity(capacity);
+  s.window_memory_slots = slots(s.window_capacity, cache_.memory());
+  const int64_t window_device = std::min(slots(s.window_capacity, cache_.device), s.window_memory_slots);
+  s.window_disk_segment = segment(s.window_capacity, s.window_memory_slots);
+  // K and V rows of every layer: the global ones, and the sliding-window ones at their size.
+  const int64_t local = layout.windowed(capacity) ? layout.window_layers : 0;
+  const int64_t rows = 2 * (layout.n_layers - local), wrows = 2 * local;
+  s.memory_bytes =
+      page_up((rows * s.memory_slots + wrows * s.window_memory_slots) * layout.row_bytes);
+  s.disk_bytes = rows * s.disk_segment + wrows * s.window_disk_segment;
   s.meta_bytes = layout.meta_bytes(capacity);
-  const int64_t on_device =
-      s.device_slots == s.memory_slots ? s.memory_bytes : rows * s.device_slots * layout.row_bytes;
+  const bool all_device = s.device_slots == s.memory_slots && window_device == s.window_memory_slots;
+  const int64_t on_device = all_device ? s.memory_bytes
+                                       : (rows * s.device_slots + wrows * window_device) *
+                                             layout.row_bytes;
   s.tiers = {on_device, s.memory_bytes - on_device, s.disk_bytes};
   const bool meta_on_device = device_is_host_ && cache_.device >= cache_.host;
   (meta_on_device ? s.tiers.device : s.tiers.host) += s.meta_bytes;

@@ -50,25 +50,42 @@ struct WeightSplit {
 
 // One KV table's layout: a K and a V row per layer and slot, and optionally slot metadata (a
 // position and two fp32 statistics per KV head) for an eviction policy, always in RAM.
+// Sliding-window ("local") layers hold only their window: with window > 0, the last
+// window_layers of the n_layers (in count, not order) are tables of min(capacity, window) slots,
+// and such a table smaller than the capacity always has metadata (its keys' positions).
 struct KvTableLayout {
   int64_t n_layers = 0;
   int64_t row_bytes = 0;    // one slot's K (or V) row of one layer as homed (encoded if compressed)
   bool compressed = false;  // rows are staged apart from their disk image: any slot may start disk
   int64_t n_kv_heads = 0;
   bool with_meta = false;
+  int64_t window_layers = 0;  // sliding-window layers among n_layers
+  int64_t window = 0;         // their window in slots (0: none)
   // Slots per step of the memory / disk cut, so that the first disk slot starts a page of the
   // staged rows (1 when compressed); also the period of the disk part's page layout for rows of
   // row_bytes (page_period).
   int64_t granule() const { return compressed ? 1 : page_period(); }
   int64_t page_period() const;
+  // Slots of a sliding-window layer's table in a sequence of `capacity` slots.
+  int64_t window_capacity(int64_t capacity) const {
+    return window > 0 && window < capacity ? window : capacity;
+  }
+  // Whether sliding-window layers' tables are smaller than the capacity (window tables).
+  bool windowed(int64_t capacity) const {
+    return window_layers > 0 && window_capacity(capacity) < capacity;
+  }
   int64_t meta_bytes(int64_t capacity) const {
-    return with_meta ? n_layers * 3 * n_kv_heads * capacity * 4 : 0;
+    const int64_t per_slot = 3 * n_kv_heads * 4;
+    if (!windowed(capacity)) return with_meta ? n_layers * per_slot * capacity : 0;
+    return (with_meta ? (n_layers - window_layers) * per_slot * capacity : 0) +
+           window_layers * per_slot * window_capacity(capacity);
   }
 };
 
 // A KV table of `capacity` slots: slots [0, memory_slots) homed in memory — one buffer of
 // [layer][K|V][memory_slots] rows, rounded up to 4 KiB — and the rest on disk, one 4 KiB-rounded
-// segment per layer and K/V.
+// segment per layer and K/V. Sliding-window layers' tables, when smaller, have rows of their own
+// count in that buffer ([window_memory_slots]) and segments of window_disk_segment bytes.
 struct KvTableSplit {
   int64_t capacity = 0;
   int64_t memory_slots = 0;  // a multiple of the granule, or the capacity
@@ -77,6 +94,9 @@ struct KvTableSplit {
   int64_t disk_segment = 0;  // one layer's K (or V) disk part
   int64_t disk_bytes = 0;    // 2 x layers x disk_segment
   int64_t meta_bytes = 0;    // slot metadata
+  // Sliding-window layers' tables (KvTableLayout::window_capacity; equal to the above when the
+  // layout has no window tables at this capacity).
+  int64_t window_capacity = 0, window_memory_slots = 0, window_disk_segment = 0;
   // By tier: the memory home (the device slots' rows on the device tier, the rest with the
   // rounding on host; all of it where every memory slot is a device slot), the metadata (with the
   // larger of the cache's device / host shares where device memory is host memory, else in host

@@ -407,7 +407,10 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
   // layers the keys behind the window first), then attention.
   std::optional<SlidingWindowPolicy> window_policy;
   const KvSlotPolicy* policy = b.policy;
-  if (sliding && policy) policy = &window_policy.emplace(*policy, c.sliding_window);
+  // Without a KV policy, tables with metadata on such layers are window tables (KvStore).
+  if (sliding)
+    policy = policy ? &window_policy.emplace(*policy, c.sliding_window)
+                    : &window_policy.emplace(c.sliding_window);
   KvStep step(backend_, c.n_kv_heads, hd, b.seqs, b.kv, policy, s.qkv.data(), wqkv, qd, qd + kvd,
               b.positions, s.overflow);
   AttentionArgs args;

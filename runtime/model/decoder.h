@@ -34,7 +34,9 @@ struct UnitBatch {
   std::span<const SeqSpan> seqs;
   const int32_t* positions = nullptr;  // per row
   std::span<const KvSeqView> kv;       // per sequence, for this unit's layer (attention units)
-  const KvSlotPolicy* policy = nullptr;  // evicts from tables with metadata; null: none evict
+  // Evicts from tables with metadata; null: none evict, except on sliding-window layers, whose
+  // tables with metadata then overwrite the keys behind the window (KvStore's window tables).
+  const KvSlotPolicy* policy = nullptr;
 };
 
 // Per-layer KV views for the sequences of a batch, supplied by the caller (who owns the cache).

@@ -29,7 +29,10 @@ int64_t SlidingWindowPolicy::victim(const SlotTable& t, int32_t new_pos) const {
   for (size_t j = 0; j < t.pos.size(); ++j)
     if (t.pos[j] <= new_pos - window_ && (best < 0 || t.pos[j] < t.pos[best]))
       best = static_cast<int64_t>(j);
-  return best >= 0 ? best : inner_.victim(t, new_pos);
+  if (best >= 0) return best;
+  OFFGEN_CHECK(inner_, kInternal, "window table of {} slots is smaller than its window of {}",
+               t.pos.size(), window_);
+  return inner_->victim(t, new_pos);
 }
 
 void SlidingWindowPolicy::keep(const SlotTable& t, int64_t keep, std::vector<int32_t>& out) const {
@@ -49,7 +52,9 @@ void SlidingWindowPolicy::keep(const SlotTable& t, int64_t keep, std::vector<int
     for (size_t i = 0; i < live.size(); ++i)
       pos[i] = t.pos[live[i]], sum[i] = t.sum[live[i]], max[i] = t.max[live[i]];
     std::vector<int32_t> chosen;
-    inner_.keep({pos, sum, max}, keep, chosen);
+    OFFGEN_CHECK(inner_, kInternal, "window table compacted to {} slots, below its window of {}",
+                 keep, window_);
+    inner_->keep({pos, sum, max}, keep, chosen);
     for (int32_t i : chosen) {
       OFFGEN_CHECK(i >= 0 && static_cast<size_t>(i) < live.size(), kInternal,
                    "KV policy kept slot {} of {}", i, live.size());
@@ -169,7 +174,7 @@ KvStep::KvStep(Backend& backend, int64_t n_kv_heads, int64_t head_dim,
                             o.max.data(), nullptr};
       views_[i].prefix = view.prefix;
     }
-    if (meta && policy_) {
+    if (meta && policy_ && policy_->uses_stats()) {
       const KvSeqView& w = views_[i];
       if (policy_->step_scores()) {
         std::fill_n(w.sum, heads_ * w.capacity, 0.0f);

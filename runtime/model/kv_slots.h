@@ -33,23 +33,30 @@ class KvSlotPolicy {
   virtual int64_t stats_rows(int64_t n_new) const { return n_new; }
   // Whether statistics restart at every step (only the latest queries count, as in TOVA).
   virtual bool step_scores() const { return false; }
+  // Whether the decisions read the attention statistics (else the attention need not make them).
+  virtual bool uses_stats() const { return true; }
 };
 
 // A KV policy on a sliding-window layer: keys the window has left behind are dead (no later query
 // sees them), so they go first — a full table overwrites its oldest dead slot and a compaction
 // keeps every live key — and `inner` decides only among live keys, when the table is smaller than
 // the window. With a table of at least the window, such a layer keeps its window whatever the
-// policy does on the global layers. Deterministic; thread-safe as `inner` is.
+// policy does on the global layers. Without `inner` (no KV policy: a window table, KvStore), a
+// table smaller than the window is an Error(kInternal). Deterministic; thread-safe as `inner` is.
 class SlidingWindowPolicy final : public KvSlotPolicy {
  public:
-  SlidingWindowPolicy(const KvSlotPolicy& inner, int64_t window) : inner_(inner), window_(window) {}
+  SlidingWindowPolicy(const KvSlotPolicy& inner, int64_t window) : inner_(&inner), window_(window) {}
+  explicit SlidingWindowPolicy(int64_t window) : window_(window) {}
   void keep(const SlotTable& t, int64_t keep, std::vector<int32_t>& out) const override;
   int64_t victim(const SlotTable& t, int32_t new_pos) const override;
-  int64_t stats_rows(int64_t n_new) const override { return inner_.stats_rows(n_new); }
-  bool step_scores() const override { return inner_.step_scores(); }
+  int64_t stats_rows(int64_t n_new) const override {
+    return inner_ ? inner_->stats_rows(n_new) : n_new;
+  }
+  bool step_scores() const override { return inner_ && inner_->step_scores(); }
+  bool uses_stats() const override { return inner_ && inner_->uses_stats(); }
 
  private:
-  const KvSlotPolicy& inner_;
+  const KvSlotPolicy* inner_ = nullptr;
   int64_t window_;
 };
 
