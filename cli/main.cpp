@@ -236,7 +236,16 @@ int cmd_shared_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOpt
   o.question_len = bo.prompt_len;
   o.gen_len = bo.gen_len;
   o.questions = bo.batch_size > 0 ? bo.batch_size : 64;
-  o.policy = pf.kv_policy_text().empty() ? "full" : pf.kv_policy_text();
+  if (!pf.kv_policy_text().empty()) {
+    const KvPolicyInfo* p = find_kv_policy(pf.kv_policy_text());
+    OFFGEN_CHECK(
+        p != nullptr && p->compresses_context(), kConfig,
+        "bench --shared-context: --kv-policy {} cannot compress a context (use one of: {})",
+        pf.kv_policy_text(), fmt::join(context_policy_names(), ", "));
+    o.policy = p->kind;
+  } else {
+    o.policy = KvPolicyKind::kFull;
+  }
   o.ratio = pf.kv_budget_text().empty() ? 1.0
                                         : parse_number_list(pf.kv_budget_text(), "--kv-budget")[0];
   o.separate = separate;

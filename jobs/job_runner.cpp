@@ -71,9 +71,9 @@ nlohmann::json job_fingerprint(const EngineOptions& eo, const std::string& model
       {"compress_cache", eo.policy.compress_cache},
       {"cpu_cache_compute", eo.policy.cpu_cache_compute},
       {"kv_policy",
-       {{"name", kv.name},
+       {{"name", std::string(kv.name())},
         {"budget", kv.budget},
-        {"scope", kv.scope},
+        {"scope", std::string(kv_scope_name(kv.scope))},
         {"recent_fraction", kv.recent_fraction},
         {"sinks", kv.sinks},
         {"window", kv.window},
@@ -122,7 +122,7 @@ JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts, cons
   if (engine.options().policy.kv.context_only() && without > 0)
     log_info("{} of {} requests have no context: --kv-policy {} compresses shared contexts only, "
              "so they run with the full cache",
-             without, requests.size(), engine.options().policy.kv.name);
+             without, requests.size(), engine.options().policy.kv.name());
   ProgressReporter progress(opts.progress);
   const std::string model_name = engine.config().name.empty() ? engine.options().model
                                                               : engine.config().name;
