@@ -287,8 +287,12 @@ int main(int argc, char** argv) {
   gen->add_flag("--quiet,-q", quiet, "No progress output");
   gen->add_flag("--overwrite", job.overwrite,
                 "Start afresh when the output exists (default: resume it, skipping written ids)");
-  gen->add_option("--fsync", job.fsync, "Durability of output records: always, periodic, never")
-      ->check(CLI::IsMember({"always", "periodic", "never"}));
+  std::string fsync_text(fsync_policy_name(job.fsync));
+  std::vector<std::string> fsync_names;
+  for (FsyncPolicy p : kFsyncPolicies) fsync_names.emplace_back(fsync_policy_name(p));
+  gen->add_option("--fsync", fsync_text,
+                  fmt::format("Durability of output records: {}", fmt::join(fsync_names, ", ")))
+      ->check(CLI::IsMember(fsync_names));
   add_sampling(gen, job.defaults);
   gen->add_option("--report", job.report,
                   "Write a JSON report (times, throughput, memory, I/O, request and error counts)");
@@ -346,6 +350,7 @@ int main(int argc, char** argv) {
   }
   for (CommonFlags* f : {&gen_common, &ins_common, &bench_common}) f->resolve_dtype();
   try {
+    job.fsync = parse_fsync_policy(fsync_text);
     if (gen->parsed()) return cmd_generate(gen_common, job, gen_policy, max_context, quiet);
     if (ins->parsed()) return cmd_inspect(ins_common);
     if (bench->parsed() && shared_context > 0)

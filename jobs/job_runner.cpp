@@ -91,7 +91,7 @@ JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts, cons
   OutputJournal out(opts.output,
                     job_fingerprint(engine.options(), engine.model_id(), engine.max_context(), opts,
                                     input),
-                    opts.overwrite, parse_fsync_policy(opts.fsync));
+                    opts.overwrite, opts.fsync);
   JobSummary summary;
   summary.lines = static_cast<int64_t>(lines.size());
   summary.resumed = out.resumed();

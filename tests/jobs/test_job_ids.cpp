@@ -149,7 +149,7 @@ TEST_CASE("the resume fingerprint holds every setting that can change a token", 
       {"memory limits", "", [](auto& e, auto&, auto&, auto&, auto&) { e.policy.cpu_mem = 1 << 30; }},
       {"prefill chunk", "", [](auto& e, auto&, auto&, auto&, auto&) { e.prefill_chunk = 64; }},
       {"model path", "", [](auto& e, auto&, auto&, auto&, auto&) { e.model = "/moved/model.gguf"; }},
-      {"output and durability", "", [](auto&, auto& j, auto&, auto&, auto&) { j.output = "o"; j.fsync = "always"; j.report = "r"; j.progress = false; }},
+      {"output and durability", "", [](auto&, auto& j, auto&, auto&, auto&) { j.output = "o"; j.fsync = FsyncPolicy::kAlways; j.report = "r"; j.progress = false; }},
   };
   for (const Change& c : neutral) {
     EngineOptions e = eo;
