@@ -49,7 +49,7 @@ int EvalPplCommand::run() const {
   EngineOptions eo;
   eo.model = model;
   eo.threads = threads;
-  eo.weight_dtype = weight_dtype;
+  eo.weight_dtype = dtype_from_name(weight_dtype);
   eo.policy.compress_weight = compress_weight;
   eo.policy.compress_cache = compress_cache;
   EvalPplOptions o;

@@ -31,19 +31,24 @@ using namespace offgen;
 struct CommonFlags {
   std::string model;
   int threads = 0;
-  std::string weight_dtype;  // empty: f32 on the CPU, f16 on a GPU (resolve_dtype)
-  std::string backend = "cpu";
-  void resolve_dtype() {
-    if (weight_dtype.empty()) weight_dtype = backend == "cuda" ? "f16" : "f32";
+  std::string weight_dtype_text;  // empty: the backend's default (f32 on the CPU, f16 on a GPU)
+  std::string backend_text{backend_name(BackendKind::kCpu)};
+  // Parsed by resolve() after the command line.
+  BackendKind backend = BackendKind::kCpu;
+  DType weight_dtype = DType::kF32;
+  void resolve() {
+    backend = parse_backend_kind(backend_text);
+    weight_dtype = weight_dtype_text.empty() ? backend_caps(backend).default_weight_dtype
+                                             : dtype_from_name(weight_dtype_text);
   }
 };
 
 void add_common(CLI::App* app, CommonFlags& f) {
   app->add_option("--model", f.model, "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET")->required();
   app->add_option("--threads", f.threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
-  app->add_option("--backend", f.backend, "Compute backend: cpu (default) or cuda (GPU 0)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  app->add_option("--weight-dtype", f.weight_dtype,
+  app->add_option("--backend", f.backend_text, "Compute backend: cpu (default) or cuda (GPU 0)")
+      ->check(CLI::IsMember(backend_flag_names()));
+  app->add_option("--weight-dtype", f.weight_dtype_text,
                   "Matmul weight storage: f32 (exact; the CPU default) or bf16 (half the bytes, "
                   "faster); on the GPU also f16 (its default)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
@@ -64,10 +69,10 @@ void add_sampling(CLI::App* app, SamplingParams& s) {
 
 // The planner's hardware profile is the CPU backend's (offgen calibrate).
 void check_auto_backend(const CommonFlags& f, const PolicyFlags& pf) {
-  OFFGEN_CHECK(!pf.auto_policy() || f.backend == "cpu", kConfig,
+  OFFGEN_CHECK(!pf.auto_policy() || backend_caps(f.backend).calibrated_profile, kConfig,
                "--policy auto plans with the CPU backend's calibrated profile; on "
                "--backend {} give the placement (--percent, --gpu-batch-size, ...) yourself",
-               f.backend);
+               backend_name(f.backend));
 }
 
 // `generate --policy auto`: plans for the job's longest prompt and largest max_tokens (every
@@ -166,8 +171,9 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
               const std::string& json_path, bool predict_flag) {
   // One run per KV variant (--kv-policy full,h2o ...), in one process so ratios share conditions.
   check_auto_backend(f, pf);
-  OFFGEN_CHECK(!predict_flag || f.backend == "cpu", kConfig,
-               "--predict uses the CPU backend's calibrated profile (not --backend {})", f.backend);
+  OFFGEN_CHECK(!predict_flag || backend_caps(f.backend).calibrated_profile, kConfig,
+               "--predict uses the CPU backend's calibrated profile (not --backend {})",
+               backend_name(f.backend));
   nlohmann::json runs = nlohmann::json::array();
   const std::vector<Policy> variants = pf.resolve_variants();
   Workload w;
@@ -348,8 +354,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "offgen: error: %s (--help lists the flags)\n", e.what());
     return 2;
   }
-  for (CommonFlags* f : {&gen_common, &ins_common, &bench_common}) f->resolve_dtype();
   try {
+    for (CommonFlags* f : {&gen_common, &ins_common, &bench_common}) f->resolve();
     job.fsync = parse_fsync_policy(fsync_text);
     if (gen->parsed()) return cmd_generate(gen_common, job, gen_policy, max_context, quiet);
     if (ins->parsed()) return cmd_inspect(ins_common);

@@ -50,7 +50,7 @@ int EvalMultiqueryCommand::run() const {
   EngineOptions eo;
   eo.model = model;
   eo.threads = threads;
-  eo.weight_dtype = weight_dtype;
+  eo.weight_dtype = dtype_from_name(weight_dtype);
   EvalMultiqueryOptions o;
   o.contexts = contexts;
   for (const std::string& name : split_list(policies)) {

@@ -79,7 +79,7 @@ int CalibrateCommand::run() const {
   print_curve("disk write", hw.disk_write);
   print_curve("RAM copy", hw.ram_copy);
   if (!model.empty()) {
-    auto backend = make_cpu_backend(threads, weight_dtype == "bf16" ? DType::kBF16 : DType::kF32);
+    auto backend = make_cpu_backend(threads, dtype_from_name(weight_dtype));
     OpenedModel opened = open_model(model);
     LlamaModel m(*opened.source, *backend);
     const ComputeProfile c = measure_compute(m, weight_dtype, co);
@@ -118,10 +118,21 @@ void PlanCommand::add_to(CLI::App* app) {
   policy.add_to(cmd_);
 }
 
-PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base) {
+namespace {
+
+// The planner's options for the backend the calibrated profile describes (the CPU's).
+PlanOptions calibrated_plan_options(const Workload& w, const Policy& base) {
   PlanOptions o;
   o.workload = w;
   o.base = base;
+  o.device_is_host = backend_caps(BackendKind::kCpu).device_is_host;
+  return o;
+}
+
+}  // namespace
+
+PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base) {
+  const PlanOptions o = calibrated_plan_options(w, base);
   PlanResult r = plan(in.facts, in.compute, in.hw, o);
   const Policy& p = r.policy;
   std::fprintf(stderr,
@@ -135,12 +146,10 @@ PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& 
 
 int PlanCommand::run() const {
   const Policy base = policy.resolve();
-  PlanningContext ctx{model, base.weight_storage(weight_dtype), threads, profile, base.offload_dir,
-                      progress};
+  PlanningContext ctx{model, base.weight_storage(dtype_from_name(weight_dtype)), threads, profile,
+                      base.offload_dir, progress};
   const PlanningInputs in = planning_inputs(ctx);
-  PlanOptions o;
-  o.workload = workload;
-  o.base = base;
+  PlanOptions o = calibrated_plan_options(workload, base);
   o.max_batch = max_batch;
   const PlanResult r = plan(in.facts, in.compute, in.hw, o);
   const Prediction& pr = r.prediction;

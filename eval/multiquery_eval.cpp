@@ -126,7 +126,7 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
     contexts.resize(o.max_contexts);
   OpenedModel om = open_model(base.model);
   const Tokenizer tok(om.vocab);
-  auto backend = make_cpu_backend(base.threads, dtype_from_name(base.weight_dtype));
+  auto backend = make_cpu_backend(base.threads, base.weight_dtype);
   const LlamaModel model(*om.source, *backend);
   const ResidentUnits units(model);
   const ModelConfig& c = model.config();

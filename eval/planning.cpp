@@ -66,15 +66,16 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
     in.hw = measure_transfers(co, std::move(in.hw));
     changed = true;
   }
-  auto backend = make_cpu_backend(ctx.threads, dtype_from_name(ctx.weight_dtype));
+  auto backend = make_cpu_backend(ctx.threads, ctx.weight_dtype);
   OpenedModel opened = open_model(ctx.model);
   LlamaModel model(*opened.source, *backend);
-  in.facts = model_facts(model, ctx.weight_dtype);
+  const std::string storage(dtype_name(ctx.weight_dtype));  // part of the profile's keys
+  in.facts = model_facts(model, storage);
   const int threads = backend->threads().threads();
   if (const ComputeProfile* c = in.hw.find_compute(in.facts.key, threads)) {
     in.compute = *c;
   } else {
-    in.compute = measure_compute(model, ctx.weight_dtype, co);
+    in.compute = measure_compute(model, storage, co);
     in.hw.put_compute(in.compute);
     changed = true;
   }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "policies/planner.h"
+#include "runtime/core/dtype.h"
 #include "eval/calibrate.h"
 
 namespace offgen {
@@ -19,7 +20,7 @@ void save_profile(const std::string& path, const HardwareProfile& p);  // atomic
 
 struct PlanningContext {
   std::string model;                // as EngineOptions::model
-  std::string weight_dtype = "f32";  // matmul storage: f32, bf16 or q4g64 (Policy::weight_storage)
+  DType weight_dtype = DType::kF32;  // matmul storage: f32, bf16 or q4g64 (Policy::weight_storage)
   int threads = 0;
   std::string profile_path;         // empty: default_profile_path(), re-measured when outdated
   std::string offload_dir;          // where to measure the disk when the profile lacks it

@@ -50,12 +50,12 @@ void Policy::validate() const {
   kv.validate();
 }
 
-std::string Policy::weight_storage(const std::string& weight_dtype) const {
+DType Policy::weight_storage(DType weight_dtype) const {
   if (!compress_weight) return weight_dtype;
-  OFFGEN_CHECK(weight_dtype == "f32" || weight_dtype == "f16", kConfig,
+  OFFGEN_CHECK(weight_dtype == DType::kF32 || weight_dtype == DType::kF16, kConfig,
                "--compress-weight stores 4-bit groups, dequantised for an fp32 (CPU) or fp16 (GPU) "
-               "matmul: it does not combine with --weight-dtype {}", weight_dtype);
-  return "q4g64";
+               "matmul: it does not combine with --weight-dtype {}", dtype_name(weight_dtype));
+  return DType::kQ4G64;
 }
 
 namespace {

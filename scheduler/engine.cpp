@@ -20,30 +20,46 @@ namespace offgen {
 
 
 void EngineOptions::validate() const {
-  OFFGEN_CHECK(backend == "cpu" || backend == "cuda" || backend == "cpu-emulated-device", kConfig,
-               "--backend {}: expected cpu or cuda", backend);
+  const BackendCaps caps = backend_caps(backend);
+  const std::string_view be = backend_name(backend);
   OFFGEN_CHECK(threads >= 0 && threads <= 1024, kConfig, "--threads {} must be in [0, 1024]", threads);
-  OFFGEN_CHECK(weight_dtype == "f32" || weight_dtype == "bf16" || weight_dtype == "f16", kConfig,
-               "--weight-dtype {}: expected f32, bf16 or f16", weight_dtype);
-  OFFGEN_CHECK(weight_dtype != "f16" || backend == "cuda", kConfig,
-               "--weight-dtype f16 is a GPU storage (--backend cuda); the CPU GEMM takes f32 or bf16");
-  policy.validate();
-  policy.weight_storage(weight_dtype);  // throws for an impossible combination
-  if (backend != "cpu") {
-    // What a backend whose device memory is not host memory supports so far.
-    const Policy& p = policy;
-    OFFGEN_CHECK(p.act_gpu_percent >= 100, kConfig,
-                 "--backend {}: activations stay in GPU memory (--percent WG WC CG CC 100 0)",
-                 backend);
-    OFFGEN_CHECK(p.cache_gpu_percent >= 100 || (p.cache_cpu_percent >= 100 && p.cpu_cache_compute),
-                 kConfig,
-                 "--backend {}: the KV cache goes wholly to the GPU (--percent WG WC 100 0 ...) or "
-                 "wholly to the CPU with --cpu-cache-compute (--percent WG WC 0 100 ...); cache "
-                 "splits and cache on disk are not supported on a GPU yet (got {} {})",
-                 backend, p.cache_gpu_percent, p.cache_cpu_percent);
-    OFFGEN_CHECK(!p.compress_cache, kConfig,
-                 "--backend {}: --compress-cache is not supported on a GPU yet", backend);
+  OFFGEN_CHECK(weight_dtype == DType::kF32 || weight_dtype == DType::kBF16 ||
+                   weight_dtype == DType::kF16,
+               kConfig, "--weight-dtype {}: expected f32, bf16 or f16", dtype_name(weight_dtype));
+  if (!caps.takes(weight_dtype)) {
+    std::vector<std::string_view> own, takers;
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16})
+      if (caps.takes(t)) own.push_back(dtype_name(t));
+    for (BackendKind k : backend_kinds())
+      if (backend_user_selectable(k) && backend_caps(k).takes(weight_dtype))
+        takers.push_back(backend_name(k));
+    OFFGEN_THROW(kConfig, "--weight-dtype {} is a storage of --backend {}; --backend {} takes {}",
+                 dtype_name(weight_dtype), fmt::join(takers, " or "), be, fmt::join(own, " or "));
   }
+  policy.validate();
+  const DType storage = policy.weight_storage(weight_dtype);  // throws for impossible combinations
+  OFFGEN_CHECK(caps.takes(storage), kConfig,
+               "--backend {}: no {} matmul weights (--compress-weight)", be, dtype_name(storage));
+  // What the backend supports of the placement (a GPU backend, so far: activations and the KV
+  // cache in GPU memory, or the KV cache in host memory with its attention on the CPU).
+  const Policy& p = policy;
+  OFFGEN_CHECK(caps.activation_offload || p.act_gpu_percent >= 100, kConfig,
+               "--backend {}: activations stay in GPU memory (--percent WG WC CG CC 100 0)", be);
+  OFFGEN_CHECK(caps.cpu_cache_compute || !p.cpu_cache_compute, kConfig,
+               "--backend {}: --cpu-cache-compute is not supported by this backend", be);
+  OFFGEN_CHECK(caps.kv_split || p.cache_gpu_percent >= 100 ||
+                   (p.cache_cpu_percent >= 100 && p.cpu_cache_compute),
+               kConfig,
+               "--backend {}: the KV cache goes wholly to the GPU (--percent WG WC 100 0 ...) or "
+               "wholly to the CPU with --cpu-cache-compute (--percent WG WC 0 100 ...); cache "
+               "splits and cache on disk are not supported on a GPU yet (got {} {})",
+               be, p.cache_gpu_percent, p.cache_cpu_percent);
+  OFFGEN_CHECK(caps.kv_on_disk || p.cache_disk_percent() <= 0, kConfig,
+               "--backend {}: the KV cache on disk is not supported by this backend yet (got {} {} "
+               "on the GPU and CPU)",
+               be, p.cache_gpu_percent, p.cache_cpu_percent);
+  OFFGEN_CHECK(caps.compress_cache || !p.compress_cache, kConfig,
+               "--backend {}: --compress-cache is not supported on a GPU yet", be);
 
   OFFGEN_CHECK(prefill_chunk >= 0, kConfig, "prefill chunk {} must be >= 0", prefill_chunk);
   OFFGEN_CHECK(max_context >= 0, kConfig, "max context {} must be >= 0", max_context);
@@ -52,11 +68,10 @@ void EngineOptions::validate() const {
 
 Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   options_.validate();
-  if (options_.prefill_chunk == 0) options_.prefill_chunk = options_.backend == "cuda" ? 65536 : 2048;
-  const std::string storage = options_.policy.weight_storage(options_.weight_dtype);
-  backend_ = options_.backend == "cpu-emulated-device"
-                 ? make_emulated_device_backend(options_.threads, dtype_from_name(storage))
-                 : make_backend(options_.backend, options_.threads, dtype_from_name(storage));
+  if (options_.prefill_chunk == 0)
+    options_.prefill_chunk = backend_caps(options_.backend).default_prefill_chunk;
+  const DType storage = options_.policy.weight_storage(options_.weight_dtype);
+  backend_ = make_backend(options_.backend, options_.threads, storage);
   OpenedModel opened = open_model(options_.model);
   tokenizer_ = std::make_unique<Tokenizer>(std::move(opened.vocab));
   model_id_ = std::move(opened.content_id);
@@ -65,7 +80,7 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   model_ = std::make_unique<LlamaModel>(*source_, *backend_);
   const Policy& p = options_.policy;
   // Capacity check of the weights before anything is staged (the accounting the planner uses).
-  facts_ = model_facts(*model_, storage);
+  facts_ = model_facts(*model_, std::string(dtype_name(storage)));
   weight_need_ = weight_need(facts_, p);
   p.check_fits(weight_need_, "the model's weights");
   if (p.uses_disk()) {

@@ -16,6 +16,7 @@
 #include "runtime/core/buffer.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/threading.h"
+#include "runtime/backend/backend_caps.h"
 #include "runtime/backend/rope_style.h"
 
 namespace offgen {
@@ -136,13 +137,16 @@ struct HeadCopy {
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual std::string name() const = 0;
+  virtual BackendKind kind() const = 0;
+  std::string name() const { return std::string(backend_name(kind())); }
+  // What this backend supports (backend_caps(kind()): known before one is constructed).
+  BackendCaps caps() const { return backend_caps(kind()); }
   virtual ThreadContext& threads() = 0;
 
   // --- memory, copies and ordering ---
   // Whether device memory is host memory (the CPU backend): then the host may touch device
   // buffers directly and tier copies are plain memcpy.
-  virtual bool device_is_host() const = 0;
+  bool device_is_host() const { return caps().device_is_host; }
   virtual DeviceInfo device_info() const = 0;
   // Zeroed memory: kDevice (where ops read and write: GPU memory on CUDA, 256-byte aligned) or
   // kHost (host memory the device can read and write and copies run asynchronously from: pinned
@@ -224,9 +228,10 @@ std::unique_ptr<Backend> make_cpu_backend(int threads, DType weight_dtype = DTyp
 // bitwise those of the plain CPU backend.
 std::unique_ptr<Backend> make_emulated_device_backend(int threads,
                                                       DType weight_dtype = DType::kF32);
-// Backend by name: "cpu", or "cuda" (GPU `device`; Error(kConfig) when this build has no CUDA
-// backend, Error(kResource) when no usable GPU is present, with the reason).
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads, DType weight_dtype,
+// A backend of any kind: the CPU, its emulated device, or CUDA (GPU `device`; Error(kConfig)
+// when this build has no CUDA backend, Error(kResource) when no usable GPU is present, with the
+// reason).
+std::unique_ptr<Backend> make_backend(BackendKind kind, int threads, DType weight_dtype,
                                       int device = 0);
 // Whether the CUDA backend was compiled in and a GPU is usable; `why` gets the reason if not.
 bool cuda_backend_available(std::string* why = nullptr);

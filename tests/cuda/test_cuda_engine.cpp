@@ -42,8 +42,8 @@ EngineRun run(const std::string& model, const std::string& backend, const std::s
   std::filesystem::create_directories(dir);
   EngineOptions eo;
   eo.model = model;
-  eo.backend = backend;
-  eo.weight_dtype = dtype;
+  eo.backend = parse_backend_kind(backend);
+  eo.weight_dtype = dtype_from_name(dtype);
   eo.threads = 2;
   eo.policy = p;
   eo.policy.offload_dir = dir.string();

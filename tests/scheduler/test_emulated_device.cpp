@@ -41,7 +41,7 @@ EngineRun run(const std::string& model, const std::string& backend, const Policy
   std::filesystem::create_directories(dir);
   EngineOptions eo;
   eo.model = model;
-  eo.backend = backend;
+  eo.backend = parse_backend_kind(backend);
   eo.threads = 2;
   eo.policy = p;
   eo.policy.offload_dir = dir.string();
@@ -116,7 +116,7 @@ TEST_CASE("emulated device: placements a GPU backend does not support yet are co
   const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/qwen2";
   EngineOptions eo;
   eo.model = model;
-  eo.backend = "cpu-emulated-device";
+  eo.backend = BackendKind::kCpuEmulatedDevice;
   auto expect = [&](const Policy& p, const char* what) {
     eo.policy = p;
     try {

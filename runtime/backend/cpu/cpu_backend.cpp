@@ -18,11 +18,26 @@
 
 namespace offgen {
 
+BackendCaps cpu_backend_caps(bool emulate_device) {
+  BackendCaps c;
+  c.matmul_storages = BackendCaps::storage_bit(DType::kF32) |
+                      BackendCaps::storage_bit(DType::kBF16) |
+                      BackendCaps::storage_bit(DType::kQ4G64);
+  c.default_weight_dtype = DType::kF32;
+  c.default_prefill_chunk = 2048;
+  c.calibrated_profile = !emulate_device;
+  c.device_is_host = !emulate_device;
+  // The emulated device has what the GPU backend has: KV wholly on the device or, computed on
+  // the CPU, wholly in host memory; activations on the device; no compressed KV cache.
+  c.kv_split = c.kv_on_disk = c.compress_cache = c.activation_offload = !emulate_device;
+  c.cpu_cache_compute = true;
+  return c;
+}
+
 CpuBackend::CpuBackend(int threads, DType weight_dtype, bool emulate_device)
     : ctx_(threads), weight_dtype_(weight_dtype), emulate_device_(emulate_device) {
-  OFFGEN_CHECK(weight_dtype == DType::kF32 || weight_dtype == DType::kBF16 ||
-                   weight_dtype == DType::kQ4G64,
-               kConfig, "cpu backend: weight dtype {} is not supported (f32, bf16 or q4g64)",
+  OFFGEN_CHECK(cpu_backend_caps(emulate_device).takes(weight_dtype), kConfig,
+               "cpu backend: weight dtype {} is not supported (f32, bf16 or q4g64)",
                dtype_name(weight_dtype));
   OFFGEN_CHECK(weight_dtype != DType::kBF16 || cpu::bf16_supported(), kConfig,
                "cpu backend: bf16 weights need a CPU with AVX512-BF16 (use --weight-dtype f32)");

@@ -7,16 +7,21 @@
 
 namespace offgen {
 
+// What the CPU backend supports (its emulated device: no device tier shared with the host, and
+// only what a GPU backend supports so far).
+BackendCaps cpu_backend_caps(bool emulate_device);
+
 class CpuBackend final : public Backend {
  public:
   // weight_dtype: kF32 (exact, default) or kBF16 (half the bytes, ~2x GEMM; needs AVX512-BF16)
   // or kQ4G64 (FlexGen 4-bit groups, ~1/7 of f32; dequantised to fp32 inside matmul, see gemm.h).
   // emulate_device: see make_emulated_device_backend (backend.h).
   explicit CpuBackend(int threads, DType weight_dtype = DType::kF32, bool emulate_device = false);
-  std::string name() const override { return emulate_device_ ? "cpu-emulated-device" : "cpu"; }
+  BackendKind kind() const override {
+    return emulate_device_ ? BackendKind::kCpuEmulatedDevice : BackendKind::kCpu;
+  }
   ThreadContext& threads() override { return ctx_; }
 
-  bool device_is_host() const override { return !emulate_device_; }
   DeviceInfo device_info() const override;
   Buffer alloc(int64_t bytes, Tier tier) override;
   void copy(void* dst, const void* src, int64_t bytes) override;

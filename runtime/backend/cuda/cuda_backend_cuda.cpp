@@ -45,9 +45,8 @@ namespace cuda {
 
 CudaBackend::CudaBackend(int device, int threads, DType weight_dtype)
     : device_(device), weight_dtype_(weight_dtype) {
-  OFFGEN_CHECK(weight_dtype == DType::kF32 || weight_dtype == DType::kF16 ||
-                   weight_dtype == DType::kBF16 || weight_dtype == DType::kQ4G64,
-               kConfig, "cuda backend: weight dtype {} is not supported (f32, f16, bf16 or q4g64)",
+  OFFGEN_CHECK(cuda_backend_caps().takes(weight_dtype), kConfig,
+               "cuda backend: weight dtype {} is not supported (f32, f16, bf16 or q4g64)",
                dtype_name(weight_dtype));
   OFFGEN_CUDA_CHECK(cudaSetDevice(device_));
   compute_ = std::make_unique<CudaStream>(device_);
