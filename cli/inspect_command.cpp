@@ -8,7 +8,7 @@
 #include "runtime/loaders/hf_source.h"
 #include "runtime/loaders/model_loader.h"
 #include "runtime/backend/backend.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/decoder.h"
 
 namespace offgen {
 namespace {
@@ -70,7 +70,7 @@ int run_inspect(const std::string& model, int threads) {
   }
   // Sizes as the CPU backend stores them, without building any unit (any size fits).
   auto backend = make_cpu_backend(threads);
-  LlamaModel m(*om.source, *backend);
+  DecoderModel m(*om.source, *backend);
   int64_t weights = m.resident_bytes();
   for (int64_t u = 0; u < m.num_units(); ++u) weights += m.unit_bytes(u);
   if (stored > 0)

@@ -81,7 +81,7 @@ int CalibrateCommand::run() const {
   if (!model.empty()) {
     auto backend = make_cpu_backend(threads, dtype_from_name(weight_dtype));
     OpenedModel opened = open_model(model);
-    LlamaModel m(*opened.source, *backend);
+    DecoderModel m(*opened.source, *backend);
     const ComputeProfile c = measure_compute(m, weight_dtype, co);
     hw.put_compute(c);
     std::printf("compute %s, %d threads:\n", c.model_key.c_str(), c.threads);

@@ -140,7 +140,7 @@ HardwareProfile measure_transfers(const CalibrateOptions& o, HardwareProfile p) 
   return p;
 }
 
-ComputeProfile measure_compute(const LlamaModel& model, const std::string& weight_dtype,
+ComputeProfile measure_compute(const DecoderModel& model, const std::string& weight_dtype,
                                const CalibrateOptions& o) {
   const ModelConfig& c = model.config();
   ComputeProfile out;
@@ -160,7 +160,7 @@ ComputeProfile measure_compute(const LlamaModel& model, const std::string& weigh
     }
   }
   size_t next_blob[2] = {0, 0};
-  LlamaScratch scratch;
+  DecoderScratch scratch;
   const auto kv_policy = make_kv_policy(KvPolicyConfig{.kind = KvPolicyKind::kH2o});
   const int reps = o.quick ? 1 : 3;
   const double budget = o.quick ? 0.0 : 0.3;
@@ -180,7 +180,7 @@ ComputeProfile measure_compute(const LlamaModel& model, const std::string& weigh
       spans.push_back(SeqSpan{s * n_new, n_new, n_past});
       for (int64_t t = 0; t < n_new; ++t) positions.push_back(static_cast<int32_t>(n_past + t));
     }
-    const bool attn = LlamaModel::unit_has_cache(unit);
+    const bool attn = DecoderModel::unit_has_cache(unit);
     Tables tables(c, attn ? seqs : 0, capacity, evict);
     const UnitBatch ub{rows, spans, positions.data(), tables.views, evict ? kv_policy.get() : nullptr};
     return median_time(

@@ -9,7 +9,7 @@
 #include "policies/cost_model.h"
 #include "policies/hardware_profile.h"
 #include "policies/model_facts.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/decoder.h"
 
 namespace offgen {
 
@@ -26,7 +26,7 @@ HardwareProfile measure_transfers(const CalibrateOptions& o, HardwareProfile bas
 
 // Unit times of `model` on its backend (whose thread count is recorded). Not thread-safe with
 // other work on the same backend.
-ComputeProfile measure_compute(const LlamaModel& model, const std::string& weight_dtype,
+ComputeProfile measure_compute(const DecoderModel& model, const std::string& weight_dtype,
                                const CalibrateOptions& o);
 
 }  // namespace offgen

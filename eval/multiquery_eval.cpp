@@ -127,7 +127,7 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
   OpenedModel om = open_model(base.model);
   const Tokenizer tok(om.vocab);
   auto backend = make_cpu_backend(base.threads, base.weight_dtype);
-  const LlamaModel model(*om.source, *backend);
+  const DecoderModel model(*om.source, *backend);
   const ResidentUnits units(model);
   const ModelConfig& c = model.config();
   ContextRunner runner(model, units);

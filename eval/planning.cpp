@@ -68,7 +68,7 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
   }
   auto backend = make_cpu_backend(ctx.threads, ctx.weight_dtype);
   OpenedModel opened = open_model(ctx.model);
-  LlamaModel model(*opened.source, *backend);
+  DecoderModel model(*opened.source, *backend);
   const std::string storage(dtype_name(ctx.weight_dtype));  // part of the profile's keys
   in.facts = model_facts(model, storage);
   const int threads = backend->threads().threads();

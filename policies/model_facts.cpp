@@ -5,7 +5,7 @@
 
 namespace offgen {
 
-ModelFacts model_facts(const LlamaModel& model, const std::string& weight_dtype) {
+ModelFacts model_facts(const DecoderModel& model, const std::string& weight_dtype) {
   const ModelConfig& c = model.config();
   ModelFacts m;
   m.key = model_key(c, weight_dtype);

@@ -5,11 +5,11 @@
 #include <string>
 
 #include "policies/cost_model.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/decoder.h"
 
 namespace offgen {
 
 // `weight_dtype` is the matmul storage name (part of the facts' key).
-ModelFacts model_facts(const LlamaModel& model, const std::string& weight_dtype);
+ModelFacts model_facts(const DecoderModel& model, const std::string& weight_dtype);
 
 }  // namespace offgen

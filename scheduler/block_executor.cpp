@@ -20,7 +20,7 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 }  // namespace
 
-BlockExecutor::BlockExecutor(const LlamaModel& model, WeightStore& weights, KvStore& kv,
+BlockExecutor::BlockExecutor(const DecoderModel& model, WeightStore& weights, KvStore& kv,
                              bool overlap, double act_ram_percent, NvmeStore* disk,
                              const KvSlotPolicy* policy)
     : model_(model),
@@ -99,7 +99,7 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
       return;
     case TaskKind::kLoadCache: {
       const BatchInput& b = batches[t.batch];
-      const int64_t layer = LlamaModel::unit_layer(t.unit);
+      const int64_t layer = DecoderModel::unit_layer(t.unit);
       for (size_t i = 0; i < b.kv.size(); ++i)
         if (!kv_.resident(b.kv[i]))
           kv_.load(b.kv[i], layer, b.spans[i].n_past, stage(t.slot, i, 0), stage(t.slot, i, 1));
@@ -112,8 +112,8 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
       float* h = hidden(t.unit, t.batch);
       if (t.unit == 0) model_.embed(b.ids, b.positions.data(), h, scratch_);
       std::vector<KvSeqView> views;
-      if (LlamaModel::unit_has_cache(t.unit))
-        views = kv_views(b, LlamaModel::unit_layer(t.unit), t.slot);
+      if (DecoderModel::unit_has_cache(t.unit))
+        views = kv_views(b, DecoderModel::unit_layer(t.unit), t.slot);
       const UnitBatch ub{rows, b.spans, b.positions.data(), views,
                          b.external ? b.external_policy : policy_};
       const int wslot = static_cast<int>(t.unit % 2);
@@ -129,7 +129,7 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
     }
     case TaskKind::kStoreCache: {
       const BatchInput& b = batches[t.batch];
-      const int64_t layer = LlamaModel::unit_layer(t.unit);
+      const int64_t layer = DecoderModel::unit_layer(t.unit);
       const int64_t heads = model_.config().n_kv_heads;
       std::vector<int32_t> slots;
       for (size_t i = 0; i < b.kv.size(); ++i) {
@@ -183,7 +183,7 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
   StepShape shape;
   shape.num_units = model_.num_units();
   shape.num_batches = K;
-  for (int64_t u = 0; u < shape.num_units; ++u) shape.unit_has_cache.push_back(LlamaModel::unit_has_cache(u));
+  for (int64_t u = 0; u < shape.num_units; ++u) shape.unit_has_cache.push_back(DecoderModel::unit_has_cache(u));
   shape.load_weights = weights_.needs_load();
   shape.load_cache = false;
   int64_t max_seqs = 0, max_cap = 0;

@@ -9,7 +9,7 @@
 #include "offload/kv_store.h"
 #include "offload/weight_store.h"
 #include "runtime/backend/backend_array.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/decoder.h"
 #include "scheduler/block_plan.h"
 
 namespace offgen {
@@ -39,7 +39,7 @@ class BlockExecutor {
   // act_ram_percent: share of each GPU batch's activations kept in RAM between units; the rest
   // goes through `disk` (required when below 100).
   // policy: the KV eviction decisions for tables with metadata (null when none evict).
-  BlockExecutor(const LlamaModel& model, WeightStore& weights, KvStore& kv, bool overlap,
+  BlockExecutor(const DecoderModel& model, WeightStore& weights, KvStore& kv, bool overlap,
                 double act_ram_percent = 100, NvmeStore* disk = nullptr,
                 const KvSlotPolicy* policy = nullptr);
   // Runs every unit over every batch; writes the last row's logits of each sequence, batches in
@@ -57,12 +57,12 @@ class BlockExecutor {
   void prepare_activations(const std::vector<BatchInput>& batches);
   float* stage(int slot, size_t seq, int which);
 
-  const LlamaModel& model_;
+  const DecoderModel& model_;
   Backend& backend_;
   WeightStore& weights_;
   KvStore& kv_;
   bool overlap_;
-  LlamaScratch scratch_;
+  DecoderScratch scratch_;
   std::unique_ptr<Stream> load_stream_;            // the load lane's copies
   std::vector<BackendArray<float>> hidden_;        // per batch, device memory (no offloading)
   BackendArray<float> logits_;                     // device memory (not on the CPU backend)

@@ -77,7 +77,7 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   model_id_ = std::move(opened.content_id);
   const auto t0 = EngineClock::now();
   source_ = std::move(opened.source);
-  model_ = std::make_unique<LlamaModel>(*source_, *backend_);
+  model_ = std::make_unique<DecoderModel>(*source_, *backend_);
   const Policy& p = options_.policy;
   // Capacity check of the weights before anything is staged (the accounting the planner uses).
   facts_ = model_facts(*model_, std::string(dtype_name(storage)));
@@ -110,15 +110,7 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
                "{}: tokenizer has {} tokens but the model only {} embeddings", options_.model,
                tokenizer_->vocab_size(), model_->config().vocab_size);
   max_context_ = model_->config().context_length;
-  const VocabData& v = tokenizer_->vocab();
-  if (v.eos_id >= 0) end_of_generation_.insert(v.eos_id);
-  for (size_t i = 0; i < v.tokens.size(); ++i) {
-    const std::string& t = v.tokens[i];
-    const bool control = i < v.token_types.size() && v.token_types[i] == 3;
-    if (control && (t == "<|endoftext|>" || t == "<|im_end|>" || t == "<|eot_id|>" ||
-                    t == "<|end_of_text|>" || t == "</s>"))
-      end_of_generation_.insert(static_cast<int32_t>(i));
-  }
+  for (int32_t id : tokenizer_->end_of_generation()) end_of_generation_.insert(id);
   if (options_.max_context > 0) max_context_ = std::min(max_context_, options_.max_context);
   // No RAM limit given: admit KV caches within the RAM available now (with 10% to spare), so a
   // request asking for a huge max_tokens cannot take the machine down.

@@ -14,7 +14,7 @@
 #include "policies/cost_model.h"
 #include "policies/policy.h"
 #include "runtime/backend/backend.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/decoder.h"
 #include "runtime/text/tokenizer.h"
 #include "scheduler/block_executor.h"
 #include "scheduler/context_compression.h"
@@ -176,7 +176,7 @@ class Engine {
   EngineOptions options_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<WeightSource> source_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<DecoderModel> model_;
   std::unique_ptr<NvmeStore> nvme_;
   std::unique_ptr<WeightStore> weights_;
   std::unique_ptr<KvPolicy> kv_policy_;  // null for the full cache

@@ -117,8 +117,8 @@ std::vector<float> SharedContext::v_rows(int64_t layer, int64_t head) const {
   return rows(v_[layer], layer, head);
 }
 
-ContextForward resident_forward(const LlamaModel& model, const ResidentUnits& units) {
-  auto scratch = std::make_shared<LlamaScratch>();
+ContextForward resident_forward(const DecoderModel& model, const ResidentUnits& units) {
+  auto scratch = std::make_shared<DecoderScratch>();
   return [&model, &units, scratch](const std::vector<int32_t>& ids,
                                    const std::vector<int32_t>& positions,
                                    const std::vector<SeqSpan>& seqs,
@@ -131,9 +131,9 @@ ContextForward resident_forward(const LlamaModel& model, const ResidentUnits& un
     hidden.reserve(be, rows * c.d_model);
     model.embed(ids, positions.data(), hidden.data(), *scratch);
     for (int64_t u = 0; u < model.num_units(); ++u) {
-      const bool attn = LlamaModel::unit_has_cache(u);
+      const bool attn = DecoderModel::unit_has_cache(u);
       const UnitBatch b{rows, seqs, positions.data(),
-                        attn ? std::span<const KvSeqView>(views[LlamaModel::unit_layer(u)])
+                        attn ? std::span<const KvSeqView>(views[DecoderModel::unit_layer(u)])
                              : std::span<const KvSeqView>(),
                         policy};
       model.run_unit(u, units.blob(u), hidden.data(), b, *scratch);
@@ -151,7 +151,7 @@ ContextForward resident_forward(const LlamaModel& model, const ResidentUnits& un
 ContextRunner::ContextRunner(const ModelConfig& config, Backend& backend, ContextForward forward)
     : config_(config), backend_(backend), forward_(std::move(forward)) {}
 
-ContextRunner::ContextRunner(const LlamaModel& model, const ResidentUnits& units)
+ContextRunner::ContextRunner(const DecoderModel& model, const ResidentUnits& units)
     : ContextRunner(model.config(), model.backend(), resident_forward(model, units)) {}
 
 ContextCache ContextRunner::prefill(const std::vector<int32_t>& ids) {

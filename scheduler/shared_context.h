@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "policies/kv/kv_policy.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/decoder.h"
 
 namespace offgen {
 
@@ -72,7 +72,7 @@ using ContextForward = std::function<void(
     const KvSlotPolicy* policy, std::vector<float>& logits)>;
 // The forward over every weight resident on the model's backend (units), on the calling thread;
 // owns its scratch.
-ContextForward resident_forward(const LlamaModel& model, const ResidentUnits& units);
+ContextForward resident_forward(const DecoderModel& model, const ResidentUnits& units);
 
 // The forwards of shared contexts: the context's prefill, the scoring forwards of the compression
 // policies and batched greedy answers, over any ContextForward (all weights in RAM for the
@@ -82,7 +82,7 @@ class ContextRunner {
  public:
   // Tables live in `backend`'s memory (the one `forward` computes on).
   ContextRunner(const ModelConfig& config, Backend& backend, ContextForward forward);
-  ContextRunner(const LlamaModel& model, const ResidentUnits& units);
+  ContextRunner(const DecoderModel& model, const ResidentUnits& units);
   const ModelConfig& config() const { return config_; }
   // Prefills `ids` at positions 0.. into a full cache, collecting H2O scores.
   ContextCache prefill(const std::vector<int32_t>& ids);

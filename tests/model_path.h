@@ -1,4 +1,5 @@
-// Where tests find the default model: $OFFGEN_MODEL, else the tools/get-model cache location.
+// Where tests find the models: $OFFGEN_MODEL (default model only), else the tools/get-model cache
+// location ($OFFGEN_CACHE/models, default ~/.cache/offgen/models).
 #pragma once
 
 #include <cstdlib>
@@ -7,8 +8,8 @@
 
 namespace offgen::test {
 
-inline std::string default_model_path() {
-  if (const char* e = std::getenv("OFFGEN_MODEL"); e && std::filesystem::exists(e)) return e;
+// `name` in the model cache, or "" when it is not there.
+inline std::string cached_model_path(const char* name) {
   std::filesystem::path cache;
   if (const char* c = std::getenv("OFFGEN_CACHE"); c && *c) {
     cache = c;
@@ -17,8 +18,16 @@ inline std::string default_model_path() {
   } else {
     return {};
   }
-  const auto p = cache / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  const auto p = cache / "models" / name;
   return std::filesystem::exists(p) ? p.string() : std::string();
 }
+
+inline std::string default_model_path() {
+  if (const char* e = std::getenv("OFFGEN_MODEL"); e && std::filesystem::exists(e)) return e;
+  return cached_model_path("SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+// Gemma 3 270M (tools/get-model gemma3-270m).
+inline std::string gemma3_model_path() { return cached_model_path("gemma-3-270m-q4_k_m.gguf"); }
 
 }  // namespace offgen::test

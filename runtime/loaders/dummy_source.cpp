@@ -9,6 +9,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
+#include "runtime/model/architecture.h"
 #include "runtime/model/tensor_table.h"
 
 namespace offgen {
@@ -54,8 +55,7 @@ std::vector<std::string> dummy_presets() {
 ModelConfig dummy_config(const std::string& preset) {
   for (const auto& p : kPresets) {
     if (preset != p.name) continue;
-    ModelConfig c;
-    c.arch = p.opt ? "opt" : "llama";
+    ModelConfig c = architecture_config(p.opt ? "opt" : "llama");
     c.name = std::string("dummy:") + p.name;
     c.n_layers = p.layers;
     c.d_model = p.d_model;
@@ -67,16 +67,11 @@ ModelConfig dummy_config(const std::string& preset) {
     c.context_length = p.context;
     c.rope_theta = 10000.0f;
     c.norm_eps = 1e-5f;
-    c.rope_style = RopeStyle::kHalf;
+    c.rope_style = RopeStyle::kHalf;  // random weights: either pairing; kept as benchmarked
     c.tied_embeddings = p.opt;
     if (p.opt) {
-      c.norm = NormKind::kLayer;
-      c.ffn = FfnKind::kRelu;
       c.pre_norm = !p.post_norm;
       c.final_norm = !p.post_norm;
-      c.qkv_bias = c.out_bias = c.ffn_bias = true;
-      c.learned_pos = true;
-      c.pos_offset = 2;
       c.embed_dim = p.embed_dim;
     }
     c.validate();

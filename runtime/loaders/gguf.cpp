@@ -152,7 +152,10 @@ bool is_integer_type(GgufType t) {
 
 }  // namespace
 
-GgufFile GgufFile::open(const std::string& path) {
+GgufFile GgufFile::open(const std::string& path) { return open_impl(path, false); }
+GgufFile GgufFile::open_metadata(const std::string& path) { return open_impl(path, true); }
+
+GgufFile GgufFile::open_impl(const std::string& path, bool metadata_only) {
   GgufFile f;
   f.path_ = path;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -173,7 +176,7 @@ GgufFile GgufFile::open(const std::string& path) {
   f.map_ = m;
   f.map_len_ = st.st_size;
   f.bytes_ = {static_cast<const uint8_t*>(m), static_cast<size_t>(st.st_size)};
-  f.parse_all();
+  f.parse_all(metadata_only);
   return f;
 }
 
@@ -206,7 +209,7 @@ GgufFile::~GgufFile() {
   if (map_) ::munmap(map_, map_len_);
 }
 
-void GgufFile::parse_all() {
+void GgufFile::parse_all(bool metadata_only) {
   Cursor c(bytes_, path_);
   const uint32_t magic = c.read<uint32_t>("magic");
   if (magic != 0x46554747u) c.fail("not a GGUF file (bad magic)", 0);
@@ -242,6 +245,7 @@ void GgufFile::parse_all() {
              alignment_at);
     alignment = static_cast<uint64_t>(a->num);
   }
+  if (metadata_only) return;
 
   tensors_.reserve(std::min(n_tensors, kMaxReserve));
   for (uint64_t i = 0; i < n_tensors; ++i) {

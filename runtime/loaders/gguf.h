@@ -47,6 +47,9 @@ class GgufFile {
   // Maps and parses `path`. Throws offgen::Error (kIo for open/map failures, kInput for a
   // malformed file) with the path, field and offset. The mapping lives as long as the object.
   static GgufFile open(const std::string& path);
+  // The same, reading the header and metadata only: tensors() is empty and tensor types the
+  // loader does not know are not looked at (e.g. to read a tokenizer's vocabulary).
+  static GgufFile open_metadata(const std::string& path);
   // Parses bytes owned by the caller (must outlive the object); `name` is used in messages.
   static GgufFile parse(std::span<const uint8_t> bytes, const std::string& name);
 
@@ -74,7 +77,8 @@ class GgufFile {
 
  private:
   GgufFile() = default;
-  void parse_all();
+  static GgufFile open_impl(const std::string& path, bool metadata_only);
+  void parse_all(bool metadata_only = false);
 
   std::string path_;
   uint32_t version_ = 0;

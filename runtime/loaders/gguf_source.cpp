@@ -2,15 +2,17 @@
 #include "runtime/loaders/gguf_source.h"
 
 #include "runtime/core/error.h"
+#include "runtime/model/architecture.h"
 
 namespace offgen {
 
 ModelConfig config_from_gguf(const GgufFile& f) {
-  ModelConfig c;
-  c.arch = f.get_string("general.architecture");
-  OFFGEN_CHECK(c.arch == "llama", kInput,
-               "{}: architecture '{}' is not supported from GGUF (supported: llama)", f.path(),
-               c.arch);
+  const std::string arch = f.get_string("general.architecture");
+  const Architecture* row = find_architecture(arch);
+  OFFGEN_CHECK(row != nullptr && row->gguf, kInput,
+               "{}: architecture '{}' is not supported from GGUF (supported: {})", f.path(), arch,
+               gguf_architecture_names());
+  ModelConfig c = architecture_config(arch);
   c.name = f.get_string_opt("general.name").value_or("");
   const std::string a = c.arch + ".";
   c.n_layers = f.get_int(a + "block_count");
@@ -37,7 +39,6 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.vocab_size = f.get_int_opt(a + "vocab_size").value_or(emb.dims[1]);
   OFFGEN_CHECK(c.vocab_size == emb.dims[1], kInput, "{}: vocab_size {} != token_embd rows {}",
                f.path(), c.vocab_size, emb.dims[1]);
-  c.rope_style = RopeStyle::kInterleaved;
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   c.validate();
   return c;

@@ -1,4 +1,5 @@
-// GGUF tokenizer metadata -> VocabData.
+// GGUF tokenizer metadata -> VocabData: byte-level BPE ("gpt2") and SentencePiece-style BPE
+// ("llama", with llama.cpp's defaults: BOS added and a space prefix unless the file says not).
 #include "runtime/loaders/gguf_vocab.h"
 
 #include "runtime/core/error.h"
@@ -36,13 +37,33 @@ VocabData vocab_from_gguf(const GgufFile& f) {
   };
   v.bos_id = id("tokenizer.ggml.bos_token_id");
   v.eos_id = id("tokenizer.ggml.eos_token_id");
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"})
+    if (const int32_t e = id(key); e >= 0) v.eog_ids.push_back(e);
   v.unk_id = id("tokenizer.ggml.unknown_token_id");
   v.pad_id = id("tokenizer.ggml.padding_token_id");
-  v.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", false);
+  const bool spm = v.model == "llama";
+  if (spm) {
+    if (const auto* sc = f.find("tokenizer.ggml.scores")) {
+      OFFGEN_CHECK(sc->type == GgufType::kArray && sc->nums.size() == v.tokens.size(), kInput,
+                   "{}: tokenizer.ggml.scores has {} entries for {} tokens", f.path(),
+                   sc->nums.size(), v.tokens.size());
+      v.scores.assign(sc->nums.begin(), sc->nums.end());
+    } else {
+      v.scores.assign(v.tokens.size(), 0.0f);  // llama.cpp's default score
+    }
+    const bool prefix = f.get_bool_or("tokenizer.ggml.add_space_prefix", true);
+    v.space_prefix = prefix ? SpacePrefix::kEverySegment : SpacePrefix::kNone;
+    v.strip_leading_space = prefix;
+    v.byte_fallback = true;
+  }
+  v.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", spm);
+  v.add_eos = f.get_bool_or("tokenizer.ggml.add_eos_token", false);
   v.chat_template = f.get_string_opt("tokenizer.chat_template").value_or("");
   return v;
 }
 
-VocabData load_gguf_vocab(const std::string& path) { return vocab_from_gguf(GgufFile::open(path)); }
+VocabData load_gguf_vocab(const std::string& path) {
+  return vocab_from_gguf(GgufFile::open_metadata(path));
+}
 
 }  // namespace offgen

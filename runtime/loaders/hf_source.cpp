@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/core/error.h"
+#include "runtime/model/architecture.h"
 
 namespace offgen {
 namespace {
@@ -84,14 +85,12 @@ double rope_theta(const Fields& f) {
   return theta;
 }
 
-ModelConfig llama_family(const Fields& f, const std::string& arch) {
-  ModelConfig c;
-  c.arch = arch == "Qwen2ForCausalLM" ? "qwen2" : arch == "MistralForCausalLM" ? "mistral" : "llama";
+ModelConfig llama_family(const Fields& f, const Architecture& arch) {
+  ModelConfig c = architecture_config(arch.name);
   c.n_layers = f.get_count("num_hidden_layers");
   c.d_model = f.get_count("hidden_size");
   c.n_heads = f.get_count("num_attention_heads");
   c.n_kv_heads = f.get_count_or("num_key_value_heads", c.n_heads);
-  OFFGEN_CHECK(c.n_heads > 0, kInput, "{}: num_attention_heads must be positive", f.name);
   if (f.find("head_dim") != nullptr) {
     c.head_dim = f.get_count("head_dim");
   } else {
@@ -110,16 +109,16 @@ ModelConfig llama_family(const Fields& f, const std::string& arch) {
   c.tied_embeddings = f.get_bool_or("tie_word_embeddings", false);
   const std::string act = f.get_string_or("hidden_act", "silu");
   OFFGEN_CHECK(act == "silu", kConfig, "{}: hidden_act '{}' is not supported for {} (silu)", f.name,
-               act, arch);
-  if (arch == "Qwen2ForCausalLM") {
-    c.qkv_bias = true;
-  } else if (arch == "LlamaForCausalLM") {
+               act, arch.hf_classes[0]);
+  // Optional switches of the family's configs (absent: the architecture's own features).
+  if (f.find("attention_bias") != nullptr)
     c.qkv_bias = c.out_bias = f.get_bool_or("attention_bias", false);
-    OFFGEN_CHECK(!f.get_bool_or("mlp_bias", false), kConfig,
-                 "{}: mlp_bias (biases on the gated MLP) is not supported", f.name);
-  }
+  OFFGEN_CHECK(!f.get_bool_or("mlp_bias", false), kConfig,
+               "{}: mlp_bias (biases on the gated MLP) is not supported", f.name);
   // Sliding-window attention equals full attention up to the window: cap the context there.
-  const bool sliding = arch == "MistralForCausalLM" || f.get_bool_or("use_sliding_window", false);
+  const bool sliding = f.find("use_sliding_window") != nullptr
+                           ? f.get_bool_or("use_sliding_window", false)
+                           : f.find("sliding_window") != nullptr;
   if (sliding) {
     const int64_t w = f.get_int_or("sliding_window", 0);
     if (w > 0 && w < c.context_length) c.context_length = w;
@@ -127,9 +126,8 @@ ModelConfig llama_family(const Fields& f, const std::string& arch) {
   return c;
 }
 
-ModelConfig opt(const Fields& f) {
-  ModelConfig c;
-  c.arch = "opt";
+ModelConfig opt(const Fields& f, const Architecture& arch) {
+  ModelConfig c = architecture_config(arch.name);
   c.n_layers = f.get_count("num_hidden_layers");
   c.d_model = f.get_count("hidden_size");
   c.n_heads = f.get_count("num_attention_heads");
@@ -142,7 +140,6 @@ ModelConfig opt(const Fields& f) {
   c.vocab_size = f.get_count("vocab_size");
   c.context_length = f.get_count("max_position_embeddings");
   c.norm_eps = 1e-5f;  // OPT's LayerNorms use PyTorch's default
-  c.norm = NormKind::kLayer;
   const std::string act = f.get_string_or("activation_function", "relu");
   OFFGEN_CHECK(act == "relu" || act == "gelu", kConfig,
                "{}: activation_function '{}' is not supported (relu, gelu)", f.name, act);
@@ -153,9 +150,6 @@ ModelConfig opt(const Fields& f) {
   OFFGEN_CHECK(bias, kConfig, "{}: enable_bias false is not supported", f.name);
   OFFGEN_CHECK(f.get_bool_or("layer_norm_elementwise_affine", true), kConfig,
                "{}: layer_norm_elementwise_affine false is not supported", f.name);
-  c.qkv_bias = c.out_bias = c.ffn_bias = true;
-  c.learned_pos = true;
-  c.pos_offset = 2;  // OPTLearnedPositionalEmbedding's offset
   const int64_t proj = f.get_count_or("word_embed_proj_dim", c.d_model);
   c.embed_dim = proj == c.d_model ? 0 : proj;
   c.tied_embeddings = f.get_bool_or("tie_word_embeddings", true);
@@ -171,47 +165,9 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-// Llama-family layer tensor names (offgen suffix -> HF suffix after "layers.N.").
-constexpr std::pair<const char*, const char*> kLlamaLayer[] = {
-    {"attn_norm.weight", "input_layernorm.weight"},
-    {"attn_q.weight", "self_attn.q_proj.weight"},   {"attn_q.bias", "self_attn.q_proj.bias"},
-    {"attn_k.weight", "self_attn.k_proj.weight"},   {"attn_k.bias", "self_attn.k_proj.bias"},
-    {"attn_v.weight", "self_attn.v_proj.weight"},   {"attn_v.bias", "self_attn.v_proj.bias"},
-    {"attn_output.weight", "self_attn.o_proj.weight"},
-    {"attn_output.bias", "self_attn.o_proj.bias"},
-    {"ffn_norm.weight", "post_attention_layernorm.weight"},
-    {"ffn_gate.weight", "mlp.gate_proj.weight"},    {"ffn_up.weight", "mlp.up_proj.weight"},
-    {"ffn_down.weight", "mlp.down_proj.weight"},
-};
-constexpr std::pair<const char*, const char*> kOptLayer[] = {
-    {"attn_norm.weight", "self_attn_layer_norm.weight"},
-    {"attn_norm.bias", "self_attn_layer_norm.bias"},
-    {"attn_q.weight", "self_attn.q_proj.weight"},   {"attn_q.bias", "self_attn.q_proj.bias"},
-    {"attn_k.weight", "self_attn.k_proj.weight"},   {"attn_k.bias", "self_attn.k_proj.bias"},
-    {"attn_v.weight", "self_attn.v_proj.weight"},   {"attn_v.bias", "self_attn.v_proj.bias"},
-    {"attn_output.weight", "self_attn.out_proj.weight"},
-    {"attn_output.bias", "self_attn.out_proj.bias"},
-    {"ffn_norm.weight", "final_layer_norm.weight"}, {"ffn_norm.bias", "final_layer_norm.bias"},
-    {"ffn_up.weight", "fc1.weight"},                {"ffn_up.bias", "fc1.bias"},
-    {"ffn_down.weight", "fc2.weight"},              {"ffn_down.bias", "fc2.bias"},
-};
-constexpr std::pair<const char*, const char*> kLlamaTop[] = {
-    {"token_embd.weight", "embed_tokens.weight"},
-    {"output_norm.weight", "norm.weight"},
-};
-constexpr std::pair<const char*, const char*> kOptTop[] = {
-    {"token_embd.weight", "embed_tokens.weight"},
-    {"position_embd.weight", "embed_positions.weight"},
-    {"proj_in.weight", "project_in.weight"},
-    {"proj_out.weight", "project_out.weight"},
-    {"output_norm.weight", "final_layer_norm.weight"},
-    {"output_norm.bias", "final_layer_norm.bias"},
-};
-
-template <size_t N>
-const char* lookup(const std::pair<const char*, const char*> (&table)[N], const std::string& key) {
+const char* lookup(NamePairs table, const std::string& key) {
   for (const auto& [ours, theirs] : table)
-    if (key == ours) return theirs;
+    if (key == ours) return theirs.data();
   return nullptr;
 }
 
@@ -240,30 +196,24 @@ ModelConfig config_from_hf(std::string_view config_json, const std::string& name
   }
   OFFGEN_CHECK(j.is_object(), kInput, "{}: must be a JSON object", name);
   const Fields f{j, name};
+  const Architecture* row = nullptr;
   std::string arch;
   if (const json* a = f.find("architectures")) {
     OFFGEN_CHECK(a->is_array() && !a->empty() && (*a)[0].is_string(), kInput,
                  "{}: field 'architectures' must be a non-empty array of strings", name);
     arch = (*a)[0].get<std::string>();
+    row = find_hf_architecture(arch);
+  } else {  // fall back on model_type
+    arch = f.get_string_or("model_type", "");
+    row = find_hf_model_type(arch);
   }
-  if (arch.empty()) {  // fall back on model_type
-    const std::string mt = f.get_string_or("model_type", "");
-    arch = mt == "llama"     ? "LlamaForCausalLM"
-           : mt == "mistral" ? "MistralForCausalLM"
-           : mt == "qwen2"   ? "Qwen2ForCausalLM"
-           : mt == "opt"     ? "OPTForCausalLM"
-                             : mt;
-  }
+  OFFGEN_CHECK(row != nullptr, kConfig, "{}: architecture '{}' is not supported ({})", name, arch,
+               hf_architecture_names());
   ModelConfig c;
-  if (arch == "LlamaForCausalLM" || arch == "MistralForCausalLM" || arch == "Qwen2ForCausalLM")
-    c = llama_family(f, arch);
-  else if (arch == "OPTForCausalLM")
-    c = opt(f);
-  else
-    OFFGEN_THROW(kConfig,
-                 "{}: architecture '{}' is not supported (LlamaForCausalLM, MistralForCausalLM, "
-                 "Qwen2ForCausalLM, OPTForCausalLM)",
-                 name, arch);
+  switch (row->hf_family) {
+    case HfConfigFamily::kLlama: c = llama_family(f, *row); break;
+    case HfConfigFamily::kOpt: c = opt(f, *row); break;
+  }
   c.name = f.get_string_or("_name_or_path", "");
   c.validate();
   return c;
@@ -279,27 +229,24 @@ HfWeightSource::HfWeightSource(const std::string& dir, std::string_view config_j
       config_(config_from_hf(config_json, config_name)),
       ckpt_(SafetensorsCheckpoint::open_dir(dir)) {
   if (config_.name.empty()) config_.name = std::filesystem::path(dir).filename().string();
-  const bool opt = config_.arch == "opt";
-  const std::vector<std::string> prefixes =
-      opt ? std::vector<std::string>{"model.decoder.", "decoder.", ""}
-          : std::vector<std::string>{"model.", ""};
-  for (const auto& p : prefixes)
-    if (ckpt_.find(p + "embed_tokens.weight") != nullptr) {
+  arch_ = find_architecture(config_.arch);
+  for (std::string_view p : arch_->hf_prefixes)
+    if (ckpt_.find(std::string(p) + "embed_tokens.weight") != nullptr) {
       prefix_ = p;
       break;
     }
   OFFGEN_CHECK(ckpt_.find(prefix_ + "embed_tokens.weight") != nullptr, kInput,
-               "{}: no token embedding (expected '{}embed_tokens.weight')", dir_, prefixes[0]);
+               "{}: no token embedding (expected '{}embed_tokens.weight')", dir_,
+               arch_->hf_prefixes[0]);
 }
 
 std::string HfWeightSource::hf_name(const std::string& name) const {
-  const bool opt = config_.arch == "opt";
   if (name == "output.weight") return config_.tied_embeddings ? "" : "lm_head.weight";
-  if (const char* top = opt ? lookup(kOptTop, name) : lookup(kLlamaTop, name)) return prefix_ + top;
+  if (const char* top = lookup(arch_->hf_top, name)) return prefix_ + top;
   int layer = -1;
   char what[64] = {};
   if (std::sscanf(name.c_str(), "blk.%d.%63s", &layer, what) != 2 || layer < 0) return "";
-  const char* sub = opt ? lookup(kOptLayer, what) : lookup(kLlamaLayer, what);
+  const char* sub = lookup(arch_->hf_layer, what);
   return sub ? fmt::format("{}layers.{}.{}", prefix_, layer, sub) : "";
 }
 

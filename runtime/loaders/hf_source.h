@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "runtime/loaders/safetensors.h"
+#include "runtime/model/architecture.h"
 #include "runtime/model/weight_source.h"
 
 namespace offgen {
@@ -38,6 +39,7 @@ class HfWeightSource final : public WeightSource {
   std::string dir_;
   ModelConfig config_;
   SafetensorsCheckpoint ckpt_;
+  const Architecture* arch_ = nullptr;  // its row (architecture.h)
   std::string prefix_;  // "model." / "model.decoder." / "decoder." as the checkpoint spells it
 };
 

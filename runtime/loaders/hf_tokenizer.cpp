@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -11,82 +12,19 @@
 #include <unordered_map>
 
 #include "runtime/core/error.h"
+#include "runtime/loaders/hf_json.h"
 #include "runtime/text/pre_tokenizer.h"
 #include "runtime/text/utf8.h"
 
 namespace offgen {
 namespace {
 
+using hf::Doc;
+using hf::parse_json;
+using hf::quote;
 using nlohmann::json;
 
-constexpr size_t kQuoteChars = 200;
 constexpr char32_t kSpmSpace = 0x2581;  // "▁", SentencePiece's word-boundary marker
-constexpr const char* kSpmMessage =
-    "SentencePiece-style tokenizers (Llama-2, Mistral: Metaspace / '\xe2\x96\x81' tokens, "
-    "byte_fallback) are out of scope; offgen supports byte-level BPE only (GPT-2, SmolLM, Qwen2, "
-    "Llama-3 style)";
-
-// A JSON value for a message, cut to ~200 characters.
-std::string quote(const json& j) {
-  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > kQuoteChars) s = s.substr(0, kQuoteChars) + "...";
-  return s;
-}
-
-json parse_json(std::string_view text, const std::string& file) {
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    OFFGEN_THROW(kInput, "{}: not valid JSON at byte {}: {}", file, e.byte, e.what());
-  } catch (const json::exception& e) {
-    OFFGEN_THROW(kInput, "{}: not valid JSON: {}", file, e.what());
-  }
-  OFFGEN_CHECK(j.is_object(), kInput, "{}: the top level is not a JSON object", file);
-  return j;
-}
-
-// Reader for one file's JSON: typed member access whose errors name the file and JSON path.
-struct Doc {
-  const std::string& file;
-
-  const json* find(const json& obj, std::string_view key) const {
-    if (!obj.is_object()) return nullptr;
-    auto it = obj.find(key);
-    return it == obj.end() || it->is_null() ? nullptr : &*it;
-  }
-  bool flag(const json& obj, std::string_view key, bool fallback, const std::string& path) const {
-    const json* v = find(obj, key);
-    if (!v) return fallback;
-    OFFGEN_CHECK(v->is_boolean(), kInput, "{}: {}{}{}: expected true/false, got {}", file, path,
-                 path.empty() ? "" : ".", key, quote(*v));
-    return v->get<bool>();
-  }
-  std::string str(const json& obj, std::string_view key, const std::string& path) const {
-    const json* v = find(obj, key);
-    OFFGEN_CHECK(v && v->is_string(), kInput, "{}: {}.{}: expected a string, got {}", file, path,
-                 key, v ? quote(*v) : "nothing");
-    return v->get<std::string>();
-  }
-  std::string type(const json& obj, const std::string& path) const {
-    OFFGEN_CHECK(obj.is_object(), kInput, "{}: {}: expected an object, got {}", file, path,
-                 quote(obj));
-    return str(obj, "type", path);
-  }
-  int32_t id(const json& v, const std::string& path) const {
-    int64_t x = -1;
-    if (v.is_number_unsigned()) {
-      x = static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT32_MAX));
-    } else if (v.is_number_integer()) {
-      x = v.get<int64_t>();
-    } else {
-      OFFGEN_THROW(kInput, "{}: {}: expected an integer token id, got {}", file, path, quote(v));
-    }
-    OFFGEN_CHECK(x >= 0 && x < INT32_MAX, kInput, "{}: {}: token id {} is out of range", file, path,
-                 x);
-    return static_cast<int32_t>(x);
-  }
-};
 
 // Whether `s` is spelled in GPT-2's byte-to-unicode alphabet; the first offending code point
 // (or -1 for invalid UTF-8) lands in *bad.
@@ -109,8 +47,10 @@ bool is_byte_level(std::string_view s, int64_t* bad) {
 }
 
 // model.vocab + added_tokens -> tokens/types indexed by id. Returns content -> id for lookups.
+// spm: SentencePiece-style (any spelling; "<0xNN>" tokens are byte tokens when byte_fallback),
+// else every model token must be byte-level text.
 std::unordered_map<std::string, int32_t> read_tokens(const Doc& doc, const json& root,
-                                                     const json& model, VocabData& v) {
+                                                     const json& model, bool spm, VocabData& v) {
   const json* vocab = doc.find(model, "vocab");
   OFFGEN_CHECK(vocab && vocab->is_object() && !vocab->empty(), kInput,
                "{}: model.vocab: expected a non-empty object of token -> id", doc.file);
@@ -182,9 +122,21 @@ std::unordered_map<std::string, int32_t> read_tokens(const Doc& doc, const json&
                  "{}: no token has id {} (model.vocab and added_tokens must cover 0..{})", doc.file,
                  id, n - 1);
     int64_t bad = 0;
+    if (spm) {
+      const std::string& t = v.tokens[id];
+      const bool byte_token = t.size() == 6 && t.starts_with("<0x") && t.back() == '>' &&
+                              std::isxdigit(static_cast<unsigned char>(t[3])) &&
+                              std::isxdigit(static_cast<unsigned char>(t[4]));
+      if (!is_added[id] && v.byte_fallback && byte_token)
+        v.token_types[id] = static_cast<int32_t>(TokenType::kByte);
+      continue;
+    }
     if (is_added[id] || is_byte_level(v.tokens[id], &bad)) continue;
-    OFFGEN_CHECK(bad != kSpmSpace, kInput, "{}: model.vocab[{}] ('{}'): {}", doc.file, id,
-                 v.tokens[id], kSpmMessage);
+    OFFGEN_CHECK(bad != kSpmSpace, kInput,
+                 "{}: model.vocab[{}] ('{}') has SentencePiece's '\xe2\x96\x81' but the "
+                 "tokenizer is otherwise byte-level (no byte_fallback, Metaspace or '\xe2\x96\x81' "
+                 "in normalizer / pre_tokenizer / decoder)",
+                 doc.file, id, v.tokens[id]);
     OFFGEN_THROW(kInput,
                  "{}: model.vocab[{}] ('{}') is not byte-level BPE text ({} is outside GPT-2's "
                  "byte-to-unicode alphabet)",
@@ -235,18 +187,17 @@ void read_merges(const Doc& doc, const json& model, VocabData& v) {
   }
 }
 
-// SentencePiece-style markers anywhere in the text pipeline get the out-of-scope message.
-void reject_sentencepiece(const Doc& doc, const json& root, const json& model) {
-  OFFGEN_CHECK(!doc.flag(model, "byte_fallback", false, "model"), kInput,
-               "{}: model.byte_fallback is true: {}", doc.file, kSpmMessage);
+// SentencePiece-style: byte_fallback, or Metaspace / "▁" anywhere in the text pipeline.
+bool is_sentencepiece(const Doc& doc, const json& root, const json& model) {
+  if (doc.flag(model, "byte_fallback", false, "model")) return true;
   for (const char* key : {"normalizer", "pre_tokenizer", "decoder"}) {
     const json* part = doc.find(root, key);
     if (!part) continue;
     const std::string s = part->dump(-1, ' ', false, json::error_handler_t::replace);
-    OFFGEN_CHECK(
-        s.find("Metaspace") == std::string::npos && s.find("\xe2\x96\x81") == std::string::npos,
-        kInput, "{}: {} {}: {}", doc.file, key, quote(*part), kSpmMessage);
+    if (s.find("Metaspace") != std::string::npos || s.find("\xe2\x96\x81") != std::string::npos)
+      return true;
   }
+  return false;
 }
 
 // What a normalizer does, if it is one offgen applies: null or (nested) Sequences of nothing
@@ -451,9 +402,10 @@ VocabData build(std::string_view json_text, std::string_view config_text,
                json_file);
   const std::string type = doc.type(*model, "model");
   OFFGEN_CHECK(type == "BPE", kInput,
-               "{}: model.type is '{}'; only byte-level BPE tokenizers are supported", json_file,
-               type);
-  reject_sentencepiece(doc, root, *model);
+               "{}: model.type is '{}'; only BPE tokenizers are supported (byte-level BPE or "
+               "SentencePiece-style BPE)",
+               json_file, type);
+  const bool spm = is_sentencepiece(doc, root, *model);
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const json* x = doc.find(*model, key);
     OFFGEN_CHECK(!x || *x == "", kInput, "{}: model.{} = {} is not supported", json_file, key,
@@ -463,22 +415,31 @@ VocabData build(std::string_view json_text, std::string_view config_text,
   OFFGEN_CHECK(!dropout || *dropout == 0.0, kInput,
                "{}: model.dropout = {} (BPE dropout) is not supported", json_file,
                dropout ? quote(*dropout) : "");
-  const json* norm = doc.find(root, "normalizer");
-  const std::optional<bool> nfc = norm ? normalizer_nfc(*norm, 0) : std::optional<bool>(false);
-  OFFGEN_CHECK(nfc.has_value(), kInput,
-               "{}: normalizer {} is not supported (null or NFC, which offgen applies with ICU)",
-               json_file, norm ? quote(*norm) : "");
-  const json* decoder = doc.find(root, "decoder");
-  OFFGEN_CHECK(!decoder || doc.type(*decoder, "decoder") == "ByteLevel", kInput,
-               "{}: decoder {} is not supported (ByteLevel or null)", json_file,
-               decoder ? quote(*decoder) : "");
-
   VocabData v;
-  v.model = "gpt2";
-  const auto ids = read_tokens(doc, root, *model, v);
+  if (spm) {
+    v.model = "llama";
+    v.byte_fallback = doc.flag(*model, "byte_fallback", false, "model");
+    v.fuse_unk = doc.flag(*model, "fuse_unk", false, "model");
+    OFFGEN_CHECK(!doc.flag(*model, "ignore_merges", false, "model"), kInput,
+                 "{}: model.ignore_merges = true is not supported for SentencePiece-style BPE",
+                 json_file);
+    read_spm_pipeline(doc, root, v);
+  } else {
+    const json* norm = doc.find(root, "normalizer");
+    const std::optional<bool> nfc = norm ? normalizer_nfc(*norm, 0) : std::optional<bool>(false);
+    OFFGEN_CHECK(nfc.has_value(), kInput,
+                 "{}: normalizer {} is not supported (null or NFC, which offgen applies with ICU)",
+                 json_file, norm ? quote(*norm) : "");
+    const json* decoder = doc.find(root, "decoder");
+    OFFGEN_CHECK(!decoder || doc.type(*decoder, "decoder") == "ByteLevel", kInput,
+                 "{}: decoder {} is not supported (ByteLevel or null)", json_file,
+                 decoder ? quote(*decoder) : "");
+    v.model = "gpt2";
+    v.normalize_nfc = *nfc;
+  }
+  const auto ids = read_tokens(doc, root, *model, spm, v);
   read_merges(doc, *model, v);
-  v.pre = read_pre(doc, root, doc.flag(*model, "ignore_merges", false, "model"));
-  v.normalize_nfc = *nfc;
+  if (!spm) v.pre = read_pre(doc, root, doc.flag(*model, "ignore_merges", false, "model"));
 
   std::optional<int32_t> template_bos;
   if (const json* pp = doc.find(root, "post_processor"))
@@ -486,6 +447,7 @@ VocabData build(std::string_view json_text, std::string_view config_text,
 
   std::optional<int32_t> cfg_bos, cfg_eos, cfg_unk, cfg_pad;
   std::optional<bool> cfg_add_bos;
+  bool cfg_add_eos = false;
   if (!config_text.empty()) {
     const Doc cdoc{config_file};
     const json cfg = parse_json(config_text, config_file);
@@ -494,9 +456,7 @@ VocabData build(std::string_view json_text, std::string_view config_text,
     cfg_unk = config_token(cdoc, cfg, "unk_token", ids);
     cfg_pad = config_token(cdoc, cfg, "pad_token", ids);
     if (cdoc.find(cfg, "add_bos_token")) cfg_add_bos = cdoc.flag(cfg, "add_bos_token", false, "");
-    OFFGEN_CHECK(!cdoc.flag(cfg, "add_eos_token", false, ""), kInput,
-                 "{}: add_eos_token = true (an EOS appended to every prompt) is not supported",
-                 config_file);
+    cfg_add_eos = cdoc.flag(cfg, "add_eos_token", false, "");
     v.chat_template = config_chat_template(cdoc, cfg);
   }
   if (jinja) v.chat_template = *jinja;
@@ -517,11 +477,21 @@ VocabData build(std::string_view json_text, std::string_view config_text,
       }
     }
   }
+  v.add_eos = cfg_add_eos;
+  OFFGEN_CHECK(!v.add_eos || v.eos_id >= 0, kInput,
+               "{}: add_eos_token is true but there is no eos_token", config_file);
   v.pad_id = cfg_pad.value_or(-1);
   v.unk_id = cfg_unk.value_or(-1);
-  if (const json* unk = doc.find(*model, "unk_token")) {
+  const json* unk = doc.find(*model, "unk_token");
+  if (unk) {
     OFFGEN_CHECK(unk->is_string() && ids.contains(unk->get<std::string>()), kInput,
                  "{}: model.unk_token {} is not a token", json_file, quote(*unk));
+  }
+  if (spm) {
+    // The BPE model emits model.unk_token for a character it cannot represent, and drops the
+    // character when there is none, whatever tokenizer_config.json names.
+    v.unk_id = unk ? ids.at(unk->get<std::string>()) : -1;
+  } else if (unk) {
     // HF emits unk for a byte without a token where offgen drops it (Tokenizer::encode).
     std::string sym;
     for (int b = 0; b < 256; ++b) {

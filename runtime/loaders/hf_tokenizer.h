@@ -1,6 +1,6 @@
 // Builds the tokenizer's VocabData from a Hugging Face tokenizer.json (+ tokenizer_config.json,
-// chat_template.jinja): byte-level BPE with the GPT-2, SmolLM, Qwen2 or Llama-3 pre-tokenizer.
-// SentencePiece-style tokenizers (Llama-2, Mistral: Metaspace, byte_fallback) are rejected.
+// chat_template.jinja): byte-level BPE with the GPT-2, SmolLM, Qwen2 or Llama-3 pre-tokenizer, or
+// SentencePiece-style BPE (Llama 2, Mistral, Gemma: "▁" for spaces, byte_fallback).
 #pragma once
 
 #include <string>
@@ -16,15 +16,23 @@ namespace offgen {
 // saves it there and prefers it — else from tokenizer_config.json's "chat_template".
 //
 // Mapping (see hf_tokenizer.cpp for the details):
-//  - model: type "BPE", byte_fallback false; model.vocab + added_tokens give ids 0..n-1 without
-//    gaps; added tokens are kControl when "special", else kUserDefined; merges "a b" or [a, b].
-//  - pre: ByteLevel(use_regex) -> "gpt2"; Sequence[Digits(individual), ByteLevel] -> "smollm";
-//    Split(<regex>, Isolated) + ByteLevel(use_regex=false) -> the pre whose regex it is ("qwen2",
-//    "llama3" when model.ignore_merges, "smaug-bpe" otherwise, "gpt2"). normalizer must be null.
+//  - model: type "BPE"; model.vocab + added_tokens give ids 0..n-1 without gaps; added tokens are
+//    kControl when "special", else kUserDefined; merges "a b" or [a, b].
+//  - SentencePiece-style (model "llama") when model.byte_fallback is set or "Metaspace" / "▁"
+//    appears in normalizer, pre_tokenizer or decoder (hf_tokenizer_spm.cpp): "<0xNN>" tokens are
+//    kByte under byte_fallback; fuse_unk; unk is model.unk_token (the BPE model's, none = drop);
+//    normalizer: null / NFC / NFKC / Replace(" ", "▁") / Prepend("▁") / Sequence of them;
+//    pre_tokenizer: null / Metaspace (prepend_scheme always|first|never, split) / Split(literal) /
+//    Sequence; decoder: Replace("▁", " ") / ByteFallback / Fuse / Strip(" ", 1, 0) / Metaspace.
+//  - byte-level otherwise; pre: ByteLevel(use_regex) -> "gpt2"; Sequence[Digits(individual),
+//    ByteLevel] -> "smollm"; Split(<regex>, Isolated) + ByteLevel(use_regex=false) -> the pre
+//    whose regex it is ("qwen2", "llama3" when model.ignore_merges, "smaug-bpe" otherwise,
+//    "gpt2"). normalizer null or NFC.
 //  - add_bos/bos_id: a TemplateProcessing single template that starts with a special token;
-//    tokenizer_config's "add_bos_token" overrides. bos/eos/unk/pad ids from tokenizer_config's
-//    *_token entries. Without a config (or an eos_token there), eos is the first of
-//    "<|endoftext|>", "</s>", "<|im_end|>" that exists; unk falls back to model.unk_token.
+//    tokenizer_config's "add_bos_token" overrides; add_eos from its "add_eos_token".
+//    bos/eos/unk/pad ids from tokenizer_config's *_token entries. Without a config (or an
+//    eos_token there), eos is the first of "<|endoftext|>", "</s>", "<|im_end|>" that exists;
+//    unk falls back to model.unk_token.
 // Throws Error(kIo) when a file cannot be read and Error(kInput) naming the file and JSON path
 // ("tokenizer.json: model.merges[12]: ...") for anything malformed or unsupported.
 VocabData vocab_from_hf_tokenizer(const std::string& tokenizer_json,

@@ -6,7 +6,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
@@ -40,6 +43,30 @@ std::string dir_content_id(const std::string& dir) {
     h = fnv1a64(part.data(), part.size(), h);
   }
   return fmt::format("hf:{:016x}", h);
+}
+
+// generation_config.json's eos_token_id (an id or a list of ids: every one ends generation in
+// transformers' generate) joins the vocabulary's end-of-generation ids.
+void add_generation_eos(const std::filesystem::path& path, VocabData& v) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;
+  std::ifstream in(path, std::ios::binary);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    OFFGEN_THROW(kInput, "{}: not valid JSON: {}", path.string(), e.what());
+  }
+  if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) return;
+  const nlohmann::json& e = j["eos_token_id"];
+  const nlohmann::json list = e.is_array() ? e : nlohmann::json::array({e});
+  for (const auto& id : list) {
+    OFFGEN_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 &&
+                     id.get<int64_t>() < static_cast<int64_t>(v.tokens.size()),
+                 kInput, "{}: eos_token_id {} is not a token id of the vocabulary ({} tokens)",
+                 path.string(), id.dump(), v.tokens.size());
+    v.eog_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
 }
 
 }  // namespace
@@ -130,6 +157,7 @@ OpenedModel open_model(const std::string& spec) {
     const fs::path tc = dir / "tokenizer_config.json";
     m.vocab = vocab_from_hf_tokenizer((dir / "tokenizer.json").string(),
                                       fs::exists(tc, ec) ? tc.string() : std::string());
+    add_generation_eos(dir / "generation_config.json", m.vocab);
     m.source = std::move(src);
     m.content_id = dir_content_id(spec);
   } else {

@@ -1,4 +1,4 @@
-// NFC through ICU's C API: UTF-8 -> UTF-16, quick check, normalise, back to UTF-8.
+// NFC / NFKC through ICU's C API: UTF-8 -> UTF-16, quick check, normalise, back to UTF-8.
 #include "runtime/text/nfc.h"
 
 #include <unicode/unorm2.h>
@@ -10,14 +10,17 @@
 
 namespace offgen {
 
-bool nfc_normalize(std::string_view text, std::string& out) {
+namespace {
+
+bool normalize(bool compat, std::string_view text, std::string& out) {
   if (text.empty()) return false;
   bool ascii = true;
   for (unsigned char ch : text) ascii = ascii && ch < 0x80;
-  if (ascii) return false;  // ASCII is always in NFC
+  if (ascii) return false;  // ASCII is always in NFC and NFKC
   UErrorCode err = U_ZERO_ERROR;
-  const UNormalizer2* nfc = unorm2_getNFCInstance(&err);
-  OFFGEN_CHECK(U_SUCCESS(err), kInternal, "ICU: NFC normaliser unavailable ({})", u_errorName(err));
+  const UNormalizer2* nfc = compat ? unorm2_getNFKCInstance(&err) : unorm2_getNFCInstance(&err);
+  OFFGEN_CHECK(U_SUCCESS(err), kInternal, "ICU: {} normaliser unavailable ({})",
+               compat ? "NFKC" : "NFC", u_errorName(err));
   // UTF-8 -> UTF-16 without substitution: invalid input fails and is left raw.
   int32_t n16 = 0;
   u_strFromUTF8(nullptr, 0, &n16, text.data(), static_cast<int32_t>(text.size()), &err);
@@ -32,7 +35,8 @@ bool nfc_normalize(std::string_view text, std::string& out) {
   err = U_ZERO_ERROR;
   std::vector<UChar> norm(cap + 1);
   unorm2_normalize(nfc, u16.data(), n16, norm.data(), cap + 1, &err);
-  OFFGEN_CHECK(U_SUCCESS(err), kInternal, "ICU: NFC normalisation failed ({})", u_errorName(err));
+  OFFGEN_CHECK(U_SUCCESS(err), kInternal, "ICU: {} normalisation failed ({})",
+               compat ? "NFKC" : "NFC", u_errorName(err));
   int32_t n8 = 0;
   err = U_ZERO_ERROR;
   u_strToUTF8(nullptr, 0, &n8, norm.data(), cap, &err);
@@ -43,5 +47,10 @@ bool nfc_normalize(std::string_view text, std::string& out) {
                "ICU: UTF-16 -> UTF-8 failed ({})", u_errorName(err));
   return true;
 }
+
+}  // namespace
+
+bool nfc_normalize(std::string_view text, std::string& out) { return normalize(false, text, out); }
+bool nfkc_normalize(std::string_view text, std::string& out) { return normalize(true, text, out); }
 
 }  // namespace offgen

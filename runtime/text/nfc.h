@@ -1,5 +1,5 @@
-// Unicode NFC normalisation (ICU) for tokenizers whose tokenizer.json declares an NFC normalizer
-// (Qwen2's): text is normalised before pre-tokenisation, as Hugging Face `tokenizers` does.
+// Unicode NFC / NFKC normalisation (ICU) for tokenizers whose tokenizer.json declares such a
+// normalizer (Qwen2's NFC): text is normalised before pre-tokenisation, as HF `tokenizers` does.
 #pragma once
 
 #include <string>
@@ -11,5 +11,7 @@ namespace offgen {
 // leaves `out` alone when text is already in NFC or is not valid UTF-8 (such bytes are tokenised
 // raw: Hugging Face cannot represent them at all). Thread-safe.
 bool nfc_normalize(std::string_view text, std::string& out);
+// The same for NFKC.
+bool nfkc_normalize(std::string_view text, std::string& out);
 
 }  // namespace offgen

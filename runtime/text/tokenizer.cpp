@@ -1,4 +1,5 @@
-// Byte-level BPE tokenizer: vocabulary indexing, special-token split, merges, decode.
+// Tokenizer: vocabulary indexing, special-token split, byte-level BPE merges (SentencePiece-style
+// BPE in spm_bpe.cpp), decode.
 #include "runtime/text/tokenizer.h"
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 #include "runtime/core/log.h"
 #include "runtime/text/nfc.h"
 #include "runtime/text/pre_tokenizer.h"
+#include "runtime/text/special_matcher.h"
+#include "runtime/text/spm_bpe.h"
 #include "runtime/text/utf8.h"
 
 namespace offgen {
@@ -87,12 +90,6 @@ struct MergeInfo {
   int32_t result;
 };
 
-struct Special {
-  std::string text;
-  int32_t id;
-  bool control;  // matched only when parse_special
-};
-
 // Cache of BPE results for short pieces, sharded so that encode() on many threads rarely
 // contends. Bounded: a full shard is cleared.
 class WordCache {
@@ -133,30 +130,29 @@ char32_t byte_to_unicode(uint8_t b) { return kByteToUnicode[b]; }
 
 struct Tokenizer::Impl {
   VocabData vocab;
-  PreTokenizer pre;
+  std::unique_ptr<PreTokenizer> pre;  // byte-level only
+  std::unique_ptr<SpmBpe> spm;        // SentencePiece-style only
   std::vector<TokenType> types;
   std::vector<std::string> bytes;                       // raw bytes per id
   std::unordered_map<std::string, int32_t> text_to_id;  // byte-level text -> id (last wins)
   std::array<int32_t, 256> byte_id{};                   // single-byte symbol ids, -1 if none
   std::vector<uint8_t> missing;
   std::unordered_map<uint64_t, MergeInfo> merges;  // (left, right) -> rank, result
-  std::vector<Special> specials;
+  SpecialMatcher specials;
   mutable WordCache cache;
 
-  Impl(VocabData v, std::string_view pre_name) : vocab(std::move(v)), pre(pre_name) {}
+  explicit Impl(VocabData v) : vocab(std::move(v)) {}
 
   void bpe(std::string_view piece, std::vector<int32_t>& out) const;
   void bpe_uncached(std::string_view piece, std::vector<int32_t>& out) const;
-  void encode_text(std::string_view text, std::vector<int32_t>& out) const;
+  // One segment between special tokens; at_start: it begins the text.
+  void encode_text(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
+  void init_byte_level();
 };
 
 namespace {
 
 std::string_view resolve_pre(const VocabData& v) {
-  OFFGEN_CHECK(v.model == "gpt2", kInput,
-               "unsupported tokenizer model '{}' (tokenizer.ggml.model): only byte-level BPE "
-               "'gpt2' is implemented",
-               v.model);
   if (v.pre.empty()) {
     log_warn("tokenizer.ggml.pre is missing; using the GPT-2 pre-tokenizer regex");
     return "gpt2";
@@ -167,9 +163,14 @@ std::string_view resolve_pre(const VocabData& v) {
 }  // namespace
 
 Tokenizer::Tokenizer(VocabData vocab) {
-  const std::string pre_name(resolve_pre(vocab));
-  impl_ = std::make_unique<Impl>(std::move(vocab), pre_name);
+  OFFGEN_CHECK(vocab.model == "gpt2" || vocab.model == "llama", kInput,
+               "unsupported tokenizer model '{}' (tokenizer.ggml.model): offgen implements "
+               "byte-level BPE 'gpt2' and SentencePiece-style BPE 'llama'",
+               vocab.model);
+  const bool spm = vocab.model == "llama";
+  impl_ = std::make_unique<Impl>(std::move(vocab));
   Impl& m = *impl_;
+  if (!spm) m.pre = std::make_unique<PreTokenizer>(resolve_pre(m.vocab));
   const VocabData& v = m.vocab;
   const auto n = static_cast<int64_t>(v.tokens.size());
   OFFGEN_CHECK(n > 0 && n < INT32_MAX, kInput, "tokenizer vocabulary size {} is out of range", n);
@@ -181,6 +182,7 @@ Tokenizer::Tokenizer(VocabData vocab) {
                  "tokenizer {} id {} is outside the vocabulary (size {})", name, id, n);
   }
   OFFGEN_CHECK(!v.add_bos || v.bos_id >= 0, kInput, "tokenizer asks to add BOS but has no BOS id");
+  OFFGEN_CHECK(!v.add_eos || v.eos_id >= 0, kInput, "tokenizer asks to add EOS but has no EOS id");
 
   m.types.resize(n, TokenType::kNormal);
   m.bytes.resize(n);
@@ -190,6 +192,14 @@ Tokenizer::Tokenizer(VocabData vocab) {
     OFFGEN_CHECK(t >= 0 && t <= 6, kInput, "token {} ('{}') has unknown token type {}", id,
                  v.tokens[id], t);
     m.types[id] = t == 0 ? TokenType::kNormal : static_cast<TokenType>(t);
+    // Unknown-type tokens ("<unk>") are matched like control tokens, as llama.cpp does.
+    const bool control = m.types[id] == TokenType::kControl || m.types[id] == TokenType::kUnknown;
+    if (control || m.types[id] == TokenType::kUserDefined)
+      m.specials.add(v.tokens[id], id, control);
+    if (spm) {
+      m.bytes[id] = SpmBpe::token_bytes(v.tokens[id], m.types[id]);
+      continue;
+    }
     switch (m.types[id]) {
       case TokenType::kNormal:
         m.bytes[id] = from_byte_level(v.tokens[id]);
@@ -207,10 +217,18 @@ Tokenizer::Tokenizer(VocabData vocab) {
     // Keyed by the byte-level spelling of the token's bytes, which is how merges name pieces
     // (HF respells non-alphabet GGUF tokens the same way). Later duplicates win, as in HF.
     m.text_to_id[to_byte_level(m.bytes[id])] = id;
-    const bool control = m.types[id] == TokenType::kControl;
-    if ((control || m.types[id] == TokenType::kUserDefined) && !v.tokens[id].empty())
-      m.specials.push_back({v.tokens[id], id, control});
   }
+  if (spm) {
+    m.spm = std::make_unique<SpmBpe>(v, m.types);
+    m.missing = m.spm->missing_bytes();
+  } else {
+    m.init_byte_level();
+  }
+}
+
+void Tokenizer::Impl::init_byte_level() {
+  Impl& m = *this;
+  const VocabData& v = m.vocab;
   for (int b = 0; b < 256; ++b) {
     std::string s;
     utf8::append(s, kByteToUnicode[b]);
@@ -302,7 +320,7 @@ void Tokenizer::Impl::bpe_uncached(std::string_view piece, std::vector<int32_t>&
 }
 
 void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& out) const {
-  if (pre.ignore_merges()) {
+  if (pre->ignore_merges()) {
     auto it = text_to_id.find(to_byte_level(piece));
     if (it != text_to_id.end()) {
       out.push_back(it->second);
@@ -321,11 +339,15 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>& out) con
   cache.insert(piece, std::span<const int32_t>(out).subspan(first));
 }
 
-void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& out) const {
+void Tokenizer::Impl::encode_text(std::string_view text, bool at_start,
+                                  std::vector<int32_t>& out) const {
+  if (spm) return spm->encode(text, at_start, out);
   std::string normalized;
-  if (vocab.normalize_nfc && nfc_normalize(text, normalized)) text = normalized;
+  if (vocab.normalize_nfkc ? nfkc_normalize(text, normalized)
+                           : vocab.normalize_nfc && nfc_normalize(text, normalized))
+    text = normalized;
   std::vector<std::string_view> pieces;
-  pre.split(text, pieces);
+  pre->split(text, pieces);
   for (std::string_view p : pieces) bpe(p, out);
 }
 
@@ -334,29 +356,17 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
   if (m.vocab.add_bos) out.push_back(m.vocab.bos_id);
-  // Leftmost-longest special-token split (HF's added-vocabulary trie). next[k] caches where
-  // special k next occurs at or after `pos` (npos: nowhere).
-  constexpr size_t kUnknown = std::string_view::npos - 1;
-  std::vector<size_t> next(m.specials.size(), kUnknown);
+  // Leftmost-longest special-token split (HF's added-vocabulary trie), then each segment.
   size_t pos = 0;
-  while (pos < text.size()) {
-    size_t best_at = std::string_view::npos, best_len = 0;
-    int32_t best_id = -1;
-    for (size_t k = 0; k < m.specials.size(); ++k) {
-      const Special& sp = m.specials[k];
-      if (sp.control && !parse_special) continue;
-      if (next[k] == kUnknown || (next[k] != std::string_view::npos && next[k] < pos))
-        next[k] = text.find(sp.text, pos);
-      if (next[k] == std::string_view::npos) continue;
-      if (next[k] < best_at || (next[k] == best_at && sp.text.size() > best_len))
-        best_at = next[k], best_len = sp.text.size(), best_id = sp.id;
-    }
-    if (best_at == std::string_view::npos) break;
-    if (best_at > pos) m.encode_text(text.substr(pos, best_at - pos), out);
-    out.push_back(best_id);
-    pos = best_at + best_len;
+  while (pos < text.size() && !m.specials.empty()) {
+    const SpecialMatcher::Match sp = m.specials.find(text, pos, parse_special);
+    if (sp.id < 0) break;
+    if (sp.at > pos) m.encode_text(text.substr(pos, sp.at - pos), pos == 0, out);
+    out.push_back(sp.id);
+    pos = sp.at + sp.len;
   }
-  if (pos < text.size()) m.encode_text(text.substr(pos), out);
+  if (pos < text.size()) m.encode_text(text.substr(pos), pos == 0, out);
+  if (m.vocab.add_eos) out.push_back(m.vocab.eos_id);
   return out;
 }
 
@@ -370,6 +380,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
     if (skip_special && (t == TokenType::kControl || t == TokenType::kUnknown)) continue;
     out += m.bytes[id];
   }
+  if (m.spm && m.vocab.strip_leading_space && !out.empty() && out.front() == ' ') out.erase(0, 1);
   return out;
 }
 
@@ -377,6 +388,25 @@ const std::string& Tokenizer::token_bytes(int32_t id) const {
   OFFGEN_CHECK(id >= 0 && id < vocab_size(), kInput,
                "token id {} is outside the vocabulary (size {})", id, vocab_size());
   return impl_->bytes[id];
+}
+
+std::vector<int32_t> Tokenizer::end_of_generation() const {
+  static constexpr std::string_view kEndMarkers[] = {
+      "<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<|eom_id|>",
+      "<end_of_turn>", "<|end|>"};
+  const VocabData& v = vocab();
+  std::vector<int32_t> out(v.eog_ids.begin(), v.eog_ids.end());
+  if (v.eos_id >= 0) out.push_back(v.eos_id);
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    const bool control = i < v.token_types.size() &&
+                         v.token_types[i] == static_cast<int32_t>(TokenType::kControl);
+    if (!control) continue;
+    for (std::string_view m : kEndMarkers)
+      if (v.tokens[i] == m) out.push_back(static_cast<int32_t>(i));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->bytes.size()); }

@@ -22,7 +22,7 @@ struct Fixture {
   OpenedModel om = open_model(std::string(OFFGEN_TEST_DATA) + "/hf_models/qwen2");
   Tokenizer tok{om.vocab};
   std::unique_ptr<Backend> be = make_cpu_backend(2);
-  LlamaModel model{*om.source, *be};
+  DecoderModel model{*om.source, *be};
   ResidentUnits units{model};
   MultiqueryPrompt prompt() const {
     MultiqueryContext mc;
@@ -40,7 +40,7 @@ std::vector<std::vector<int32_t>> keep_all(const ModelConfig& c, int64_t n) {
 
 // Reference: context and question through ONE slot table, the question a second chunk at
 // n_past = context length: the question's last-row logits.
-std::vector<float> concatenated(const LlamaModel& m, const ResidentUnits& units,
+std::vector<float> concatenated(const DecoderModel& m, const ResidentUnits& units,
                                 const std::vector<int32_t>& ctx, const std::vector<int32_t>& q) {
   const ModelConfig& c = m.config();
   const int64_t L = static_cast<int64_t>(ctx.size()), Q = static_cast<int64_t>(q.size());
@@ -50,7 +50,7 @@ std::vector<float> concatenated(const LlamaModel& m, const ResidentUnits& units,
     float* base = kv.data() + l * 2 * c.kv_dim() * (L + Q);
     views[l] = KvSeqView{base, base + c.kv_dim() * (L + Q), L + Q};
   }
-  LlamaScratch scratch;
+  DecoderScratch scratch;
   std::vector<float> logits(c.vocab_size);
   auto feed = [&](const std::vector<int32_t>& ids, int64_t past) {
     std::vector<int32_t> pos(ids.size());

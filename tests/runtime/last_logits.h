@@ -6,11 +6,11 @@
 #include <span>
 #include <vector>
 
-#include "runtime/model/llama.h"
+#include "runtime/model/decoder.h"
 
 namespace offgen::test {
 
-inline std::vector<float> last_logits(const LlamaModel& m, const ResidentUnits& units,
+inline std::vector<float> last_logits(const DecoderModel& m, const ResidentUnits& units,
                                       const std::vector<int32_t>& ids) {
   const ModelConfig& c = m.config();
   const int64_t n = static_cast<int64_t>(ids.size());
@@ -24,7 +24,7 @@ inline std::vector<float> last_logits(const LlamaModel& m, const ResidentUnits& 
   for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i);
   SeqSpan span{0, n, 0};
   std::vector<float> logits(c.vocab_size);
-  LlamaScratch scratch;
+  DecoderScratch scratch;
   m.forward(ids, pos.data(), {&span, 1},
             [&](int64_t l) { return std::span<const KvSeqView>(&views[l], 1); }, units.fn(),
             logits.data(), scratch);

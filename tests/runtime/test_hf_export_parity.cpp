@@ -14,7 +14,7 @@
 #include "runtime/backend/backend.h"
 #include "runtime/loaders/gguf_source.h"
 #include "runtime/loaders/hf_source.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/decoder.h"
 #include "tests/model_path.h"
 #include "tests/runtime/last_logits.h"
 
@@ -117,7 +117,7 @@ TEST_CASE("SmolLM2: a safetensors export gives the GGUF's unit blobs and logits 
   CHECK(b.tied_embeddings == a.tied_embeddings);
 
   auto be = make_cpu_backend(2);
-  LlamaModel mg(gguf, *be), mh(hf, *be);
+  DecoderModel mg(gguf, *be), mh(hf, *be);
   ResidentUnits ug(mg), uh(mh);
   for (int64_t u = 0; u < mg.num_units(); ++u) {
     REQUIRE(mh.unit_bytes(u) == mg.unit_bytes(u));

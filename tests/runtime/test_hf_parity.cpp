@@ -12,7 +12,7 @@
 #include "runtime/backend/backend.h"
 #include "runtime/core/error.h"
 #include "runtime/loaders/model_loader.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/decoder.h"
 #include "runtime/text/tokenizer.h"
 
 using namespace offgen;
@@ -30,7 +30,7 @@ nlohmann::json golden() {
 // One sequence run token-chunk by token-chunk over a private KV cache of `capacity` slots.
 class Runner {
  public:
-  Runner(const LlamaModel& m, const ResidentUnits& units, int64_t capacity)
+  Runner(const DecoderModel& m, const ResidentUnits& units, int64_t capacity)
       : m_(m), units_(units), c_(m.config()), cap_(capacity) {
     kv_.resize(c_.n_layers * 2 * c_.kv_dim() * cap_);
     for (int64_t l = 0; l < c_.n_layers; ++l) {
@@ -48,8 +48,8 @@ class Runner {
     m_.embed(ids, pos.data(), hidden.data(), scratch_);
     for (int64_t u = 0; u < m_.num_units(); ++u) {
       const UnitBatch b{n, {&span, 1}, pos.data(),
-                        LlamaModel::unit_has_cache(u)
-                            ? std::span<const KvSeqView>(&views_[LlamaModel::unit_layer(u)], 1)
+                        DecoderModel::unit_has_cache(u)
+                            ? std::span<const KvSeqView>(&views_[DecoderModel::unit_layer(u)], 1)
                             : std::span<const KvSeqView>()};
       m_.run_unit(u, units_.blob(u), hidden.data(), b, scratch_);
     }
@@ -62,13 +62,13 @@ class Runner {
   }
 
  private:
-  const LlamaModel& m_;
+  const DecoderModel& m_;
   const ResidentUnits& units_;
   const ModelConfig& c_;
   int64_t cap_, past_ = 0;
   std::vector<float> kv_;
   std::vector<KvSeqView> views_;
-  LlamaScratch scratch_;
+  DecoderScratch scratch_;
 };
 
 int32_t argmax(const float* v, int64_t n) {
@@ -89,7 +89,7 @@ TEST_CASE("HF checkpoints: logits at every position and 16 greedy tokens match t
     const std::string name = gm["name"].get<std::string>();
     SECTION(name) {
       OpenedModel om = open_model(kDir + "/" + name);
-      LlamaModel model(*om.source, *be);
+      DecoderModel model(*om.source, *be);
       ResidentUnits units(model);
       const ModelConfig& c = model.config();
       REQUIRE(c.vocab_size == gm["vocab_size"].get<int64_t>());
@@ -140,7 +140,7 @@ TEST_CASE("HF checkpoints: an untied config without lm_head.weight is an error, 
   auto be = make_cpu_backend(1);
   try {  // refused when the model is opened (the tensor table is checked before anything else)
     OpenedModel om = open_model(tmp.string());
-    LlamaModel model(*om.source, *be);
+    DecoderModel model(*om.source, *be);
     FAIL("expected an error");
   } catch (const Error& e) {
     CHECK(e.category() == ErrorCategory::kInput);

@@ -271,18 +271,27 @@ TEST_CASE("unsupported tokenizer.json files are rejected with the file and JSON 
     t["model"]["type"] = "WordPiece";
     require_input_error(t, no_config, {"t.json", "model.type", "WordPiece", "byte-level BPE"});
   }
-  SECTION("SentencePiece-style tokenizers") {
-    SECTION("byte_fallback") { t["model"]["byte_fallback"] = true; }
+  // SentencePiece-style markers make it a SentencePiece-style tokenizer, whose pipeline cannot
+  // hold byte-level stages (the SentencePiece shapes are in test_spm_tokenizer.cpp).
+  SECTION("SentencePiece-style markers in a byte-level pipeline") {
+    SECTION("byte_fallback") {
+      t["model"]["byte_fallback"] = true;
+      require_input_error(t, no_config, {"t.json", "pre_tokenizer", "ByteLevel", "SentencePiece"});
+    }
     SECTION("Metaspace") {
       t["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xe2\x96\x81"}};
+      require_input_error(t, no_config, {"t.json", "decoder", "ByteLevel", "SentencePiece"});
     }
-    SECTION("a Metaspace decoder") { t["decoder"] = {{"type", "Metaspace"}}; }
-    SECTION("tokens with the SentencePiece space") {
-      t["model"]["vocab"].erase("he");
-      t["model"]["vocab"]["\xe2\x96\x81he"] = 256;
-      t["model"]["merges"] = json::array();
+    SECTION("a Metaspace decoder") {
+      t["decoder"] = {{"type", "Metaspace"}};
+      require_input_error(t, no_config, {"t.json", "pre_tokenizer", "ByteLevel", "SentencePiece"});
     }
-    require_input_error(t, no_config, {"t.json", "SentencePiece", "Llama-2", "out of scope"});
+  }
+  SECTION("tokens with the SentencePiece space in a byte-level tokenizer") {
+    t["model"]["vocab"].erase("he");
+    t["model"]["vocab"]["\xe2\x96\x81he"] = 256;
+    t["model"]["merges"] = json::array();
+    require_input_error(t, no_config, {"t.json", "model.vocab[256]", "otherwise byte-level"});
   }
   SECTION("a merge whose piece is only an added token") {
     add_token(t, 261, "QQ", false);

@@ -10,7 +10,7 @@
 
 #include "runtime/backend/backend.h"
 #include "runtime/loaders/model_loader.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/decoder.h"
 #include "scheduler/engine.h"
 #include "tests/model_path.h"
 #include "tests/runtime/last_logits.h"
@@ -41,7 +41,7 @@ TEST_CASE("SmolLM2 logits match transformers (fp32) within 2e-3", "[model][parit
   const auto g = golden();
   auto be = make_cpu_backend(0);
   OpenedModel om = open_model(test::default_model_path());
-  LlamaModel model(*om.source, *be);
+  DecoderModel model(*om.source, *be);
   ResidentUnits units(model);
   for (const auto& p : g["prompts"]) {
     const std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
@@ -83,7 +83,7 @@ TEST_CASE("logits are bitwise identical for a sequence alone and inside a ragged
   // norms per row), so batching changes nothing, not even the last bit.
   auto be = make_cpu_backend(0);
   OpenedModel om = open_model(test::default_model_path());
-  LlamaModel model(*om.source, *be);
+  DecoderModel model(*om.source, *be);
   ResidentUnits units(model);
   const ModelConfig& c = model.config();
   const std::vector<std::vector<int32_t>> prompts = {
@@ -111,7 +111,7 @@ TEST_CASE("logits are bitwise identical for a sequence alone and inside a ragged
     }
   }
   std::vector<float> logits(prompts.size() * c.vocab_size);
-  LlamaScratch scratch;
+  DecoderScratch scratch;
   model.forward(ids, pos.data(), spans,
                 [&](int64_t l) {
                   return std::span<const KvSeqView>(views.data() + l * prompts.size(),

@@ -310,8 +310,8 @@ TEST_CASE("invalid vocabularies are rejected with kInput", "[tokenizer]") {
   require_error([&] { Tokenizer t(with_merge("a zz")); }, ErrorCategory::kInput,
                 "right piece 'zz'");
   VocabData v = tiny_vocab();
-  v.model = "llama";
-  require_error([&] { Tokenizer t(v); }, ErrorCategory::kInput, "'llama'");
+  v.model = "t5";  // Unigram: neither byte-level nor SentencePiece-style BPE
+  require_error([&] { Tokenizer t(v); }, ErrorCategory::kInput, "'t5'");
   v = tiny_vocab({}, "made-up");
   require_error([&] { Tokenizer t(v); }, ErrorCategory::kInput, "made-up");
   v = tiny_vocab();

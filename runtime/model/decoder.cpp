@@ -1,5 +1,5 @@
 // Llama-family steps over the Backend.
-#include "runtime/model/llama.h"
+#include "runtime/model/decoder.h"
 
 #include <cmath>
 #include <cstring>
@@ -79,7 +79,7 @@ int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
 }  // namespace
 
-void LlamaScratch::reserve(Backend& be, const ModelConfig& c, int64_t rows) {
+void DecoderScratch::reserve(Backend& be, const ModelConfig& c, int64_t rows) {
   auto grow = [&be, rows](BackendArray<float>& v, int64_t width) {
     if (v.size() < rows * width) v.reserve(be, rows * width);
   };
@@ -93,7 +93,7 @@ void LlamaScratch::reserve(Backend& be, const ModelConfig& c, int64_t rows) {
   grow(emb, c.embed_width());
 }
 
-LlamaModel::LlamaModel(const WeightSource& src, Backend& backend)
+DecoderModel::DecoderModel(const WeightSource& src, Backend& backend)
     : src_(src), config_(src.config()), backend_(backend) {
   const ModelConfig& c = config_;
   c.validate();
@@ -124,7 +124,7 @@ LlamaModel::LlamaModel(const WeightSource& src, Backend& backend)
                           {c.vocab_size}, e);
 }
 
-LlamaModel::Layout LlamaModel::layout(int64_t unit) const {
+DecoderModel::Layout DecoderModel::layout(int64_t unit) const {
   const ModelConfig& c = config_;
   Layout L;
   bool bias0 = false, bias1 = false;
@@ -154,14 +154,14 @@ LlamaModel::Layout LlamaModel::layout(int64_t unit) const {
   return L;
 }
 
-int64_t LlamaModel::unit_bytes(int64_t unit) const { return layout(unit).bytes; }
+int64_t DecoderModel::unit_bytes(int64_t unit) const { return layout(unit).bytes; }
 
-int64_t LlamaModel::resident_bytes() const {
+int64_t DecoderModel::resident_bytes() const {
   return tok_embd_.bytes() + pos_embd_.bytes() + proj_in_.bytes() + proj_out_.bytes() +
          lm_head_.bytes() + out_norm_.bytes() + out_norm_b_.bytes();
 }
 
-void LlamaModel::build_unit(int64_t unit, void* dst) const {
+void DecoderModel::build_unit(int64_t unit, void* dst) const {
   OFFGEN_CHECK(unit >= 0 && unit < num_units(), kInternal, "unit {} out of range", unit);
   const ModelConfig& c = config_;
   const Layout L = layout(unit);
@@ -207,8 +207,8 @@ void LlamaModel::build_unit(int64_t unit, void* dst) const {
   backend_.prepare_weight_into(dt, stacked.data(), L.w1_rows, L.w1_cols, base + L.w1);
 }
 
-void LlamaModel::embed(std::span<const int32_t> ids, const int32_t* positions, float* hidden,
-                       LlamaScratch& s) const {
+void DecoderModel::embed(std::span<const int32_t> ids, const int32_t* positions, float* hidden,
+                       DecoderScratch& s) const {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(ids.size());
   s.reserve(backend_, c, n);
@@ -239,8 +239,8 @@ static void apply_norm(Backend& be, const ModelConfig& c, const float* x, const 
     be.rms_norm(x, gamma, rows, c.d_model, c.norm_eps, y);
 }
 
-void LlamaModel::run_unit(int64_t unit, const void* blob, float* hidden, const UnitBatch& b,
-                          LlamaScratch& s) const {
+void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const UnitBatch& b,
+                          DecoderScratch& s) const {
   const ModelConfig& c = config_;
   const Layout L = layout(unit);
   const auto* base = static_cast<const uint8_t*>(blob);
@@ -309,8 +309,8 @@ void LlamaModel::run_unit(int64_t unit, const void* blob, float* hidden, const U
   finish();
 }
 
-void LlamaModel::output_step(const float* hidden, std::span<const int64_t> rows, float* logits,
-                             LlamaScratch& s) const {
+void DecoderModel::output_step(const float* hidden, std::span<const int64_t> rows, float* logits,
+                             DecoderScratch& s) const {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(rows.size());
   s.reserve(backend_, c, n);
@@ -328,9 +328,9 @@ void LlamaModel::output_step(const float* hidden, std::span<const int64_t> rows,
   backend_.matmul(h, n, lm_head_, logits);
 }
 
-void LlamaModel::forward(std::span<const int32_t> ids, const int32_t* positions,
+void DecoderModel::forward(std::span<const int32_t> ids, const int32_t* positions,
                          std::span<const SeqSpan> seqs, const KvViewFn& kv, const BlobFn& blob,
-                         float* logits, LlamaScratch& s) const {
+                         float* logits, DecoderScratch& s) const {
   const int64_t rows = static_cast<int64_t>(ids.size());
   BackendArray<float> hidden;
   hidden.reserve(backend_, rows * config_.d_model);
@@ -346,7 +346,7 @@ void LlamaModel::forward(std::span<const int32_t> ids, const int32_t* positions,
   output_step(hidden.data(), last, logits, s);
 }
 
-ResidentUnits::ResidentUnits(const LlamaModel& model) {
+ResidentUnits::ResidentUnits(const DecoderModel& model) {
   Backend& be = model.backend();
   blobs_.resize(model.num_units());
   for (int64_t u = 0; u < model.num_units(); ++u) {

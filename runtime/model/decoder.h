@@ -19,7 +19,7 @@ namespace offgen {
 
 // Scratch activations for one ragged batch, in the backend's device memory; grown on demand. One
 // per concurrently running batch.
-struct LlamaScratch {
+struct DecoderScratch {
   BackendArray<float> x, qkv, q, attn, proj, gate_up, act, emb;
   std::vector<KvOverflow> overflow;  // per sequence, for chunks that overflow their table
   void reserve(Backend& be, const ModelConfig& c, int64_t rows);
@@ -39,11 +39,11 @@ using KvViewFn = std::function<std::span<const KvSeqView>(int64_t layer)>;
 // Where unit u's blob currently is.
 using BlobFn = std::function<const void*(int64_t unit)>;
 
-class LlamaModel {
+class DecoderModel {
  public:
   // Prepares the resident tensors (embedding table, output norm and head). `src` must outlive the
   // model: build_unit reads it.
-  LlamaModel(const WeightSource& src, Backend& backend);
+  DecoderModel(const WeightSource& src, Backend& backend);
 
   const ModelConfig& config() const { return config_; }
   Backend& backend() const { return backend_; }
@@ -59,21 +59,21 @@ class LlamaModel {
   // hidden[rows, d_model] (device memory) = embedding of ids at their positions (learned position
   // tables); ids and positions are host memory.
   void embed(std::span<const int32_t> ids, const int32_t* positions, float* hidden,
-             LlamaScratch& s) const;
+             DecoderScratch& s) const;
   // Attention unit: hidden += attention(norm(hidden)), writing the new tokens' K/V into the
   // batch's KV views after their n_past used slots — or, in tables that evict, where the policy
   // makes room (see KvStep). MLP unit: hidden += mlp(norm(hidden)).
   void run_unit(int64_t unit, const void* blob, float* hidden, const UnitBatch& batch,
-                LlamaScratch& s) const;
+                DecoderScratch& s) const;
   // logits[i, vocab] (device memory) for hidden rows rows[i].
   void output_step(const float* hidden, std::span<const int64_t> rows, float* logits,
-                   LlamaScratch& s) const;
+                   DecoderScratch& s) const;
 
   // All units in order; logits for the last token of each sequence: [seqs.size(), vocab] in
   // device memory (the KV views' too).
   void forward(std::span<const int32_t> ids, const int32_t* positions,
                std::span<const SeqSpan> seqs, const KvViewFn& kv, const BlobFn& blob,
-               float* logits, LlamaScratch& s) const;
+               float* logits, DecoderScratch& s) const;
 
  private:
   struct Layout {  // byte offsets inside a unit blob (-1: absent)
@@ -95,7 +95,7 @@ class LlamaModel {
 // Every unit blob built once and held in the backend's device memory: the all-resident placement.
 class ResidentUnits {
  public:
-  explicit ResidentUnits(const LlamaModel& model);
+  explicit ResidentUnits(const DecoderModel& model);
   const void* blob(int64_t unit) const { return blobs_[unit].data(); }
   int64_t bytes() const;
   BlobFn fn() const {

@@ -1,0 +1,150 @@
+// The architecture table.
+#include "runtime/model/architecture.h"
+
+#include <array>
+
+#include <fmt/format.h>
+
+#include "runtime/core/error.h"
+
+namespace offgen {
+namespace {
+
+using Pair = std::pair<std::string_view, std::string_view>;
+
+constexpr Pair kLlamaLayer[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},   {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},   {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},   {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_output.bias", "self_attn.o_proj.bias"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+};
+constexpr Pair kLlamaTop[] = {
+    {"token_embd.weight", "embed_tokens.weight"},
+    {"output_norm.weight", "norm.weight"},
+};
+constexpr Pair kOptLayer[] = {
+    {"attn_norm.weight", "self_attn_layer_norm.weight"},
+    {"attn_norm.bias", "self_attn_layer_norm.bias"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},   {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},   {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},   {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.weight", "self_attn.out_proj.weight"},
+    {"attn_output.bias", "self_attn.out_proj.bias"},
+    {"ffn_norm.weight", "final_layer_norm.weight"}, {"ffn_norm.bias", "final_layer_norm.bias"},
+    {"ffn_up.weight", "fc1.weight"},                {"ffn_up.bias", "fc1.bias"},
+    {"ffn_down.weight", "fc2.weight"},              {"ffn_down.bias", "fc2.bias"},
+};
+constexpr Pair kOptTop[] = {
+    {"token_embd.weight", "embed_tokens.weight"},
+    {"position_embd.weight", "embed_positions.weight"},
+    {"proj_in.weight", "project_in.weight"},
+    {"proj_out.weight", "project_out.weight"},
+    {"output_norm.weight", "final_layer_norm.weight"},
+    {"output_norm.bias", "final_layer_norm.bias"},
+};
+constexpr std::string_view kLlamaPrefixes[] = {"model.", ""};
+constexpr std::string_view kOptPrefixes[] = {"model.decoder.", "decoder.", ""};
+
+// Llama: RMSNorm before attention and MLP, SwiGLU, RoPE on Q/K (pairs interleaved as GGUF stores
+// them; HF checkpoints are permuted into that order at load), no biases.
+void llama_features(ModelConfig& c) {
+  c.norm = NormKind::kRms;
+  c.ffn = FfnKind::kSwiGlu;
+  c.rope_style = RopeStyle::kInterleaved;
+}
+void qwen2_features(ModelConfig& c) {
+  llama_features(c);
+  c.qkv_bias = true;
+}
+// OPT: LayerNorm, ReLU (or GELU per config), biases everywhere, learned positions offset by 2.
+void opt_features(ModelConfig& c) {
+  c.norm = NormKind::kLayer;
+  c.ffn = FfnKind::kRelu;
+  c.qkv_bias = c.out_bias = c.ffn_bias = true;
+  c.learned_pos = true;
+  c.pos_offset = 2;
+}
+
+constexpr std::string_view kLlamaClasses[] = {"LlamaForCausalLM"};
+constexpr std::string_view kLlamaTypes[] = {"llama"};
+constexpr std::string_view kMistralClasses[] = {"MistralForCausalLM"};
+constexpr std::string_view kMistralTypes[] = {"mistral"};
+constexpr std::string_view kQwen2Classes[] = {"Qwen2ForCausalLM"};
+constexpr std::string_view kQwen2Types[] = {"qwen2"};
+constexpr std::string_view kOptClasses[] = {"OPTForCausalLM"};
+constexpr std::string_view kOptTypes[] = {"opt"};
+
+const std::array<Architecture, 4> kArchitectures = {{
+    {"llama", kLlamaClasses, kLlamaTypes, true, HfConfigFamily::kLlama, kLlamaTop, kLlamaLayer,
+     kLlamaPrefixes, llama_features},
+    {"mistral", kMistralClasses, kMistralTypes, false, HfConfigFamily::kLlama, kLlamaTop,
+     kLlamaLayer, kLlamaPrefixes, llama_features},
+    {"qwen2", kQwen2Classes, kQwen2Types, false, HfConfigFamily::kLlama, kLlamaTop, kLlamaLayer,
+     kLlamaPrefixes, qwen2_features},
+    {"opt", kOptClasses, kOptTypes, false, HfConfigFamily::kOpt, kOptTop, kOptLayer, kOptPrefixes,
+     opt_features},
+}};
+
+template <class Pred>
+std::string names_where(Pred pred) {
+  std::string out;
+  for (const Architecture& a : kArchitectures) {
+    const std::string n = pred(a);
+    if (n.empty()) continue;
+    out += (out.empty() ? "" : ", ") + n;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::span<const Architecture> architectures() { return kArchitectures; }
+
+const Architecture* find_architecture(std::string_view name) {
+  for (const Architecture& a : kArchitectures)
+    if (a.name == name) return &a;
+  return nullptr;
+}
+
+const Architecture* find_hf_architecture(std::string_view hf_class) {
+  for (const Architecture& a : kArchitectures)
+    for (std::string_view c : a.hf_classes)
+      if (c == hf_class) return &a;
+  return nullptr;
+}
+
+const Architecture* find_hf_model_type(std::string_view model_type) {
+  for (const Architecture& a : kArchitectures)
+    for (std::string_view t : a.hf_model_types)
+      if (t == model_type) return &a;
+  return nullptr;
+}
+
+std::string gguf_architecture_names() {
+  return names_where([](const Architecture& a) { return a.gguf ? std::string(a.name) : ""; });
+}
+
+std::string hf_architecture_names() {
+  return names_where([](const Architecture& a) {
+    std::string s;
+    for (std::string_view c : a.hf_classes) s += (s.empty() ? "" : ", ") + std::string(c);
+    return s;
+  });
+}
+
+ModelConfig architecture_config(std::string_view arch) {
+  const Architecture* a = find_architecture(arch);
+  OFFGEN_CHECK(a != nullptr, kConfig, "architecture '{}' is not supported (supported: {})", arch,
+               names_where([](const Architecture& r) { return std::string(r.name); }));
+  ModelConfig c;
+  c.arch = std::string(a->name);
+  a->set_features(c);
+  return c;
+}
+
+}  // namespace offgen
