@@ -1,10 +1,23 @@
 // bench/gemm/gemm_bench.cpp -- CPU GEMM shoot-out for SmolLM2-135M linear layers: Y[M,N] = X[M,K] * W[N,K]^T
 //
-// Build (from the repository root; needs libopenblas-dev, libdnnl-dev; BLIS (libblis-dev) is dlopen'ed if present):
-//   g++ -O3 -std=c++20 -march=native -fopenmp -o /tmp/gemm/gemm_bench bench/gemm/gemm_bench.cpp -lopenblas -ldnnl -ldl -lpthread
+// Build (from the repository root, after building offgen's libraries into build/; needs libopenblas-dev, libdnnl-dev;
+// BLIS (libblis-dev) is dlopen'ed if present):
+//   g++ -O3 -std=c++20 -march=native -fopenmp -I. -o /tmp/gemm/gemm_bench bench/gemm/gemm_bench.cpp \
+//       build/runtime/backend/liboffgen_backend.a build/runtime/core/liboffgen_core.a -lopenblas -ldnnl -lfmt -ltbb -ldl -lpthread
+// Without OpenBLAS/oneDNN: add -DGEMM_BENCH_NO_PEERS and drop -lopenblas -ldnnl (those libraries are then absent).
 // Run:
 //   OMP_NUM_THREADS=2 BLIS_NUM_THREADS=2 /tmp/gemm/gemm_bench [--libs a,b,...] [--shapes i,j] [--ms 1,8,...] [--md out.md]
-//   libs: openblas, dnnl_f32, dnnl_bf16, blis, ours_f32, ours_bf16, ours_q8
+//                                                           [--tries N] [--qpath P] [--threads N] [--cpu-time]
+//   --qpath: force the integer GEMM's path (scalar, avx2, avx-vnni, avx512-vnni, amx-int8; default auto);
+//   --threads: offgen's thread count (default 2); --cpu-time: time with the calling thread's CPU time instead of wall
+//   time (for --threads 1, where offgen runs in the calling thread: insensitive to other processes taking the CPU).
+//   libs: openblas, dnnl_f32, dnnl_bf16, blis, ours_f32, ours_bf16, ours_q8 (kernels.h), offgen_f32, offgen_bf16
+//         (runtime/backend/cpu/gemm.h), q_<format> for every GGML block format (runtime/backend/cpu/qgemm.h: q_q4_0,
+//         q_q4_1, q_q5_0, q_q5_1, q_q8_0, q_iq4_nl, q_q2_k, q_q3_k, q_q4_k, q_q5_k, q_q6_k, q_iq4_xs; path chosen by m:
+//         AMX-INT8 tiles for m >= 16 where available, else AVX-512 VNNI), or q_all for all of them. A format whose block
+//         does not divide K (the K-quants on K = 576) shows '-'. Quantised weights come from the format's quantiser where
+//         it has one (q8_0, q4_0, q4_k, q5_k, q6_k), else random codes with scales from the block's range; their err is
+//         against the dequantised weights (the kernel's own error: activation quantisation and accumulation).
 //
 // For every (library, shape, M): GFLOP/s = 2*M*N*K / median(time) over >= 7 timed calls (after 2 warm-up calls,
 // at least ~0.25 s of timed calls), both cores. Weights are prepared once per shape (packing / reorder not timed);
@@ -16,7 +29,9 @@
 //          (for M=1 the column says '-'); "row0 all M" additionally in the summary.
 // Note: weights of all shapes except the lm head fit in L2/L3 and stay hot across repetitions (as in a tight
 // benchmark loop, not as in a 30-layer forward pass).
+#if !defined(GEMM_BENCH_NO_PEERS)
 #include <cblas.h>
+#endif
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -27,20 +42,37 @@
 #include <functional>
 #include <map>
 #include <memory>
+#if !defined(GEMM_BENCH_NO_PEERS)
 #include <oneapi/dnnl/dnnl.hpp>
+#endif
+#include <random>
 #include <string>
 #include <thread>
+#include <time.h>
 #include <unistd.h>
 #include <vector>
 
 #include "kernels.h"
+#include "runtime/backend/cpu/gemm.h"
+#include "runtime/backend/cpu/qgemm.h"
+#include "runtime/core/buffer.h"
+#include "runtime/core/formats.h"
 
+#if !defined(GEMM_BENCH_NO_PEERS)
 extern "C" {
 char* openblas_get_config(void);
 char* openblas_get_corename(void);
 }
+#endif
 
 using clk = std::chrono::steady_clock;
+
+// CPU time of the calling thread (for --cpu-time).
+static double thread_cpu_seconds() {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 // CPU time (jiffies) used by processes other than this one, from /proc/stat minus /proc/self/stat. The machine has
 // 2 cores and is shared; a measurement during which others used > 4% of the 2 cores is repeated (up to 6 tries).
@@ -82,8 +114,12 @@ struct Lib {
     virtual void prepare_m(int M) {}                               // untimed (primitive creation)
     virtual void run(const float* X, int M, float* Y) = 0;          // timed
     virtual void release() {}
+    virtual bool supports(int N, int K) { return true; }
+    // Reference row r of X * W^T for the err column; nullptr: the double product of the original fp32 X and W.
+    virtual const std::vector<double>* own_ref(const float* X, int r) { return nullptr; }
 };
 
+#if !defined(GEMM_BENCH_NO_PEERS)
 // ---- OpenBLAS -------------------------------------------------------------------------------------------------
 struct OpenBLAS : Lib {
     const float* W = nullptr;
@@ -160,6 +196,8 @@ struct DNNL : Lib {
     void release() override { wpk = dnnl::memory(); srcbf = dnnl::memory(); prim = dnnl::matmul(); }
 };
 
+#endif  // GEMM_BENCH_NO_PEERS
+
 // ---- BLIS (dlopen'ed with RTLD_DEEPBIND so its BLAS/CBLAS symbols cannot clash with OpenBLAS) -------------------
 struct BLIS : Lib {
     using sgemm_t = void (*)(int, int, int64_t, int64_t, int64_t, const float*, const float*, int64_t, int64_t,
@@ -215,6 +253,98 @@ struct Ours : Lib {
     void release() override { pf = {}; pb = {}; pq = {}; }
 };
 
+// ---- offgen (runtime/backend/cpu): the production f32/bf16 GEMMs and the integer GEMM on GGML block formats --------
+struct OffgenFloat : Lib {
+    bool bf16;
+    offgen::ThreadContext* ctx;
+    offgen::Buffer packed;
+    int N = 0, K = 0;
+    OffgenFloat(bool b, offgen::ThreadContext* c) : bf16(b), ctx(c) { name = b ? "offgen_bf16" : "offgen_f32"; }
+    bool available() override { return !bf16 || offgen::cpu::bf16_supported(); }
+    std::string info() override { return "threads=" + std::to_string(ctx->threads()); }
+    void prepare_shape(const float* W, int n, int k) override {
+        N = n; K = k;
+        if (bf16) {
+            packed = offgen::Buffer(offgen::cpu::packed_bf16_bytes(n, k));
+            offgen::cpu::pack_bf16(W, n, k, packed.as<uint16_t>());
+        } else {
+            packed = offgen::Buffer(offgen::cpu::packed_f32_bytes(n, k));
+            offgen::cpu::pack_f32(W, n, k, packed.as<float>());
+        }
+    }
+    void run(const float* X, int M, float* Y) override {
+        if (bf16) offgen::cpu::gemm_bf16(X, M, K, packed.as<uint16_t>(), N, K, Y, N, *ctx);
+        else offgen::cpu::gemm_f32(X, M, K, packed.as<float>(), N, K, Y, N, *ctx);
+    }
+    void release() override { packed = offgen::Buffer(); }
+};
+
+struct OffgenQuant : Lib {
+    static inline offgen::cpu::QuantPath path = offgen::cpu::QuantPath::kAuto;
+    offgen::DType t;
+    offgen::ThreadContext* ctx;
+    offgen::Buffer packed;
+    std::vector<float> wdq;  // the dequantised weights (for the err column)
+    std::map<int, std::vector<double>> refs;
+    int N = 0, K = 0, curM = 0;
+    OffgenQuant(offgen::DType type, offgen::ThreadContext* c) : t(type), ctx(c) {
+        name = "q_" + std::string(offgen::dtype_name(type));
+    }
+    std::string info() override {
+        std::string s = "threads=" + std::to_string(ctx->threads()) + " paths:";
+        for (int m : {1, 16})
+            s += " m=" + std::to_string(m) + ":" +
+                 std::string(offgen::cpu::quant_path_name(path == offgen::cpu::QuantPath::kAuto ? offgen::cpu::quant_path_auto(m) : path));
+        return s;
+    }
+    bool supports(int n, int k) override { return k % offgen::format_traits(t).block_elems == 0; }
+    void prepare_shape(const float* W, int n, int k) override {
+        N = n; K = k; refs.clear();
+        const offgen::FormatTraits& f = offgen::format_traits(t);
+        std::vector<uint8_t> raw(offgen::dtype_bytes(t, int64_t(n) * k));
+        if (f.quantize) {
+            offgen::quantize_row(t, W, raw.data(), int64_t(n) * k);
+        } else {  // random codes; fp16 scale fields (every 2-byte field the format has) from the block's range
+            std::mt19937 gen(7);
+            for (auto& b : raw) b = static_cast<uint8_t>(gen());
+            const int nb = static_cast<int>(int64_t(n) * k / f.block_elems);
+            for (int b = 0; b < nb; ++b) {
+                float amax = 0;
+                for (int e = 0; e < f.block_elems; ++e) amax = std::max(amax, std::fabs(W[int64_t(b) * f.block_elems + e]));
+                const uint16_t d = offgen::f32_to_fp16(amax / 8), dm = offgen::f32_to_fp16(amax / 16);
+                uint8_t* blk = raw.data() + int64_t(b) * f.block_bytes;
+                switch (t) {
+                    case offgen::DType::kQ2_K: memcpy(blk + 80, &dm, 2); memcpy(blk + 82, &dm, 2); break;
+                    case offgen::DType::kQ3_K: { const uint16_t s = offgen::f32_to_fp16(amax / 128); memcpy(blk + 108, &s, 2); break; }
+                    case offgen::DType::kIQ4_XS: { const uint16_t s = offgen::f32_to_fp16(amax / 4096); memcpy(blk, &s, 2); break; }
+                    case offgen::DType::kIQ4_NL: { const uint16_t s = offgen::f32_to_fp16(amax / 127); memcpy(blk, &s, 2); break; }
+                    default: memcpy(blk, &d, 2); if (f.min_kind != offgen::MinKind::kNone) memcpy(blk + 2, &dm, 2); break;
+                }
+            }
+        }
+        wdq.resize(size_t(n) * k);
+        offgen::dequantize_row(t, raw.data(), wdq.data(), int64_t(n) * k);
+        packed = offgen::Buffer(offgen::cpu::packed_quant_bytes(t, n, k));
+        offgen::cpu::pack_quant(t, raw.data(), n, k, packed.data());
+    }
+    void run(const float* X, int M, float* Y) override {
+        offgen::cpu::gemm_quant(t, X, M, K, packed.data(), N, K, Y, N, *ctx, path);
+    }
+    const std::vector<double>* own_ref(const float* X, int r) override {
+        auto& ref = refs[r];
+        if (ref.empty()) {
+            ref.resize(N);
+            for (int n = 0; n < N; ++n) {
+                double acc = 0;
+                for (int k = 0; k < K; ++k) acc += double(X[size_t(r) * K + k]) * wdq[size_t(n) * K + k];
+                ref[n] = acc;
+            }
+        }
+        return &ref;
+    }
+    void release() override { packed = offgen::Buffer(); wdq.clear(); refs.clear(); }
+};
+
 // ---------------------------------------------------------------------------------------------------------------
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float frand() {  // uniform [-1, 1)
@@ -234,6 +364,7 @@ struct Row {
     double gflops, ms, err;
     std::string inv;
     bool noisy;
+    bool skipped = false;  // the library does not support the shape
 };
 
 int main(int argc, char** argv) {
@@ -241,6 +372,8 @@ int main(int argc, char** argv) {
     std::vector<int> Ms = {1, 8, 32, 64, 128, 512};
     std::vector<int> shapes = {0, 1, 2, 3, 4};
     const char* md = nullptr;
+    int tries = 6, othreads = 2;
+    bool cpu_time = false;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--libs") && i + 1 < argc) {
             libnames.clear();
@@ -250,19 +383,54 @@ int main(int argc, char** argv) {
         } else if (!strcmp(argv[i], "--ms") && i + 1 < argc) Ms = parse_ints(argv[++i]);
         else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) shapes = parse_ints(argv[++i]);
         else if (!strcmp(argv[i], "--md") && i + 1 < argc) md = argv[++i];
+        else if (!strcmp(argv[i], "--tries") && i + 1 < argc) tries = std::max(1, atoi(argv[++i]));
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) othreads = std::max(1, atoi(argv[++i]));
+        else if (!strcmp(argv[i], "--cpu-time")) cpu_time = true;
+        else if (!strcmp(argv[i], "--qpath") && i + 1 < argc) {
+            const std::string q = argv[++i];
+            bool found = false;
+            for (auto p : {offgen::cpu::QuantPath::kAuto, offgen::cpu::QuantPath::kScalar, offgen::cpu::QuantPath::kAvx2,
+                           offgen::cpu::QuantPath::kAvxVnni, offgen::cpu::QuantPath::kAvx512Vnni, offgen::cpu::QuantPath::kAmx})
+                if (q == offgen::cpu::quant_path_name(p)) OffgenQuant::path = p, found = true;
+            if (!found || !offgen::cpu::quant_path_available(OffgenQuant::path)) { fprintf(stderr, "path %s not available\n", q.c_str()); return 1; }
+        }
     }
     const int MMAX = *std::max_element(Ms.begin(), Ms.end());
     gk::Pool pool(2);
+    offgen::ThreadContext octx(othreads);
+    {  // q_all: every GGML block format with an integer kernel
+        std::vector<std::string> expanded;
+        for (auto& n : libnames) {
+            if (n != "q_all") { expanded.push_back(n); continue; }
+            for (const offgen::FormatTraits& f : offgen::all_formats())
+                if (offgen::cpu::quant_gemm_supported(f.type)) expanded.push_back("q_" + std::string(f.name));
+        }
+        libnames = expanded;
+    }
 
     std::vector<std::unique_ptr<Lib>> libs;
     for (auto& n : libnames) {
+#if !defined(GEMM_BENCH_NO_PEERS)
         if (n == "openblas") libs.emplace_back(new OpenBLAS());
         else if (n == "dnnl_f32") libs.emplace_back(new DNNL(false));
         else if (n == "dnnl_bf16") libs.emplace_back(new DNNL(true));
-        else if (n == "blis") libs.emplace_back(new BLIS());
+        else
+#else
+        if (n == "openblas" || n == "dnnl_f32" || n == "dnnl_bf16") { printf("# %s: not built (GEMM_BENCH_NO_PEERS)\n", n.c_str()); continue; }
+        else
+#endif
+        if (n == "blis") libs.emplace_back(new BLIS());
         else if (n == "ours_f32") libs.emplace_back(new Ours(0, &pool));
         else if (n == "ours_bf16") libs.emplace_back(new Ours(1, &pool));
         else if (n == "ours_q8") libs.emplace_back(new Ours(2, &pool));
+        else if (n == "offgen_f32") libs.emplace_back(new OffgenFloat(false, &octx));
+        else if (n == "offgen_bf16") libs.emplace_back(new OffgenFloat(true, &octx));
+        else if (n.rfind("q_", 0) == 0) {
+            offgen::DType t;
+            try { t = offgen::dtype_from_name(n.substr(2)); } catch (...) { fprintf(stderr, "unknown lib %s\n", n.c_str()); return 1; }
+            if (!offgen::cpu::quant_gemm_supported(t)) { fprintf(stderr, "%s: no integer GEMM\n", n.c_str()); return 1; }
+            libs.emplace_back(new OffgenQuant(t, &octx));
+        }
         else { fprintf(stderr, "unknown lib %s\n", n.c_str()); return 1; }
     }
 
@@ -302,13 +470,17 @@ int main(int argc, char** argv) {
         for (int s : shapes) {
             auto& d = data[s];
             const int N = kShapes[s].N, K = kShapes[s].K;
+            if (!L->supports(N, K)) {
+                for (int M : Ms) results.push_back({L->name, kShapes[s].name, M, 0, 0, 0, "-", false, true});
+                continue;
+            }
             L->prepare_shape(d.W.data(), N, K);
             std::vector<std::vector<float>> firstrow, lastrow;  // per M
             for (int M : Ms) {
                 L->prepare_m(M);
                 double med = 1e30, fbest = 1;
                 size_t nreps = 0;
-                for (int attempt = 0; attempt < 6; ++attempt) {
+                for (int attempt = 0; attempt < tries; ++attempt) {
                     for (int w = 0; w < 2; ++w) L->run(d.X.data(), M, Y.data());
                     std::vector<double> t;
                     double total = 0;
@@ -316,8 +488,10 @@ int main(int argc, char** argv) {
                     auto w0 = clk::now();
                     while ((t.size() < 7 || total < 0.25) && t.size() < 2000) {
                         auto t0 = clk::now();
+                        const double c0 = cpu_time ? thread_cpu_seconds() : 0;
                         L->run(d.X.data(), M, Y.data());
-                        double dt = std::chrono::duration<double>(clk::now() - t0).count();
+                        double dt = cpu_time ? thread_cpu_seconds() - c0
+                                             : std::chrono::duration<double>(clk::now() - t0).count();
                         t.push_back(dt);
                         total += dt;
                     }
@@ -334,7 +508,8 @@ int main(int argc, char** argv) {
                 if (fbest >= 0.04) ++noisy;
                 double err = 0;
                 for (int r : {0, M / 2, M - 1}) {
-                    auto& ref = d.ref[r];
+                    const std::vector<double>* own = L->own_ref(d.X.data(), r);
+                    auto& ref = own ? *own : d.ref[r];
                     double mx = 0, e = 0;
                     for (int n = 0; n < N; ++n) {
                         mx = std::max(mx, std::fabs(ref[n]));
@@ -386,8 +561,9 @@ int main(int argc, char** argv) {
             for (auto& ln : present)
                 for (auto& r : results)
                     if (r.lib == ln && r.shape == kShapes[s].name && r.M == M) {
-                        snprintf(buf, sizeof buf, " %.1f%s / %.1e / %s |", r.gflops, r.noisy ? "(!)" : "", r.err,
-                                 r.inv.c_str());
+                        if (r.skipped) snprintf(buf, sizeof buf, " - |");
+                        else snprintf(buf, sizeof buf, " %.1f%s / %.1e / %s |", r.gflops, r.noisy ? "(!)" : "", r.err,
+                                      r.inv.c_str());
                         out += buf;
                     }
             out += "\n";

@@ -1,5 +1,5 @@
-// Block sizes, dequantisation of GGML-compatible group-quantised rows, and offgen's own
-// FlexGen-style 4-bit group format (kQ4G64: quantisation and AVX-512/portable dequantisation).
+// offgen's own FlexGen-style 4-bit group format (kQ4G64: quantisation and AVX-512/portable
+// dequantisation). Sizes, names and the other formats' (de)quantisers: formats.cpp.
 #include "runtime/core/dtype.h"
 
 #include <algorithm>
@@ -12,103 +12,6 @@
 #include "runtime/core/error.h"
 
 namespace offgen {
-
-int64_t dtype_block_elems(DType t) {
-  switch (t) {
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16: return 1;
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_1: return 32;
-    case DType::kQ4G64: return kQ4G64Block;
-  }
-  return 1;
-}
-
-int64_t dtype_block_bytes(DType t) {
-  switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16:
-    case DType::kBF16: return 2;
-    case DType::kQ8_0: return 2 + 32;      // fp16 scale, 32 x int8
-    case DType::kQ4_0: return 2 + 16;      // fp16 scale, 32 x 4-bit
-    case DType::kQ4_1: return 2 + 2 + 16;  // fp16 scale, fp16 min, 32 x 4-bit
-    case DType::kQ4G64: return kQ4G64Bytes;  // fp16 min, fp16 scale, 64 x 4-bit
-  }
-  return 1;
-}
-
-std::string_view dtype_name(DType t) {
-  switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kQ8_0: return "q8_0";
-    case DType::kQ4_0: return "q4_0";
-    case DType::kQ4_1: return "q4_1";
-    case DType::kQ4G64: return "q4g64";
-  }
-  return "?";
-}
-
-DType dtype_from_name(std::string_view name) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
-                  DType::kQ4G64})
-    if (dtype_name(t) == name) return t;
-  OFFGEN_THROW(kConfig, "unknown element type '{}'", name);
-}
-
-void dequantize_row(DType t, const void* src, float* out, int64_t n) {
-  const auto* p = static_cast<const uint8_t*>(src);
-  OFFGEN_CHECK(n % dtype_block_elems(t) == 0, kInternal, "dequantize_row: {} elements of {}", n,
-               dtype_name(t));
-  auto half_at = [](const uint8_t* q) {
-    uint16_t h;
-    std::memcpy(&h, q, 2);
-    return fp16_to_f32(h);
-  };
-  switch (t) {
-    case DType::kF32: std::memcpy(out, p, n * 4); return;
-    case DType::kF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = half_at(p + 2 * i);
-      return;
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t b;
-        std::memcpy(&b, p + 2 * i, 2);
-        out[i] = bf16_to_f32(b);
-      }
-      return;
-    case DType::kQ8_0:
-      for (int64_t b = 0; b < n / 32; ++b, p += 34) {
-        const float d = half_at(p);
-        const auto* q = reinterpret_cast<const int8_t*>(p + 2);
-        for (int j = 0; j < 32; ++j) out[b * 32 + j] = d * q[j];
-      }
-      return;
-    case DType::kQ4_0:
-      for (int64_t b = 0; b < n / 32; ++b, p += 18) {
-        const float d = half_at(p);
-        for (int j = 0; j < 16; ++j) {
-          out[b * 32 + j] = d * ((p[2 + j] & 0x0f) - 8);
-          out[b * 32 + j + 16] = d * ((p[2 + j] >> 4) - 8);
-        }
-      }
-      return;
-    case DType::kQ4_1:
-      for (int64_t b = 0; b < n / 32; ++b, p += 20) {
-        const float d = half_at(p);
-        const float m = half_at(p + 2);
-        for (int j = 0; j < 16; ++j) {
-          out[b * 32 + j] = d * (p[4 + j] & 0x0f) + m;
-          out[b * 32 + j + 16] = d * (p[4 + j] >> 4) + m;
-        }
-      }
-      return;
-    case DType::kQ4G64: dequantize_q4g64(p, n / kQ4G64Block, out, 64, 16); return;
-  }
-}
 
 namespace {
 
@@ -134,6 +37,8 @@ uint16_t fp16_round_up(float v) {
 }
 
 void put16(uint8_t* p, uint16_t h) { std::memcpy(p, &h, 2); }
+
+}  // namespace
 
 void quantize_q4g64_block(const float* x, uint8_t* blk) {
   float lo = std::numeric_limits<float>::infinity(), hi = -lo;
@@ -172,6 +77,8 @@ void quantize_q4g64_block(const float* x, uint8_t* blk) {
     blk[4 + (j & 31)] |= static_cast<uint8_t>(j < 32 ? q : q << 4);
   }
 }
+
+namespace {
 
 void dequantize_q4g64_portable(const uint8_t* p, int64_t blocks, float* out, int64_t out_step,
                                int64_t run_stride) {
@@ -228,29 +135,6 @@ void dequantize_q4g64(const void* src, int64_t blocks, float* out, int64_t out_s
   if (path == SimdPath::kAuto) return dequantize_q4g64_avx512(p, blocks, out, out_step, run_stride);
 #endif
   dequantize_q4g64_portable(p, blocks, out, out_step, run_stride);
-}
-
-void quantize_row(DType t, const float* src, void* dst, int64_t n) {
-  OFFGEN_CHECK(n % dtype_block_elems(t) == 0, kInternal, "quantize_row: {} elements of {}", n,
-               dtype_name(t));
-  auto* p = static_cast<uint8_t*>(dst);
-  switch (t) {
-    case DType::kF32: std::memcpy(p, src, n * 4); return;
-    case DType::kF16:
-      for (int64_t i = 0; i < n; ++i) put16(p + 2 * i, f32_to_fp16(src[i]));
-      return;
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) put16(p + 2 * i, f32_to_bf16(src[i]));
-      return;
-    case DType::kQ4G64:
-      for (int64_t b = 0; b < n / kQ4G64Block; ++b)
-        quantize_q4g64_block(src + b * kQ4G64Block, p + b * kQ4G64Bytes);
-      return;
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_1: break;
-  }
-  OFFGEN_THROW(kInternal, "quantize_row: {} is a load-only type", dtype_name(t));
 }
 
 }  // namespace offgen

@@ -12,7 +12,28 @@
 namespace offgen {
 
 // kQ4G64 is offgen's own FlexGen-style group-wise 4-bit format (not a GGUF type): see below.
-enum class DType { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ4G64 };
+// The others after kQ4G64 are GGML block formats (layouts in runtime/core/quant_blocks.h); kQ8_K
+// holds activations only. Every format's traits (sizes, names, GGML id, scalar (de)quantisers)
+// are one row of the table in runtime/core/formats.h, which the functions below consult.
+enum class DType {
+  kF32,
+  kF16,
+  kBF16,
+  kQ8_0,
+  kQ4_0,
+  kQ4_1,
+  kQ4G64,
+  kQ5_0,
+  kQ5_1,
+  kQ2_K,
+  kQ3_K,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  kQ8_K,
+  kIQ4_NL,
+  kIQ4_XS
+};
 
 // Elements per quantisation block (1 for plain types) and bytes per block.
 int64_t dtype_block_elems(DType t);
@@ -101,8 +122,9 @@ inline uint16_t f32_to_bf16(float f) {
 // Dequantise n elements of type t (n a multiple of the block size) into out (fp32).
 void dequantize_row(DType t, const void* src, float* out, int64_t n);
 
-// Quantise n fp32 elements into type t (kF32, kF16, kBF16 or kQ4G64; n a multiple of the block
-// size). Deterministic: the same input gives the same bytes on every path and thread count.
+// Quantise n fp32 elements into type t (n a multiple of the block size; throws kInternal for a
+// load-only type, see FormatTraits::quantize). Deterministic: the same input gives the same bytes
+// on every path and thread count.
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
 // kQ4G64 block (36 bytes, 64 elements): fp16 min m, fp16 scale s, 32 code bytes; byte j holds
@@ -120,6 +142,8 @@ constexpr int64_t kQ4G64Block = 64;
 constexpr int64_t kQ4G64Bytes = 36;
 enum class SimdPath { kAuto, kPortable };
 bool q4g64_simd_available();  // AVX-512F compiled in (kAuto then uses it)
+// One block: 64 floats -> 36 bytes (quantize_row's kQ4G64 case).
+void quantize_q4g64_block(const float* x, uint8_t* blk);
 // Writes block b's elements 16j..16j+15 to out + b * out_step + j * run_stride (j = 0..3);
 // out_step 64 and run_stride 16 is plain dequantisation (the CPU GEMM packs with other strides).
 void dequantize_q4g64(const void* src, int64_t blocks, float* out, int64_t out_step,

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "runtime/core/error.h"
+#include "runtime/core/formats.h"
 
 namespace offgen {
 namespace {
@@ -130,18 +131,9 @@ void read_value(Cursor& c, GgufType t, const std::string& key, GgufValue& out, i
 }
 
 DType tensor_dtype(uint32_t t, const std::string& tensor, Cursor& c, uint64_t at) {
-  switch (t) {
-    case 0: return DType::kF32;
-    case 1: return DType::kF16;
-    case 2: return DType::kQ4_0;
-    case 3: return DType::kQ4_1;
-    case 8: return DType::kQ8_0;
-    case 30: return DType::kBF16;
-    default: break;
-  }
-  c.fail(fmt::format("tensor '{}': unsupported ggml type {} (supported: F32, F16, BF16, Q8_0, "
-                     "Q4_0, Q4_1)",
-                     tensor, t),
+  if (const FormatTraits* f = format_from_ggml_type(t)) return f->type;
+  c.fail(fmt::format("tensor '{}': unsupported ggml type {} (supported: {})", tensor, t,
+                     supported_ggml_types()),
          at);
 }
 

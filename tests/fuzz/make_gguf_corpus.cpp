@@ -74,6 +74,22 @@ int main(int argc, char** argv) {
     w.add_tensor("t", {3}, T::kGgmlF32, ramp(12, 9));
     write(dir, "valid_tensor_only.gguf", w.build());
   }
+  {  // one tensor of each GGML block format (two rows of two blocks, bytes ramped)
+    GgufWriter w;
+    struct Q {
+      const char* name;
+      uint32_t type;
+      uint64_t elems, bytes;
+    };
+    for (Q q : {Q{"q5_0", T::kGgmlQ5_0, 32, 22}, Q{"q5_1", T::kGgmlQ5_1, 32, 24},
+                Q{"q2_k", T::kGgmlQ2_K, 256, 84}, Q{"q3_k", T::kGgmlQ3_K, 256, 110},
+                Q{"q4_k", T::kGgmlQ4_K, 256, 144}, Q{"q5_k", T::kGgmlQ5_K, 256, 176},
+                Q{"q6_k", T::kGgmlQ6_K, 256, 210}, Q{"q8_k", T::kGgmlQ8_K, 256, 292},
+                Q{"iq4_nl", T::kGgmlIQ4_NL, 32, 18}, Q{"iq4_xs", T::kGgmlIQ4_XS, 256, 136}})
+      w.add_tensor(std::string("t_") + q.name, {2 * q.elems, 2}, q.type,
+                   ramp(4 * q.bytes, static_cast<uint8_t>(q.type)));
+    write(dir, "valid_quant_types.gguf", w.build());
+  }
   {  // every scalar type once, plus a nested array
     GgufWriter w;
     const uint32_t types[] = {T::kGgufU8,  T::kGgufI8,  T::kGgufU16, T::kGgufI16,
@@ -109,7 +125,7 @@ int main(int argc, char** argv) {
   }
   {
     Bytes b = model;
-    GgufWriter::patch(b, L.tensors[2].type_at, uint32_t{12});
+    GgufWriter::patch(b, L.tensors[2].type_at, uint32_t{T::kGgmlIQ2_XXS});
     write(dir, "unknown_tensor_type.gguf", b);
   }
   {

@@ -157,6 +157,16 @@ TEST_CASE("cpu backend: matmul matches a double reference for every weight sourc
         }
         break;
       }
+      case DType::kQ5_0:  // formats not in the list above (covered by test_quant_formats.cpp)
+      case DType::kQ5_1:
+      case DType::kQ2_K:
+      case DType::kQ3_K:
+      case DType::kQ4_K:
+      case DType::kQ5_K:
+      case DType::kQ6_K:
+      case DType::kQ8_K:
+      case DType::kIQ4_NL:
+      case DType::kIQ4_XS: FAIL("no weight source built for " << dtype_name(src.type));
     }
     REQUIRE(static_cast<int64_t>(raw.size()) == dtype_bytes(src.type, k) * n);
     const std::vector<float> wd = dequant(src.type, raw.data(), n, k);

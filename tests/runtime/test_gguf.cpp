@@ -437,7 +437,7 @@ TEST_CASE("gguf corrupt: tensor dimensions", "[gguf]") {
 }
 
 TEST_CASE("gguf corrupt: unknown tensor type", "[gguf]") {
-  for (uint32_t ty : {99u, 6u /* Q5_0: valid ggml, unsupported here */, 0xffffffffu}) {
+  for (uint32_t ty : {99u, 16u /* IQ2_XXS: valid ggml, unsupported here */, 0xffffffffu}) {
     GgufWriter w;
     w.add_tensor("tt", {32}, ty, Bytes(128));
     GgufLayout L;

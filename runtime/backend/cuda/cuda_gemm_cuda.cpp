@@ -47,16 +47,9 @@ cublasHandle_t cublas_create(cudaStream_t stream) {
 void CudaBackend::CublasDeleter::operator()(cublasContext* h) const { cublasDestroy(h); }
 
 int64_t CudaBackend::weight_bytes(int64_t rows, int64_t cols) const {
-  switch (weight_dtype_) {
-    case DType::kF16:
-    case DType::kBF16: return round64(rows * cols * 2);
-    case DType::kQ4G64: return round64(rows * groups_of(cols) * kQ4G64Bytes);
-    case DType::kF32:
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_1: break;
-  }
-  return round64(rows * cols * 4);
+  // Rows padded to whole blocks of the storage type (f32, f16, bf16: 1 element; q4g64: 64).
+  const int64_t blk = dtype_block_elems(weight_dtype_);
+  return round64(rows * dtype_bytes(weight_dtype_, (cols + blk - 1) / blk * blk));
 }
 
 WeightView CudaBackend::prepare_weight_into(DType src_type, const void* src, int64_t rows,
@@ -69,31 +62,12 @@ WeightView CudaBackend::prepare_weight_into(DType src_type, const void* src, int
     std::vector<float> tmp(g * kQ4G64Block);
     for (int64_t r = r0; r < r1; ++r) {
       dequantize_row(src_type, s + r * row_bytes, tmp.data(), cols);
-      switch (weight_dtype_) {
-        case DType::kF16: {
-          auto* o = reinterpret_cast<uint16_t*>(d) + r * cols;
-          for (int64_t c = 0; c < cols; ++c) o[c] = f32_to_fp16(tmp[c]);
-          break;
-        }
-        case DType::kBF16: {
-          auto* o = reinterpret_cast<uint16_t*>(d) + r * cols;
-          for (int64_t c = 0; c < cols; ++c) o[c] = f32_to_bf16(tmp[c]);
-          break;
-        }
-        case DType::kQ4G64: {
-          // A partial last group repeats its own first value (so the pad widens nothing).
-          const int64_t last = (g - 1) * kQ4G64Block;
-          std::fill(tmp.begin() + cols, tmp.end(), tmp[last]);
-          quantize_row(DType::kQ4G64, tmp.data(), d + r * g * kQ4G64Bytes, g * kQ4G64Block);
-          break;
-        }
-        case DType::kF32:
-        case DType::kQ8_0:
-        case DType::kQ4_0:
-        case DType::kQ4_1:
-          std::memcpy(reinterpret_cast<float*>(d) + r * cols, tmp.data(), cols * 4);
-          break;
-      }
+      // Into the storage type by its quantiser (f32, f16, bf16: per element). A partial last
+      // block repeats its own first value (so the pad widens nothing).
+      const int64_t blk = dtype_block_elems(weight_dtype_);
+      const int64_t padded = (cols + blk - 1) / blk * blk;
+      std::fill(tmp.begin() + cols, tmp.begin() + padded, tmp[(cols - 1) / blk * blk]);
+      quantize_row(weight_dtype_, tmp.data(), d + r * dtype_bytes(weight_dtype_, padded), padded);
     }
   });
   return WeightView{rows, cols, src_type, dst};

@@ -8,6 +8,7 @@
 
 #include "runtime/backend/cuda/cuda_common_cuda.h"
 #include "runtime/backend/cuda/cuda_kernels_cuda.h"
+#include "runtime/backend/cuda/cuda_quant_cuda.h"
 
 namespace offgen::cuda {
 namespace {
@@ -276,22 +277,16 @@ void embedding(const void* table, DType dtype, int64_t cols, const int32_t* ids,
                float* out, cudaStream_t stream) {
   if (n == 0) return;
   const auto blocks = static_cast<unsigned>(n);
-  switch (dtype) {
-    case DType::kF32:
-      embedding_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(table), cols, ids, out);
-      break;
-    case DType::kF16:
-      embedding_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __half*>(table), cols, ids, out);
-      break;
-    case DType::kBF16:
-      embedding_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(table), cols,
-                                                         ids, out);
-      break;
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kQ4G64:
-      return;  // prepare_table never keeps these on the GPU (callers check)
+  if (dequant_supported(dtype)) return gather_dequantize_f32(dtype, table, cols, ids, n, out, stream);
+  if (dtype == DType::kF32) {
+    embedding_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(table), cols, ids, out);
+  } else if (dtype == DType::kF16) {
+    embedding_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __half*>(table), cols, ids, out);
+  } else if (dtype == DType::kBF16) {
+    embedding_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(table), cols,
+                                                       ids, out);
+  } else {
+    return;  // kQ4G64 tables are never kept on the GPU (prepare_table makes them f32)
   }
   OFFGEN_CUDA_LAUNCHED();
 }

@@ -26,8 +26,8 @@ void relu(float* x, int64_t n, cudaStream_t stream);
 void gelu(float* x, int64_t n, cudaStream_t stream);
 void add(float* y, const float* x, int64_t n, cudaStream_t stream);
 void add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride, cudaStream_t stream);
-// out[i] = table[ids[i]] as fp32; table rows of `cols` in dtype kF32, kF16 or kBF16 (others:
-// nothing is launched).
+// out[i] = table[ids[i]] as fp32; table rows of `cols` in dtype kF32, kF16, kBF16 or a GGML block
+// format (dequantised on the device, cuda_quant_cuda.h); kQ4G64: nothing is launched.
 void embedding(const void* table, DType dtype, int64_t cols, const int32_t* ids, int64_t n,
                float* out, cudaStream_t stream);
 // dst row i = src row rows[i], rows of `width` floats.

@@ -1,0 +1,52 @@
+// Internal interface between the integer GEMM driver (qgemm.cpp) and its per-ISA kernel files:
+// the quantised activation rows, one call's arguments, and each ISA's table of kernels by DType.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/core/formats.h"
+
+namespace offgen::cpu {
+
+constexpr int kQDTypeCount = kDTypeCount;
+
+// Activation rows quantised once per call (quantize_act_block per block of the format's
+// activation block size): codes, one fp32 scale per block, int16 sums of the codes per sub-block
+// of the weight format (16 or 32 elements).
+// qt, dt (AMX only, else nullptr): the codes and scales of each full 16-row tile again, one
+// contiguous 16 x Ks tile per sub-block: tile (R, j) at qt + (R * k / Ks + j) * 16 * Ks, row i at
+// + i * Ks; the 16 scales of block b at dt + (R * nb + b) * 16.
+struct QActs {
+  const int8_t* q;
+  int64_t ldq;
+  const float* d;
+  int64_t ldd;
+  const int16_t* s;
+  int64_t lds;
+  const int8_t* qt = nullptr;
+  const float* dt = nullptr;
+};
+
+struct QCall {
+  const QActs* act;
+  const uint8_t* packed;
+  int64_t n, k, nb;     // output columns, reduction length, blocks per row
+  int64_t panel_bytes;  // bytes per 16-row panel
+  float* y;
+  int64_t ldy;
+};
+
+// Output rows [r0, r1) x 16-row panels [p0, p1).
+using QRunFn = void (*)(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1);
+
+// Kernel tables indexed by DType (nullptr: no kernel); nullptr when the ISA is not compiled in.
+const QRunFn* qgemm_kernels_scalar();
+const QRunFn* qgemm_kernels_avx2();
+const QRunFn* qgemm_kernels_avxvnni();
+const QRunFn* qgemm_kernels_avx512();
+const QRunFn* qgemm_kernels_amx();
+// AMX needs the kernel's permission for the tile state once per process (Linux arch_prctl);
+// false when it is refused or the CPU/build has no AMX-INT8.
+bool amx_ready();
+
+}  // namespace offgen::cpu
