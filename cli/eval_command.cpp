@@ -8,6 +8,7 @@
 
 #include "cli/line_plot.h"
 #include "cli/policy_flags.h"
+#include "cli/flag_checks.h"
 #include "runtime/core/error.h"
 #include "eval/eval_runner.h"
 #include "runtime/core/atomic_file.h"
@@ -21,8 +22,7 @@ void EvalPplCommand::add_to(CLI::App* eval) {
   cmd_->add_option("--model", model, "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET")->required();
   cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
-  cmd_->add_option("--weight-dtype", weight_dtype, "Matmul weight storage: f32 or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  add_weight_dtype(cmd_, weight_dtype);
   cmd_->add_flag("--compress-weight", compress_weight,
                  "4-bit group-compressed matmul weights (q4g64), to measure their perplexity cost");
   cmd_->add_flag("--compress-cache", compress_cache,
@@ -49,7 +49,7 @@ int EvalPplCommand::run() const {
   EngineOptions eo;
   eo.model = model;
   eo.threads = threads;
-  eo.weight_dtype = dtype_from_name(weight_dtype);
+  eo.weight_dtype = WeightMode::parse(weight_dtype);
   eo.policy.compress_weight = compress_weight;
   eo.policy.compress_cache = compress_cache;
   EvalPplOptions o;

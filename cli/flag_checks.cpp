@@ -35,4 +35,15 @@ CLI::Validator utf8_text() {
       "TEXT");
 }
 
+CLI::Option* add_weight_dtype(CLI::App* app, std::string& target) {
+  return app
+      ->add_option("--weight-dtype", target,
+                   "Matmul weight storage: native (GGUF block formats kept as the file holds "
+                   "them, integer kernels), f32 (exact), bf16 (half the bytes), f16 (GPU), or a "
+                   "format to quantise to at load: q8_0, q4_0, q4_k, q5_k, q6_k" +
+                       (target.empty() ? std::string() : " (default " + target + ")"))
+      ->check(CLI::IsMember(
+          {"native", "f32", "bf16", "f16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"}));
+}
+
 }  // namespace offgen

@@ -11,4 +11,8 @@ CLI::Validator non_negative_int();
 // Text that is not empty and is valid UTF-8 (stop strings and other texts that reach JSON).
 CLI::Validator utf8_text();
 
+// --weight-dtype into `target` (its current value is the default the help names): native (GGML
+// blocks as the file holds them), f32, bf16, f16 (GPU), or a GGML block format to quantise to.
+CLI::Option* add_weight_dtype(CLI::App* app, std::string& target);
+
 }  // namespace offgen

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "runtime/loaders/gguf_source.h"
 #include "runtime/loaders/hf_source.h"
 #include "runtime/loaders/model_loader.h"
@@ -16,11 +18,34 @@ namespace {
 std::string features(const ModelConfig& c) {
   std::string s = c.norm == NormKind::kLayer ? "LayerNorm" : "RMSNorm";
   s += c.pre_norm ? " (pre-norm)" : " (post-norm)";
-  s += c.ffn == FfnKind::kSwiGlu ? ", SwiGLU" : c.ffn == FfnKind::kRelu ? ", ReLU" : ", GELU";
+  if (c.post_norms) s += " and after each sublayer";
+  switch (c.ffn) {
+    case FfnKind::kSwiGlu: s += ", SwiGLU"; break;
+    case FfnKind::kGeGlu: s += ", GeGLU (tanh GELU)"; break;
+    case FfnKind::kRelu: s += ", ReLU"; break;
+    case FfnKind::kGelu: s += ", GELU"; break;
+  }
   s += c.learned_pos ? ", learned positions" : ", RoPE";
+  switch (c.rope_scaling.kind) {
+    case RopeScalingKind::kNone: break;
+    case RopeScalingKind::kLinear: s += fmt::format(" (linear x{:g})", c.rope_scaling.factor); break;
+    case RopeScalingKind::kLlama3:
+      s += fmt::format(" (llama3 x{:g} from {})", c.rope_scaling.factor,
+                       c.rope_scaling.original_context);
+      break;
+  }
+  if (!c.rope_freq_factors.empty()) s += " (frequency factors)";
+  if (c.qk_norm) s += ", QK-norm";
   if (c.qkv_bias) s += ", QKV bias";
   if (c.out_bias || c.ffn_bias) s += ", projection biases";
   if (c.embed_dim > 0) s += ", embeddings projected from " + std::to_string(c.embed_dim);
+  if (c.embed_scale != 1.0f) s += fmt::format(", embeddings x{:g}", c.embed_scale);
+  if (c.n_sliding_layers() > 0)
+    s += fmt::format(", sliding window {} on {} of {} layers (RoPE theta {:g})", c.sliding_window,
+                     c.n_sliding_layers(), c.n_layers,
+                     c.rope_local_theta > 0 ? c.rope_local_theta : c.rope_theta);
+  if (c.attn_softcap > 0) s += fmt::format(", attention soft-cap {:g}", c.attn_softcap);
+  if (c.final_softcap > 0) s += fmt::format(", logit soft-cap {:g}", c.final_softcap);
   return s;
 }
 
@@ -39,7 +64,7 @@ std::string join_dims(const Dims& d) {
 
 }  // namespace
 
-int run_inspect(const std::string& model, int threads) {
+int run_inspect(const std::string& model, int threads, const std::string& weight_dtype) {
   OpenedModel om = open_model(model);
   const ModelConfig& c = om.source->config();
   std::printf("model: %s\n  source: %s\n", c.name.c_str(), om.source->describe().c_str());
@@ -69,7 +94,7 @@ int run_inspect(const std::string& model, int threads) {
     std::printf("tensors: generated on demand (deterministic pseudo-random weights)\n");
   }
   // Sizes as the CPU backend stores them, without building any unit (any size fits).
-  auto backend = make_cpu_backend(threads);
+  auto backend = make_cpu_backend(threads, WeightMode::parse(weight_dtype));
   DecoderModel m(*om.source, *backend);
   int64_t weights = m.resident_bytes();
   for (int64_t u = 0; u < m.num_units(); ++u) weights += m.unit_bytes(u);
@@ -78,8 +103,12 @@ int run_inspect(const std::string& model, int threads) {
                 stored / 1048576.0);
   else
     std::printf("memory:\n");
-  std::printf("  weights as the %s backend holds them: %.1f MiB\n", backend->name().c_str(),
-              weights / 1048576.0);
+  std::printf("  weights as the %s backend holds them (--weight-dtype %s): %.1f MiB",
+              backend->name().c_str(), weight_dtype.c_str(), weights / 1048576.0);
+  if (stored > 0) std::printf(" (%.3f x the file's tensor bytes)", double(weights) / double(stored));
+  std::printf("\n");
+  for (const auto& [t, b] : m.bytes_by_format())
+    std::printf("    %-8s %10.2f MiB\n", std::string(dtype_name(t)).c_str(), b / 1048576.0);
   std::printf(
       "  KV cache: %.1f KiB per token (fp32), %.1f MiB per sequence at the full context of %lld\n",
       c.kv_bytes_per_token() / 1024.0, c.kv_bytes_per_token() * c.context_length / 1048576.0,

@@ -7,6 +7,6 @@
 namespace offgen {
 
 // Prints to stdout; throws offgen::Error when the model cannot be opened.
-int run_inspect(const std::string& model, int threads);
+int run_inspect(const std::string& model, int threads, const std::string& weight_dtype);
 
 }  // namespace offgen

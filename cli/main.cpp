@@ -31,15 +31,14 @@ using namespace offgen;
 struct CommonFlags {
   std::string model;
   int threads = 0;
-  std::string weight_dtype_text;  // empty: the backend's default (f32 on the CPU, f16 on a GPU)
+  std::string weight_dtype_text = "native";  // GGML blocks as the file holds them
   std::string backend_text{backend_name(BackendKind::kCpu)};
   // Parsed by resolve() after the command line.
   BackendKind backend = BackendKind::kCpu;
-  DType weight_dtype = DType::kF32;
+  WeightMode weight_dtype = WeightMode::native_mode();
   void resolve() {
     backend = parse_backend_kind(backend_text);
-    weight_dtype = weight_dtype_text.empty() ? backend_caps(backend).default_weight_dtype
-                                             : dtype_from_name(weight_dtype_text);
+    weight_dtype = WeightMode::parse(weight_dtype_text);
   }
 };
 
@@ -48,10 +47,7 @@ void add_common(CLI::App* app, CommonFlags& f) {
   app->add_option("--threads", f.threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
   app->add_option("--backend", f.backend_text, "Compute backend: cpu (default) or cuda (GPU 0)")
       ->check(CLI::IsMember(backend_flag_names()));
-  app->add_option("--weight-dtype", f.weight_dtype_text,
-                  "Matmul weight storage: f32 (exact; the CPU default) or bf16 (half the bytes, "
-                  "faster); on the GPU also f16 (its default)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  add_weight_dtype(app, f.weight_dtype_text);
 }
 
 void add_sampling(CLI::App* app, SamplingParams& s) {
@@ -79,24 +75,12 @@ void check_auto_backend(const CommonFlags& f, const PolicyFlags& pf) {
 // sequence then fits the planned block) over its valid requests.
 Policy plan_for_job(const CommonFlags& f, const GenerateJobOptions& job,
                     const std::vector<JobLine>& lines, const Policy& base, int64_t max_context) {
+  std::vector<Request> requests;
+  for (const JobLine& l : lines)
+    if (l.request) requests.push_back(*l.request);
   OpenedModel opened = open_model(f.model);
   const Tokenizer tokenizer(std::move(opened.vocab));
-  Workload w;
-  w.prompt_len = 1;
-  w.gen_len = 2;
-  for (const JobLine& l : lines) {
-    if (!l.request) continue;
-    try {
-      w.prompt_len = std::max<int64_t>(w.prompt_len, encode_request(tokenizer, *l.request).size());
-    } catch (const Error&) {
-      continue;  // reported per request by the run itself
-    }
-    w.gen_len = std::max<int64_t>(w.gen_len, l.request->sampling.max_tokens);
-    ++w.num_requests;
-  }
-  OFFGEN_CHECK(w.num_requests > 0, kInput, "{}: --policy auto: no valid request to plan for",
-               job.input);
-  if (max_context > 0) w.gen_len = std::max<int64_t>(2, std::min(w.gen_len, max_context - w.prompt_len));
+  const Workload w = job_workload(tokenizer, requests, max_context, job.input);
   const PlanningContext ctx{f.model, base.weight_storage(f.weight_dtype), f.threads, "", base.offload_dir,
                             calibration_progress};
   return auto_plan(planning_inputs(ctx), w, base).policy;
@@ -262,7 +246,9 @@ int cmd_shared_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOpt
   return 0;
 }
 
-int cmd_inspect(const CommonFlags& f) { return run_inspect(f.model, f.threads); }
+int cmd_inspect(const CommonFlags& f) {
+  return run_inspect(f.model, f.threads, f.weight_dtype_text);
+}
 
 }  // namespace
 

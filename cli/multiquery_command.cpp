@@ -8,6 +8,7 @@
 
 #include "cli/line_plot.h"
 #include "cli/policy_flags.h"
+#include "cli/flag_checks.h"
 #include "runtime/core/atomic_file.h"
 #include "runtime/core/error.h"
 #include "eval/multiquery_eval.h"
@@ -26,8 +27,7 @@ void EvalMultiqueryCommand::add_to(CLI::App* eval) {
       ->required();
   cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
-  cmd_->add_option("--weight-dtype", weight_dtype, "Matmul weight storage: f32 or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  add_weight_dtype(cmd_, weight_dtype);
   std::vector<std::string> context;  // the registry's context policies but the reference
   for (const KvPolicyInfo& p : kv_policies())
     if (p.compresses_context() && p.kind != KvPolicyKind::kFull) context.emplace_back(p.name);
@@ -50,7 +50,7 @@ int EvalMultiqueryCommand::run() const {
   EngineOptions eo;
   eo.model = model;
   eo.threads = threads;
-  eo.weight_dtype = dtype_from_name(weight_dtype);
+  eo.weight_dtype = WeightMode::parse(weight_dtype);
   EvalMultiqueryOptions o;
   o.contexts = contexts;
   for (const std::string& name : split_list(policies)) {

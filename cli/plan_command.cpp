@@ -51,8 +51,7 @@ void CalibrateCommand::add_to(CLI::App* app) {
   cmd_->add_option("--offload-dir", offload_dir, "Disk to measure (default $TMPDIR)");
   cmd_->add_option("--json", json, "Profile to write (default: the cache, " + default_profile_path() + ")");
   cmd_->add_option("--model", model, "Also measure this model's units (.gguf or dummy:PRESET)");
-  cmd_->add_option("--weight-dtype", weight_dtype, "Matmul weight storage: f32 or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  add_weight_dtype(cmd_, weight_dtype);
   cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
   cmd_->add_flag("--quick", quick, "Fewer sizes and repetitions (rougher; for smoke tests)");
 }
@@ -79,7 +78,7 @@ int CalibrateCommand::run() const {
   print_curve("disk write", hw.disk_write);
   print_curve("RAM copy", hw.ram_copy);
   if (!model.empty()) {
-    auto backend = make_cpu_backend(threads, dtype_from_name(weight_dtype));
+    auto backend = make_cpu_backend(threads, WeightMode::parse(weight_dtype));
     OpenedModel opened = open_model(model);
     DecoderModel m(*opened.source, *backend);
     const ComputeProfile c = measure_compute(m, weight_dtype, co);
@@ -103,8 +102,7 @@ void PlanCommand::add_to(CLI::App* app) {
   cmd_ = app->add_subcommand(
       "plan", "Choose batch sizes, tier shares and overlap for a workload within memory limits");
   cmd_->add_option("--model", model, "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET")->required();
-  cmd_->add_option("--weight-dtype", weight_dtype, "Matmul weight storage: f32 or bf16")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  add_weight_dtype(cmd_, weight_dtype);
   cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
   cmd_->add_option("--prompt-len", workload.prompt_len, "Prompt tokens")->required()->check(CLI::Range(1, 1 << 20));
   cmd_->add_option("--gen-len", workload.gen_len, "Generated tokens")->required()->check(CLI::Range(2, 1 << 20));
@@ -118,36 +116,10 @@ void PlanCommand::add_to(CLI::App* app) {
   policy.add_to(cmd_);
 }
 
-namespace {
-
-// The planner's options for the backend the calibrated profile describes (the CPU's).
-PlanOptions calibrated_plan_options(const Workload& w, const Policy& base) {
-  PlanOptions o;
-  o.workload = w;
-  o.base = base;
-  o.device_is_host = backend_caps(BackendKind::kCpu).device_is_host;
-  return o;
-}
-
-}  // namespace
-
-PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base) {
-  const PlanOptions o = calibrated_plan_options(w, base);
-  PlanResult r = plan(in.facts, in.compute, in.hw, o);
-  const Policy& p = r.policy;
-  std::fprintf(stderr,
-               "offgen: policy auto: %lld x %lld sequences, weights %g%% / KV %g%% in RAM, overlap "
-               "%s; predicted %.1f tok/s total (binding: %s)\n",
-               static_cast<long long>(p.gpu_batch_size), static_cast<long long>(p.num_gpu_batches),
-               p.weight_gpu_percent + p.weight_cpu_percent, p.cache_gpu_percent + p.cache_cpu_percent,
-               p.overlap ? "on" : "off", r.prediction.total_throughput, r.binding.c_str());
-  return r;
-}
-
 int PlanCommand::run() const {
   const Policy base = policy.resolve();
-  PlanningContext ctx{model, base.weight_storage(dtype_from_name(weight_dtype)), threads, profile,
-                      base.offload_dir, progress};
+  const WeightMode storage = base.weight_storage(WeightMode::parse(weight_dtype));
+  PlanningContext ctx{model, storage, threads, profile, base.offload_dir, progress};
   const PlanningInputs in = planning_inputs(ctx);
   PlanOptions o = calibrated_plan_options(workload, base);
   o.max_batch = max_batch;

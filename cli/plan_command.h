@@ -22,7 +22,7 @@ class CalibrateCommand {
 
  private:
   CLI::App* cmd_ = nullptr;
-  std::string offload_dir, json, model, weight_dtype = "f32";
+  std::string offload_dir, json, model, weight_dtype = "native";
   int threads = 0;
   bool quick = false;
 };
@@ -35,16 +35,13 @@ class PlanCommand {
 
  private:
   CLI::App* cmd_ = nullptr;
-  std::string model, weight_dtype = "f32", json, profile;
+  std::string model, weight_dtype = "native", json, profile;
   int threads = 0;
   Workload workload;
   int64_t max_batch = 4096;
   PolicyFlags policy;
 };
 
-// Plans `base` (capacities, KV policy) for the workload; prints a one-line summary to stderr.
-// Used by `--policy auto`.
-PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base);
 // Calibration progress lines on stderr ("offgen: calibrating: ...").
 void calibration_progress(const std::string& what);
 // The predicted figures as JSON fields (predicted_total_throughput, ...).

@@ -107,33 +107,26 @@ std::vector<Policy> PolicyFlags::resolve_variants() const {
 }
 
 Policy PolicyFlags::resolve() const {
-  Policy p;
-  if (!policy_file_.empty() && !auto_policy()) p = load_policy_toml(policy_file_);
-  if (!percent_.empty()) {
-    p.weight_gpu_percent = percent_[0], p.weight_cpu_percent = percent_[1];
-    p.cache_gpu_percent = percent_[2], p.cache_cpu_percent = percent_[3];
-    p.act_gpu_percent = percent_[4], p.act_cpu_percent = percent_[5];
-  }
-  if (gpu_batch_size_ > 0) p.gpu_batch_size = gpu_batch_size_, p.batch_given = true;
-  if (num_gpu_batches_ > 0) p.num_gpu_batches = num_gpu_batches_, p.batch_given = true;
   OFFGEN_CHECK(kv_policy_.find(',') == std::string::npos && kv_budget_.find(',') == std::string::npos,
                kConfig, "--kv-policy / --kv-budget take one value here (lists are for bench)");
-  if (!kv_policy_.empty()) p.kv.kind = parse_kv_policy(kv_policy_);
-  if (!kv_budget_.empty()) p.kv.budget = parse_number_list(kv_budget_, "--kv-budget").at(0);
-  if (!offload_dir_.empty()) p.offload_dir = offload_dir_;
   OFFGEN_CHECK(!(overlap_opt_->count() && no_overlap_opt_->count()), kConfig,
                "--overlap and --no-overlap are mutually exclusive");
-  if (overlap_opt_->count()) p.overlap = true;
-  if (no_overlap_opt_->count()) p.overlap = false;
-  if (compress_weight_) p.compress_weight = true;
-  if (compress_cache_) p.compress_cache = true;
-  if (cpu_cache_compute_) p.cpu_cache_compute = true;
-  if (io_queue_depth_ > 0) p.io_queue_depth = io_queue_depth_;
-  if (!gpu_mem_.empty()) p.gpu_mem = parse_size(gpu_mem_, "--gpu-mem");
-  if (!cpu_mem_.empty()) p.cpu_mem = parse_size(cpu_mem_, "--cpu-mem");
-  if (!disk_mem_.empty()) p.disk_mem = parse_size(disk_mem_, "--disk-mem");
-  p.validate();
-  return p;
+  PolicyOverrides o;
+  if (!auto_policy()) o.file = policy_file_;
+  o.percent = percent_;
+  o.gpu_batch_size = gpu_batch_size_;
+  o.num_gpu_batches = num_gpu_batches_;
+  o.offload_dir = offload_dir_;
+  if (overlap_opt_->count()) o.overlap = true;
+  if (no_overlap_opt_->count()) o.overlap = false;
+  if (compress_weight_) o.compress_weight = true;
+  if (compress_cache_) o.compress_cache = true;
+  if (cpu_cache_compute_) o.cpu_cache_compute = true;
+  o.io_queue_depth = io_queue_depth_;
+  o.gpu_mem = gpu_mem_, o.cpu_mem = cpu_mem_, o.disk_mem = disk_mem_;
+  o.kv_policy = kv_policy_;
+  if (!kv_budget_.empty()) o.kv_budget = parse_number_list(kv_budget_, "--kv-budget").at(0);
+  return o.resolve();
 }
 
 }  // namespace offgen

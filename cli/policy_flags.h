@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "policies/policy.h"
+#include "policies/policy_overrides.h"
 
 namespace offgen {
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "runtime/core/error.h"
+#include "runtime/text/tokenizer.h"
 
 namespace offgen {
 namespace {

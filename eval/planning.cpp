@@ -6,11 +6,14 @@
 #include <filesystem>
 #include <fstream>
 
+#include <algorithm>
+
 #include "runtime/backend/backend.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "runtime/loaders/model_loader.h"
 #include "runtime/core/atomic_file.h"
+#include "scheduler/engine.h"
 
 namespace offgen {
 
@@ -69,7 +72,7 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
   auto backend = make_cpu_backend(ctx.threads, ctx.weight_dtype);
   OpenedModel opened = open_model(ctx.model);
   DecoderModel model(*opened.source, *backend);
-  const std::string storage(dtype_name(ctx.weight_dtype));  // part of the profile's keys
+  const std::string storage = ctx.weight_dtype.name();  // part of the profile's keys
   in.facts = model_facts(model, storage);
   const int threads = backend->threads().threads();
   if (const ComputeProfile* c = in.hw.find_compute(in.facts.key, threads)) {
@@ -81,6 +84,49 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
   }
   if (changed) save_profile(path, in.hw);
   return in;
+}
+
+PlanOptions calibrated_plan_options(const Workload& w, const Policy& base) {
+  PlanOptions o;
+  o.workload = w;
+  o.base = base;
+  o.device_is_host = backend_caps(BackendKind::kCpu).device_is_host;
+  return o;
+}
+
+PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base) {
+  const PlanOptions o = calibrated_plan_options(w, base);
+  PlanResult r = plan(in.facts, in.compute, in.hw, o);
+  const Policy& p = r.policy;
+  std::fprintf(stderr,
+               "offgen: policy auto: %lld x %lld sequences, weights %g%% / KV %g%% in RAM, overlap "
+               "%s; predicted %.1f tok/s total (binding: %s)\n",
+               static_cast<long long>(p.gpu_batch_size), static_cast<long long>(p.num_gpu_batches),
+               p.weight_gpu_percent + p.weight_cpu_percent,
+               p.cache_gpu_percent + p.cache_cpu_percent, p.overlap ? "on" : "off",
+               r.prediction.total_throughput, r.binding.c_str());
+  return r;
+}
+
+Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& requests,
+                      int64_t max_context, const std::string& source) {
+  Workload w;
+  w.prompt_len = 1;
+  w.gen_len = 2;
+  for (const Request& r : requests) {
+    try {
+      w.prompt_len = std::max<int64_t>(w.prompt_len, encode_request(tokenizer, r).size());
+    } catch (const Error&) {
+      continue;  // reported per request by the run itself
+    }
+    w.gen_len = std::max<int64_t>(w.gen_len, r.sampling.max_tokens);
+    ++w.num_requests;
+  }
+  OFFGEN_CHECK(w.num_requests > 0, kInput, "{}: --policy auto: no valid request to plan for",
+               source);
+  if (max_context > 0)
+    w.gen_len = std::max<int64_t>(2, std::min(w.gen_len, max_context - w.prompt_len));
+  return w;
 }
 
 }  // namespace offgen

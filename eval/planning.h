@@ -7,8 +7,10 @@
 #include <string>
 
 #include "policies/planner.h"
-#include "runtime/core/dtype.h"
+#include "runtime/backend/backend_caps.h"
 #include "eval/calibrate.h"
+#include "runtime/text/tokenizer.h"
+#include "scheduler/request.h"
 
 namespace offgen {
 
@@ -20,7 +22,7 @@ void save_profile(const std::string& path, const HardwareProfile& p);  // atomic
 
 struct PlanningContext {
   std::string model;                // as EngineOptions::model
-  DType weight_dtype = DType::kF32;  // matmul storage: f32, bf16 or q4g64 (Policy::weight_storage)
+  WeightMode weight_dtype;          // matmul storage (Policy::weight_storage)
   int threads = 0;
   std::string profile_path;         // empty: default_profile_path(), re-measured when outdated
   std::string offload_dir;          // where to measure the disk when the profile lacks it
@@ -35,5 +37,17 @@ struct PlanningInputs {
   ComputeProfile compute;
 };
 PlanningInputs planning_inputs(const PlanningContext& ctx);
+
+// The planner's options for the backend the calibrated profile describes (the CPU's).
+PlanOptions calibrated_plan_options(const Workload& w, const Policy& base);
+// Plans `base` (capacities, KV policy) for the workload; prints a one-line summary to stderr.
+// `--policy auto` of generate and bench, and the Python API's policy="auto".
+PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base);
+
+// The workload a job is planned for: its longest prompt and largest max_tokens over the requests
+// that tokenise (others fail on their own when run), gen_len capped by max_context (0 = none).
+// Throws Error(kInput) "`source`: --policy auto: no valid request to plan for" when none does.
+Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& requests,
+                      int64_t max_context, const std::string& source);
 
 }  // namespace offgen

@@ -9,6 +9,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
+#include "runtime/core/json_reader.h"
 #include "runtime/text/utf8.h"
 
 namespace offgen {
@@ -38,67 +39,54 @@ LineError line_error(const char* kind, const std::string& field, const std::stri
   throw line_error(kind, field, what);
 }
 
-std::string type_name(const json& v) { return v.type_name(); }
-
-double get_number(const json& v, const std::string& field) {
-  if (!v.is_number()) fail("wrong_type", field, "expected a number, got " + type_name(v));
-  return v.get<double>();
-}
-
-int64_t get_int(const json& v, const std::string& field) {
-  if (!v.is_number_integer() && !v.is_number_unsigned())
-    fail("wrong_type", field, "expected an integer, got " + type_name(v));
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-    fail("invalid_value", field, fmt::format("{} is out of range", v.dump()));
-  return v.get<int64_t>();
-}
-
-std::string get_string(const json& v, const std::string& field) {
-  if (!v.is_string()) fail("wrong_type", field, "expected a string, got " + type_name(v));
-  return v.get<std::string>();
+// Values of the wrong type (or integers out of range) throw JsonFieldError from the typed getters
+// (json_string, json_int, ...); parse_request_line records them with the kind below.
+const char* field_error_kind(const JsonFieldError& e) {
+  switch (e.kind()) {
+    case JsonFieldError::Kind::kWrongType:
+      return "wrong_type";
+    case JsonFieldError::Kind::kOutOfRange:
+      return "invalid_value";
+  }
+  return "invalid_value";
 }
 
 // A message's content: a string, or (OpenAI's array form) text parts
 // [{"type": "text", "text": "..."}, ...], joined with newlines.
 std::string get_content(const json& v, const std::string& field) {
   if (v.is_string()) return v.get<std::string>();
-  if (!v.is_array())
-    fail("wrong_type", field, "expected a string or an array of text parts, got " + type_name(v));
+  if (!v.is_array()) throw_json_wrong_type(field, "a string or an array of text parts", v);
   if (v.empty()) fail("invalid_value", field, "expected at least one text part");
   std::string text;
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string f = fmt::format("{}[{}]", field, i);
-    if (!v[i].is_object())
-      fail("wrong_type", f, "expected an object {\"type\": \"text\", \"text\": ...}, got " +
-                                type_name(v[i]));
+    json_object(v[i], f, "an object {\"type\": \"text\", \"text\": ...}");
     for (auto it = v[i].begin(); it != v[i].end(); ++it)
       if (it.key() != "type" && it.key() != "text") fail("unknown_field", f + "." + it.key(), "unknown field");
     if (!v[i].contains("type")) fail("missing_field", f + ".type", "missing");
-    const std::string type = get_string(v[i]["type"], f + ".type");
+    const std::string& type = json_string(v[i]["type"], f + ".type");
     if (type != "text")
       fail("invalid_value", f + ".type", "only text parts are supported, got '" + type + "'");
     if (!v[i].contains("text")) fail("missing_field", f + ".text", "missing");
     if (i > 0) text += '\n';
-    text += get_string(v[i]["text"], f + ".text");
+    text += json_string(v[i]["text"], f + ".text");
   }
   return text;
 }
 
 std::vector<ChatMessage> get_messages(const json& v, const std::string& field) {
-  if (!v.is_array())
-    fail("wrong_type", field, "expected an array of messages, got " + type_name(v));
+  json_array(v, field, "an array of messages");
   if (v.empty()) fail("invalid_value", field, "expected at least one message");
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string f = fmt::format("{}[{}]", field, i);
-    if (!v[i].is_object())
-      fail("wrong_type", f, "expected an object with 'role' and 'content', got " + type_name(v[i]));
+    json_object(v[i], f, "an object with 'role' and 'content'");
     for (auto it = v[i].begin(); it != v[i].end(); ++it)
       if (it.key() != "role" && it.key() != "content" && it.key() != "name")
         fail("unknown_field", f + "." + it.key(), "unknown field");
     if (!v[i].contains("role")) fail("missing_field", f + ".role", "missing");
     if (!v[i].contains("content")) fail("missing_field", f + ".content", "missing");
-    std::string role = get_string(v[i]["role"], f + ".role");
+    std::string role = json_string(v[i]["role"], f + ".role");
     if (role != "system" && role != "user" && role != "assistant")
       fail("invalid_value", f + ".role", "expected system, user or assistant, got '" + role + "'");
     out.push_back({std::move(role), get_content(v[i]["content"], f + ".content")});
@@ -111,37 +99,36 @@ std::vector<ChatMessage> get_messages(const json& v, const std::string& field) {
 bool apply_field(const std::string& key, const json& v, const std::string& path, Request& r) {
   SamplingParams& s = r.sampling;
   if (key == "prompt") {
-    r.prompt = get_string(v, path);
+    r.prompt = json_string(v, path);
     if (r.prompt.empty()) fail("invalid_value", path, "must not be empty");
   } else if (key == "messages") {
     r.messages = get_messages(v, path);
   } else if (key == "max_tokens" || key == "max_completion_tokens") {
-    s.max_tokens = get_int(v, path);
+    s.max_tokens = json_int(v, path);
     if (s.max_tokens < 0)
       fail("invalid_value", path, fmt::format("must be >= 0 (got {})", s.max_tokens));
   } else if (key == "temperature") {
-    const double t = get_number(v, path);
+    const double t = json_number(v, path);
     if (!(t >= 0 && t <= 100))
       fail("invalid_value", path, fmt::format("must be in [0, 100] (got {})", t));
     s.temperature = static_cast<float>(t);
   } else if (key == "top_p") {
-    const double p = get_number(v, path);
+    const double p = json_number(v, path);
     if (!(p > 0 && p <= 1))
       fail("invalid_value", path, fmt::format("must be in (0, 1] (got {})", p));
     s.top_p = static_cast<float>(p);
   } else if (key == "top_k") {
-    s.top_k = get_int(v, path);
+    s.top_k = json_int(v, path);
     if (s.top_k < 0) fail("invalid_value", path, fmt::format("must be >= 0 (got {})", s.top_k));
   } else if (key == "seed") {
     if (v.is_number_unsigned())
       s.seed = v.get<uint64_t>();
-    else if (get_int(v, path) < 0)
+    else if (json_int(v, path) < 0)
       fail("invalid_value", path, fmt::format("must be >= 0 (got {})", v.dump()));
     else
       s.seed = static_cast<uint64_t>(v.get<int64_t>());
   } else if (key == "ignore_eos") {
-    if (!v.is_boolean()) fail("wrong_type", path, "expected true or false, got " + type_name(v));
-    s.ignore_eos = v.get<bool>();
+    s.ignore_eos = json_bool(v, path);
   } else if (key == "stop") {
     s.stop.clear();
     if (v.is_null()) return true;
@@ -151,11 +138,11 @@ bool apply_field(const std::string& key, const json& v, const std::string& path,
     } else if (v.is_array()) {
       for (size_t i = 0; i < v.size(); ++i) {
         const std::string f = fmt::format("{}[{}]", path, i);
-        s.stop.push_back(get_string(v[i], f));
+        s.stop.push_back(json_string(v[i], f));
         if (s.stop.back().empty()) fail("invalid_value", f, "stop strings must not be empty");
       }
     } else {
-      fail("wrong_type", path, "expected a string or an array of strings, got " + type_name(v));
+      throw_json_wrong_type(path, "a string or an array of strings", v);
     }
   } else {
     return false;
@@ -174,12 +161,11 @@ void parse_simple(const json& obj, JobLine& out, Request& r) {
     const std::string& k = it.key();
     if (k == "id") continue;
     if (k == "chat") {
-      if (!it->is_boolean()) fail("wrong_type", k, "expected true or false, got " + type_name(*it));
-      r.chat = it->get<bool>();
+      r.chat = json_bool(*it, k);
       continue;
     }
     if (k == "context") {
-      r.context = get_string(*it, k);
+      r.context = json_string(*it, k);
       if (r.context.empty()) fail("invalid_value", k, "must not be empty");
       continue;
     }
@@ -195,27 +181,27 @@ void parse_openai(const json& obj, JobLine& out, Request& r) {
     if (k != "custom_id" && k != "method" && k != "url" && k != "body")
       fail("unknown_field", k, "unknown field");
   }
-  if (obj.contains("method") && get_string(obj["method"], "method") != "POST")
+  if (obj.contains("method") && json_string(obj["method"], "method") != "POST")
     fail("invalid_value", "method",
          "only POST is supported, got " + obj["method"].get<std::string>());
-  std::string url = obj.contains("url") ? get_string(obj["url"], "url") : "/v1/completions";
+  std::string url = obj.contains("url") ? json_string(obj["url"], "url") : "/v1/completions";
   const bool chat_url = url == "/v1/chat/completions";
   if (url != "/v1/completions" && !chat_url)
     fail("invalid_value", "url", "expected /v1/completions or /v1/chat/completions, got " + url);
   if (!obj.contains("body")) fail("missing_field", "body", "missing");
   const json& body = obj["body"];
-  if (!body.is_object()) fail("wrong_type", "body", "expected an object, got " + type_name(body));
+  json_object(body, "body");
   check_prompt_or_messages(body, "body.");
   r.sampling.temperature = 1.0f;  // the API's default
   for (auto it = body.begin(); it != body.end(); ++it) {
     const std::string& k = it.key();
     const std::string path = "body." + k;
     if (k == "model" || k == "user") {
-      get_string(*it, path);
+      json_string(*it, path);
       continue;
     }
     if (k == "n") {
-      if (get_int(*it, path) != 1) fail("invalid_value", path, "only n = 1 is supported");
+      if (json_int(*it, path) != 1) fail("invalid_value", path, "only n = 1 is supported");
       continue;
     }
     if (k == "prompt" && chat_url)
@@ -241,74 +227,24 @@ std::string clip(std::string s, size_t max = 160) {
 // U+FFFF (a noncharacter): stands in for invalid bytes to find the field that holds them.
 constexpr std::string_view kBadByteMark = "\xEF\xBF\xBF";
 
-// Parses `text` as JSON (throws LineError when it is not). `dup_key` receives the path of the
-// first key given twice in one object (nlohmann would silently keep the last value); `marked`,
-// when set, the path of the first string holding kBadByteMark.
-json parse_checked(const std::string& text, std::string& dup_key, std::string* marked) {
-  struct Frame {
-    bool object;
-    std::unordered_set<std::string> keys;
-    std::string key;
-    size_t index = 0;
-  };
-  std::vector<Frame> stack;
-  auto path = [&stack] {
-    std::string p;
-    for (const Frame& f : stack) {
-      if (!f.object)
-        p += fmt::format("[{}]", f.index);
-      else if (!f.key.empty())
-        p += (p.empty() ? "" : ".") + f.key;
-    }
-    return p;
-  };
-  auto element_done = [&stack] {
-    if (!stack.empty() && !stack.back().object) ++stack.back().index;
-  };
-  const json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
-    switch (ev) {
-      case json::parse_event_t::object_start:
-        stack.push_back({true, {}, {}, 0});
-        break;
-      case json::parse_event_t::array_start:
-        stack.push_back({false, {}, {}, 0});
-        break;
-      case json::parse_event_t::key:
-        stack.back().key = parsed.get<std::string>();
-        if (marked && marked->empty() && stack.back().key.find(kBadByteMark) != std::string::npos)
-          *marked = path();
-        if (!stack.back().keys.insert(stack.back().key).second && dup_key.empty()) dup_key = path();
-        break;
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        stack.pop_back();
-        element_done();
-        break;
-      case json::parse_event_t::value:
-        if (marked && marked->empty() && parsed.is_string() &&
-            parsed.get_ref<const std::string&>().find(kBadByteMark) != std::string::npos)
-          *marked = path();
-        element_done();
-        break;
-    }
-    return true;
-  };
+// Parses `text` as JSON (throws LineError when it is not), recording the first duplicate key and,
+// when `mark` is given, the first string holding it.
+JsonDocument parse_checked(const std::string& text, std::string_view mark) {
   try {
-    return json::parse(text, cb);
-  } catch (const json::parse_error& e) {
-    // "[json.exception.parse_error.101] parse error at line 1, column 9: <what>"
-    std::string what = e.what();
-    const size_t col = what.find("column ");
-    const size_t colon = col == std::string::npos ? col : what.find(": ", col);
-    if (colon != std::string::npos) what = what.substr(colon + 2);
-    const bool truncated = e.byte > text.size();
-    fail("invalid_json", "",
-         fmt::format("invalid JSON at byte {}{}: {}", e.byte,
-                     truncated ? " (the line ends early: truncated?)" : "", clip(what)));
-  } catch (const json::out_of_range& e) {  // valid JSON syntax: a number beyond a double
-    fail("invalid_value", path(),
-         fmt::format("number out of range (beyond a 64-bit float): {}", clip(e.what())));
-  } catch (const json::exception& e) {
+    return read_json(text, {.duplicate_throws = false, .mark = mark});
+  } catch (const JsonParseError& e) {
+    switch (e.kind()) {
+      case JsonParseError::Kind::kSyntax:
+        fail("invalid_json", "",
+             fmt::format("invalid JSON at byte {}{}: {}", e.byte(),
+                         e.byte() > text.size() ? " (the line ends early: truncated?)" : "",
+                         clip(e.reason())));
+      case JsonParseError::Kind::kNumberRange:  // valid JSON syntax: a number beyond a double
+        fail("invalid_value", e.path(),
+             fmt::format("number out of range (beyond a 64-bit float): {}", clip(e.detail())));
+      case JsonParseError::Kind::kDuplicateKey:  // recorded, not thrown
+        break;
+    }
     fail("invalid_json", "", fmt::format("invalid JSON: {}", clip(e.what())));
   }
 }
@@ -329,25 +265,25 @@ json parse_json(const std::string& line, std::optional<LineError>& deferred) {
     }
     i += d.len;
   }
-  std::string dup_key, field;
-  json value;
+  JsonDocument doc;
   if (first_bad == std::string::npos) {
-    value = parse_checked(line, dup_key, nullptr);
+    doc = parse_checked(line, {});
   } else {
     const std::string what = fmt::format("invalid UTF-8 at byte {} (0x{:02x})", first_bad + 1,
                                          static_cast<unsigned char>(line[first_bad]));
     if (line.find(kBadByteMark) != std::string::npos) fail("invalid_utf8", "", what);  // ambiguous
     try {
-      value = parse_checked(marked, dup_key, &field);
+      doc = parse_checked(marked, kBadByteMark);
     } catch (const LineError&) {
       fail("invalid_utf8", "", what);  // not valid JSON even so: report the bytes alone
     }
-    if (field.empty()) fail("invalid_utf8", "", what);  // outside any string
-    deferred = line_error("invalid_utf8", field, what);
-    return value;
+    if (doc.marked_path.empty()) fail("invalid_utf8", "", what);  // outside any string
+    deferred = line_error("invalid_utf8", doc.marked_path, what);
+    return std::move(doc.value);
   }
-  if (!dup_key.empty()) deferred = line_error("duplicate_key", dup_key, "given more than once");
-  return value;
+  if (!doc.duplicate_path.empty())
+    deferred = line_error("duplicate_key", doc.duplicate_path, "given more than once");
+  return std::move(doc.value);
 }
 
 }  // namespace
@@ -371,7 +307,7 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
       if (idv.is_string()) id = idv.get<std::string>();
       else if (idv.is_number_integer()) id = idv.dump();  // exact digits, any size
       else
-        fail("wrong_type", id_key, "expected a string or an integer, got " + type_name(idv));
+        throw_json_wrong_type(id_key, "a string or an integer", idv);
       if (id.empty()) fail("invalid_value", id_key, "must not be empty");
       out.id = std::move(id);
       out.own_id = true;
@@ -398,6 +334,10 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
   } catch (const LineError& e) {
     out.error = fmt::format("line {}: {}", line_no, e.what());
     out.error_kind = e.kind();
+    out.error_field = e.field();
+  } catch (const JsonFieldError& e) {
+    out.error = fmt::format("line {}: {}", line_no, e.what());
+    out.error_kind = field_error_kind(e);
     out.error_field = e.field();
   } catch (const Error& e) {  // not expected: every check above throws LineError
     out.error = fmt::format("line {}: {}", line_no, e.what());

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "runtime/backend/backend.h"
 #include "runtime/core/error.h"
 
 namespace offgen {
@@ -17,17 +18,18 @@ nlohmann::json job_report(const Engine& engine, const GenerateJobOptions& job,
   auto rate = [](double tokens, double seconds) { return seconds > 0 ? tokens / seconds : 0.0; };
   // Memory as `offgen bench` reports it. CPU backend: the device tier is host RAM, so every
   // resident byte is host; the disk tier holds offloaded weight and KV extents.
-  const WeightStoreStats& ws = engine.weight_store().stats();
-  const KvStoreStats& ks = engine.kv_store().stats();
+  const EngineStats stats = engine.stats();
+  const EngineStats::Weights& ws = stats.weights;
+  const EngineStats::Kv& ks = stats.kv;
   const TierBytes peak = engine.peak_bytes();
   const bool gpu = !engine.backend().device_is_host();
   const int64_t weights_device = gpu ? engine.weight_bytes() - ws.disk_bytes - ws.ram_bytes : 0;
   const int64_t weights_host = engine.weight_bytes() - ws.disk_bytes - weights_device;
   const double busiest = std::max({s.lanes.load, s.lanes.compute, s.lanes.store});
   json disk = nullptr;
-  if (const NvmeStore* nvme = engine.nvme()) {
-    const IoStats io = nvme->stats();
-    disk = {{"path", nvme->path()},
+  if (stats.disk.used) {
+    const IoStats& io = stats.disk.io;
+    disk = {{"path", stats.disk.path},
             {"bytes_read", io.bytes_read},
             {"bytes_written", io.bytes_written},
             {"retries", io.retries},
@@ -75,8 +77,8 @@ nlohmann::json job_report(const Engine& engine, const GenerateJobOptions& job,
       {"weight_bytes",
        {{"device", weights_device}, {"host", weights_host}, {"disk", ws.disk_bytes}}},
       {"kv_peak_bytes",
-       {{"device", gpu && !engine.kv_store().host_compute() ? ks.peak_ram_bytes : 0},
-        {"host", gpu && !engine.kv_store().host_compute() ? 0 : ks.peak_ram_bytes},
+       {{"device", gpu ? ks.peak_tiers.device : 0},
+        {"host", gpu ? ks.peak_tiers.host : ks.peak_ram_bytes},
         {"disk", ks.peak_disk_bytes}}},
       {"io_bytes",
        {{"disk_read", s.io.bytes_read},

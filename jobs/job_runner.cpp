@@ -67,7 +67,7 @@ nlohmann::json job_fingerprint(const EngineOptions& eo, const std::string& model
       {"context_fnv1a64", input.context.empty() ? std::string() : fnv_hex(input.context)},
       {"model", model_id},
       {"backend", std::string(backend_name(eo.backend))},
-      {"weight_storage", std::string(dtype_name(eo.policy.weight_storage(eo.weight_dtype)))},
+      {"weight_storage", eo.policy.weight_storage(eo.weight_dtype).name()},
       {"compress_cache", eo.policy.compress_cache},
       {"cpu_cache_compute", eo.policy.cpu_cache_compute},
       {"kv_policy",

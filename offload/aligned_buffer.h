@@ -6,9 +6,12 @@
 #include <cstdint>
 #include <span>
 
+#include "runtime/core/placement.h"
+
 namespace offgen {
 
-inline constexpr uint64_t kDiskAlign = 4096;  // extent, file offset and host buffer alignment
+// Extent, file offset and host buffer alignment: the placement's cuts fall on it.
+inline constexpr uint64_t kDiskAlign = kPlacementAlign;
 
 inline constexpr uint64_t align_up(uint64_t v, uint64_t a = kDiskAlign) {
   return (v + a - 1) / a * a;

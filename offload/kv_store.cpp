@@ -3,37 +3,42 @@
 
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 
 #include "runtime/core/error.h"
 
 namespace offgen {
 
-KvStore::KvStore(const ModelConfig& config, double ram_percent, NvmeStore* disk, bool with_meta,
-                 bool compress, KvDeviceHomes homes)
+KvStore::KvStore(const ModelConfig& config, const Placement& placement, NvmeStore* disk,
+                 bool with_meta, bool compress, KvDeviceHomes homes)
     : n_layers_(config.n_layers),
       kv_dim_(config.kv_dim()),
       n_kv_heads_(config.n_kv_heads),
       with_meta_(with_meta),
       homes_(homes),
       gpu_homes_(homes.backend && !homes.backend->device_is_host()),
-      ram_percent_(ram_percent),
+      on_device_(gpu_homes_ && placement.cache().device >= 100),
+      placement_(placement),
       disk_(disk) {
-  OFFGEN_CHECK(!gpu_homes_ || (ram_percent >= 100 && !compress), kConfig,
-               "on the {} backend the KV cache lives wholly in GPU memory, or wholly in host memory "
-               "with --cpu-cache-compute: disk shares and --compress-cache are not supported there "
-               "yet",
-               homes.backend ? homes.backend->name() : std::string());
-  OFFGEN_CHECK(ram_percent >= 0 && ram_percent <= 100, kConfig, "cache RAM percent {} out of range",
-               ram_percent);
-  OFFGEN_CHECK(ram_percent >= 100 || disk != nullptr, kInternal,
+  const double memory = placement.cache().memory();
+  OFFGEN_CHECK(
+      !gpu_homes_ || (memory >= 100 && !compress), kConfig,
+      "on the {} backend the KV cache lives wholly in GPU memory, or wholly in host memory "
+      "with --cpu-cache-compute: disk shares and --compress-cache are not supported there "
+      "yet",
+      homes.backend ? homes.backend->name() : std::string());
+  OFFGEN_CHECK(!homes.backend || homes.backend->device_is_host() == placement.device_is_host(),
+               kInternal, "KV placement for a backend whose device memory {} host memory, on {}",
+               placement.device_is_host() ? "is" : "is not", homes.backend->name());
+  OFFGEN_CHECK(memory >= 100 || disk != nullptr, kInternal,
                "KV cache placed on disk without an NVMe store");
   if (compress) codec_.emplace(config.n_kv_heads, config.head_dim);
+  layout_.n_layers = n_layers_;
+  layout_.row_bytes = codec_ ? codec_->row_bytes() : kv_dim_ * 4;
   // Slot ram_slots must start a page of the staging rows that disk reads land in; a compressed
   // store reads into the page-aligned disk image instead, so any split works.
-  granule_ = codec_ ? 1
-                    : static_cast<int64_t>(kDiskAlign) /
-                          std::gcd(static_cast<int64_t>(kDiskAlign), row_bytes());
+  layout_.compressed = codec_.has_value();
+  layout_.n_kv_heads = n_kv_heads_;
+  layout_.with_meta = with_meta_;
 }
 
 int64_t KvStore::staging_bytes(int64_t capacity) const {
@@ -43,18 +48,12 @@ int64_t KvStore::staging_bytes(int64_t capacity) const {
 }
 
 int64_t KvStore::ram_slots(int64_t capacity) const {
-  if (ram_percent_ >= 100) return capacity;
-  const auto r = static_cast<int64_t>(static_cast<double>(capacity) * ram_percent_ / 100.0);
-  return r / granule_ * granule_;
-}
-
-int64_t KvStore::meta_bytes(int64_t capacity) const {
-  return with_meta_ ? n_layers_ * 3 * n_kv_heads_ * capacity * 4 : 0;
+  return placement_.kv_table(layout_, capacity).memory_slots;
 }
 
 Buffer KvStore::alloc_home(int64_t bytes) const {
   if (!homes_.backend) return Buffer(static_cast<int64_t>(align_up(static_cast<uint64_t>(bytes))));
-  return homes_.backend->alloc(bytes, gpu_homes_ && homes_.on_device ? Tier::kDevice : Tier::kHost);
+  return homes_.backend->alloc(bytes, on_device_ ? Tier::kDevice : Tier::kHost);
 }
 
 Buffer KvStore::alloc_meta(int64_t bytes) const {
@@ -63,21 +62,28 @@ Buffer KvStore::alloc_meta(int64_t bytes) const {
 
 int64_t KvStore::add(int64_t capacity, int64_t compact_to) {
   OFFGEN_CHECK(capacity > 0, kInternal, "KV capacity must be positive");
+  const KvTableSplit split = placement_.kv_table(layout_, capacity);
   auto s = std::make_unique<Seq>();
   s->capacity = capacity;
   s->compact_to = compact_to > 0 ? std::min(compact_to, capacity) : capacity;
-  s->ram_slots = ram_slots(capacity);
-  if (s->ram_slots > 0) s->ram = alloc_home(n_layers_ * 2 * s->ram_slots * row_bytes());
-  s->meta = alloc_meta(meta_bytes(capacity));  // zeroed: position 0, scores 0.0f
+  s->ram_slots = split.memory_slots;
+  if (s->ram_slots > 0) s->ram = alloc_home(split.memory_bytes);
+  s->meta = alloc_meta(split.meta_bytes);  // zeroed: position 0, scores 0.0f
   if (s->ram_slots < capacity) {
-    s->disk_segment =
-        static_cast<int64_t>(align_up(static_cast<uint64_t>((capacity - s->ram_slots) * row_bytes())));
-    s->disk = take_extent(static_cast<uint64_t>(n_layers_ * 2 * s->disk_segment));
+    s->disk_segment = split.disk_segment;
+    s->disk = take_extent(static_cast<uint64_t>(split.disk_bytes));
   }
-  stats_.ram_bytes += home_bytes(*s) + meta_bytes(capacity);
+  s->tiers = {on_device_ ? split.memory_bytes : 0,
+              (on_device_ ? 0 : split.memory_bytes) + split.meta_bytes,
+              static_cast<int64_t>(s->disk.bytes)};
+  stats_.ram_bytes += split.memory_bytes + split.meta_bytes;
   stats_.disk_bytes += static_cast<int64_t>(s->disk.bytes);
   stats_.peak_ram_bytes = std::max(stats_.peak_ram_bytes, stats_.ram_bytes);
   stats_.peak_disk_bytes = std::max(stats_.peak_disk_bytes, stats_.disk_bytes);
+  stats_.tiers += s->tiers;
+  TierBytes& peak = stats_.peak_tiers;
+  peak = {std::max(peak.device, stats_.tiers.device), std::max(peak.host, stats_.tiers.host),
+          std::max(peak.disk, stats_.tiers.disk)};
   ++stats_.sequences;
   int64_t h;
   if (!free_.empty()) {
@@ -93,8 +99,9 @@ int64_t KvStore::add(int64_t capacity, int64_t compact_to) {
 
 void KvStore::remove(int64_t handle) {
   auto& s = seqs_[handle];
-  stats_.ram_bytes -= home_bytes(*s) + meta_bytes(s->capacity);
+  stats_.ram_bytes -= s->tiers.memory();
   stats_.disk_bytes -= static_cast<int64_t>(s->disk.bytes);
+  stats_.tiers += s->tiers * -1;
   --stats_.sequences;
   // The NVMe store allocates by bumping; finished sequences' extents are reused by later ones.
   if (s->disk.bytes > 0) free_extents_.insert({s->disk.bytes, s->disk.offset});
@@ -147,7 +154,7 @@ KvSeqView KvStore::home_view(int64_t handle, int64_t layer) const {
   OFFGEN_DCHECK(s.ram_slots == s.capacity);
   KvSeqView v{ram_slot0(s, layer, 0), ram_slot0(s, layer, 1), s.capacity};
   attach_meta(handle, layer, v);
-  v.host = gpu_homes_ && !homes_.on_device;
+  v.host = host_compute();
   return v;
 }
 

@@ -1,10 +1,11 @@
-// KvStore: each sequence's K/V cache for every layer, homed by placement — slots [0, r) of every
-// layer in RAM and slots [r, capacity) on the NVMe store, r = the RAM share of the capacity
-// (rounded so slot r starts a 4 KiB page). Wholly resident sequences are used in place; others
-// are assembled into caller-provided staging buffers for compute and their new slots written back.
-// Stores for eviction policies also keep each table's slot metadata (positions and attention
-// statistics per KV head) in RAM. Compressed stores (--compress-cache) home 4-bit rows (see
-// KvRowCodec) and always compute on fp32 staging, re-encoding only the slots a step wrote.
+// KvStore: each sequence's K/V cache for every layer, homed by a Placement (kv_table) — slots
+// [0, r) of every layer in memory and slots [r, capacity) on the NVMe store, r = the cache's memory
+// share of the capacity (rounded so slot r starts a 4 KiB page). Wholly resident sequences are used
+// in place; others are assembled into caller-provided staging buffers for compute and their new
+// slots written back. Stores for eviction policies also keep each table's slot metadata (positions
+// and attention statistics per KV head) in RAM. Compressed stores (--compress-cache) home 4-bit
+// rows (see KvRowCodec) and always compute on fp32 staging, re-encoding only the slots a step
+// wrote.
 #pragma once
 
 #include <cstdint>
@@ -17,36 +18,42 @@
 #include "offload/aligned_buffer.h"
 #include "offload/nvme_store.h"
 #include "runtime/backend/backend.h"
+#include "runtime/core/placement.h"
 #include "runtime/model/config.h"
 #include "runtime/model/kv_codec.h"
 
 namespace offgen {
 
 // Where the homes live on a backend whose device memory is not host memory (a GPU): every slot
-// in device memory (on_device), or every slot in pinned host memory with the attention on the
-// CPU (cpu_cache_compute; views carry KvSeqView::host). Default: plain RAM (the CPU backend).
+// in device memory (the placement's cache device share is 100%), or every slot in pinned host
+// memory with the attention on the CPU (cpu_cache_compute; views carry KvSeqView::host).
+// Default: plain RAM (the CPU backend).
 struct KvDeviceHomes {
   Backend* backend = nullptr;  // allocates the homes and metadata; null: plain RAM
-  bool on_device = true;
 };
 
 struct KvStoreStats {
-  int64_t ram_bytes = 0, disk_bytes = 0;            // current homes
+  int64_t ram_bytes = 0, disk_bytes = 0;  // current homes (memory: with the metadata)
   int64_t peak_ram_bytes = 0, peak_disk_bytes = 0;
   int64_t sequences = 0;
+  // The same by the tier the bytes are in: memory homes in device memory on a GPU (unless
+  // cpu_cache_compute), else host; metadata always host; on the CPU backend all memory is host.
+  TierBytes tiers, peak_tiers;  // peak per tier
 };
 
 class KvStore {
  public:
-  // ram_percent: share of each sequence's slots homed in RAM (the rest on `disk`, which must be
-  // non-null when ram_percent < 100). with_meta: keep slot metadata for an eviction policy.
+  // placement: its kv_table() splits each sequence's slots between memory and `disk` (which must
+  // be non-null when the cache's memory share is below 100%); its device_is_host() must match
+  // homes.backend when given. with_meta: keep slot metadata for an eviction policy.
   // compress: homes (RAM and disk) hold KvRowCodec rows; no sequence is then used in place
   // (resident() is false), load() decodes into the fp32 staging rows and store()/store_slots()
   // encode exactly the slots given, so untouched slots keep their bytes across steps.
-  // homes: see KvDeviceHomes; with a GPU backend ram_percent must be 100 (no disk share) and the
-  // store uncompressed (Error(kConfig) otherwise), every sequence is then used in place.
-  KvStore(const ModelConfig& config, double ram_percent, NvmeStore* disk, bool with_meta = false,
-          bool compress = false, KvDeviceHomes homes = {});
+  // homes: see KvDeviceHomes; with a GPU backend the cache's memory share must be 100% (no disk
+  // share) and the store uncompressed (Error(kConfig) otherwise), every sequence is then used in
+  // place.
+  KvStore(const ModelConfig& config, const Placement& placement, NvmeStore* disk,
+          bool with_meta = false, bool compress = false, KvDeviceHomes homes = {});
 
   // Bytes of one staging buffer (K or V) for a sequence of this capacity (4 KiB multiple):
   // capacity fp32 rows; compressed, followed (at a 4 KiB boundary) by the disk image of the
@@ -54,12 +61,14 @@ class KvStore {
   // passed to store must be the one load filled for that sequence and layer, as the executor does).
   int64_t staging_bytes(int64_t capacity) const;
   // Home bytes of one slot row (K or V of one layer): encoded when compressed, else fp32.
-  int64_t row_bytes() const { return codec_ ? codec_->row_bytes() : kv_dim_ * 4; }
+  int64_t row_bytes() const { return layout_.row_bytes; }
   bool compressed() const { return codec_.has_value(); }
-  // Slots of a sequence of this capacity homed in RAM.
+  // The table layout the placement splits (rows, granule, metadata).
+  const KvTableLayout& layout() const { return layout_; }
+  // Slots of a sequence of this capacity homed in memory.
   int64_t ram_slots(int64_t capacity) const;
   // RAM bytes of a sequence's slot metadata (0 without metadata).
-  int64_t meta_bytes(int64_t capacity) const;
+  int64_t meta_bytes(int64_t capacity) const { return layout_.meta_bytes(capacity); }
 
   // Creates the home of a sequence with `capacity` slots per layer; returns its handle.
   // compact_to: slots an overflowing multi-token chunk keeps (0 = capacity; see KvStep).
@@ -71,7 +80,7 @@ class KvStore {
     return !codec_ && seqs_[handle]->ram_slots == seqs_[handle]->capacity;
   }
   // Whether wholly resident sequences' views point into host memory computed on by the CPU.
-  bool host_compute() const { return gpu_homes_ && !homes_.on_device; }
+  bool host_compute() const { return gpu_homes_ && !on_device_; }
   int64_t capacity(int64_t handle) const { return seqs_[handle]->capacity; }
   int64_t compact_to(int64_t handle) const { return seqs_[handle]->compact_to; }
   // The in-place view of a wholly resident sequence's layer (with its metadata).
@@ -97,6 +106,7 @@ class KvStore {
   struct Seq {
     int64_t capacity = 0, ram_slots = 0, compact_to = 0;
     int64_t disk_segment = 0;  // bytes of one layer's K (or V) disk part, 4 KiB multiple
+    TierBytes tiers;           // what it holds, by tier (KvStoreStats::tiers)
     Buffer ram;                // [layer][K|V][ram_slots][row_bytes()], 4 KiB aligned
     Buffer meta;               // [layer][pos|sum|max][n_kv_heads][capacity] (floats as bits)
     Extent disk;               // [layer][K|V][disk_segment]
@@ -117,17 +127,15 @@ class KvStore {
   void write_disk(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
                   float* stage);
   Buffer alloc_home(int64_t bytes) const;
-  static int64_t home_bytes(const Seq& s) {
-    return static_cast<int64_t>(align_up(static_cast<uint64_t>(s.ram.bytes())));
-  }
   Buffer alloc_meta(int64_t bytes) const;
   int64_t n_layers_, kv_dim_, n_kv_heads_;
   bool with_meta_;
   KvDeviceHomes homes_;
   bool gpu_homes_ = false;  // homes_ on a backend whose device memory is not host memory
+  bool on_device_ = false;  // gpu_homes_ in device memory (else pinned host memory)
   std::optional<KvRowCodec> codec_;
-  int64_t granule_;  // slots per 4 KiB-aligned step of the RAM/disk split
-  double ram_percent_;
+  Placement placement_;
+  KvTableLayout layout_;
   NvmeStore* disk_;
   std::vector<std::unique_ptr<Seq>> seqs_;
   std::vector<int64_t> free_;

@@ -10,6 +10,7 @@
 
 #include "offload/aligned_buffer.h"
 #include "offload/io_engine.h"
+#include "offload/io_stats.h"
 
 namespace offgen {
 
@@ -43,15 +44,6 @@ struct IoOp {
   void* host = nullptr;
   uint64_t bytes = 0;
   uint64_t offset = 0;  // within the extent
-};
-
-struct IoStats {
-  uint64_t bytes_read = 0, bytes_written = 0;  // completed payload bytes
-  uint64_t engine_ops = 0;                     // ops handed to the engine, retries included
-  uint64_t retries = 0;                        // resubmissions of any cause
-  uint64_t short_transfers = 0;
-  uint64_t eagain = 0;  // -EAGAIN / -EINTR completions
-  uint64_t errors = 0;  // failed engine ops (raised as offgen::Error)
 };
 
 using Ticket = uint64_t;

@@ -1,7 +1,6 @@
 // Weight homes and staging.
 #include "offload/weight_store.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "runtime/core/error.h"
@@ -10,32 +9,24 @@ namespace offgen {
 
 WeightStore::WeightStore(Backend& backend, int64_t num_units,
                          const std::function<int64_t(int64_t)>& unit_bytes,
-                         const std::function<void(int64_t, void*)>& build, double device_percent,
-                         double host_percent, NvmeStore* disk, int staging_slots)
+                         const std::function<void(int64_t, void*)>& build,
+                         const Placement& placement, NvmeStore* disk, int staging_slots)
     : backend_(backend), units_(num_units), disk_(disk) {
-  OFFGEN_CHECK(device_percent >= 0 && host_percent >= 0 && device_percent + host_percent <= 100,
-               kConfig, "weight percents {} (device) + {} (host) out of range", device_percent,
-               host_percent);
-  // One RAM share where device memory is host memory.
   const bool split = split_ = !backend_.device_is_host();
-  const double dev_pct = split ? device_percent : 0.0;
-  const double mem_pct = device_percent + host_percent;
-  auto share = [](int64_t bytes, double pct) {
-    return static_cast<int64_t>(
-        align_down(static_cast<uint64_t>(static_cast<double>(bytes) * pct / 100.0)));
-  };
-  int64_t max_bytes = 0, max_disk = 0;
+  OFFGEN_CHECK(placement.device_is_host() == !split, kInternal,
+               "weight placement for a backend whose device memory {} host memory, on {}",
+               placement.device_is_host() ? "is" : "is not", backend_.name());
+  std::vector<int64_t> sizes(static_cast<size_t>(num_units));
+  for (int64_t u = 0; u < num_units; ++u) sizes[u] = unit_bytes(u);
+  const WeightSplit plan = placement.weight_blobs(sizes, staging_slots);
   Buffer tmp;
   for (int64_t u = 0; u < num_units; ++u) {
     Unit& x = units_[u];
-    x.bytes = unit_bytes(u);
-    OFFGEN_CHECK(x.bytes % kDiskAlign == 0, kInternal, "unit {} blob size {} not 4 KiB aligned", u,
-                 x.bytes);
-    x.device_bytes = share(x.bytes, dev_pct);
-    x.ram_bytes = share(x.bytes, mem_pct) - x.device_bytes;
-    x.disk_bytes = x.bytes - x.device_bytes - x.ram_bytes;
-    max_bytes = std::max(max_bytes, x.bytes);
-    max_disk = std::max(max_disk, x.disk_bytes);
+    x.bytes = sizes[u];
+    const TierBytes home = placement.weight_home(x.bytes);
+    x.device_bytes = home.device;
+    x.ram_bytes = home.host;
+    x.disk_bytes = home.disk;
     if (tmp.bytes() < x.bytes) tmp = backend_.alloc(x.bytes, Tier::kHost);
     build(u, tmp.data());
     if (x.device_bytes > 0) {
@@ -53,25 +44,23 @@ WeightStore::WeightStore(Backend& backend, int64_t num_units,
       disk_->write(x.disk, static_cast<std::byte*>(tmp.data()) + x.device_bytes + x.ram_bytes,
                    x.disk_bytes);
     }
-    x.in_place = split ? x.device_bytes == x.bytes : x.disk_bytes == 0;
+    x.in_place = placement.weight_in_place(home);
     any_staged_ = any_staged_ || !x.in_place;
     stats_.device_bytes += x.device_bytes;
     stats_.ram_bytes += x.ram_bytes;
     stats_.disk_bytes += x.disk_bytes;
   }
-  if (!any_staged_) return;
-  for (int i = 0; i < staging_slots; ++i) {
-    staging_.push_back(backend_.alloc(max_bytes, Tier::kDevice));
+  for (int64_t i = 0; i < plan.staging_slots; ++i) {
+    staging_.push_back(backend_.alloc(plan.staging_slot_bytes, Tier::kDevice));
     loaded_.push_back(backend_.make_event());
     free_.push_back(backend_.make_event());
+    stats_.staging_bytes += plan.staging_slot_bytes;
   }
-  stats_.staging_bytes = max_bytes * staging_slots;
-  if (split && max_disk > 0)
-    for (int i = 0; i < 2; ++i) {
-      bounce_.push_back(backend_.alloc(max_disk, Tier::kHost));
-      bounce_free_.push_back(backend_.make_event());
-      stats_.bounce_bytes += max_disk;
-    }
+  for (int64_t i = 0; i < plan.bounce_buffers; ++i) {
+    bounce_.push_back(backend_.alloc(plan.bounce_buffer_bytes, Tier::kHost));
+    bounce_free_.push_back(backend_.make_event());
+    stats_.bounce_bytes += plan.bounce_buffer_bytes;
+  }
 }
 
 void WeightStore::load(int64_t unit, int slot, Stream& stream) {

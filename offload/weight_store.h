@@ -1,9 +1,9 @@
-// WeightStore: the homes of the model's unit blobs under a placement — per blob the first
-// device share (4 KiB-aligned) in the backend's device memory, the next host share in host memory
-// (pinned on a GPU), the rest on the NVMe store — staged once at start-up, and device staging
-// slots into which a whole blob is assembled for compute (double buffering). On a backend whose
-// device memory is host memory (the CPU) the device and host shares are one RAM share, used in
-// place. Loads run on a stream of the schedule's load lane and are ordered with compute by events.
+// WeightStore: the homes of the model's unit blobs under a Placement — per blob its device part
+// in the backend's device memory, its host part in host memory (pinned on a GPU), the rest on the
+// NVMe store (Placement::weight_home: one RAM part where device memory is host memory, used in
+// place) — staged once at start-up, and device staging slots into which a whole blob is assembled
+// for compute (double buffering). Loads run on a stream of the schedule's load lane and are
+// ordered with compute by events.
 #pragma once
 
 #include <atomic>
@@ -15,6 +15,7 @@
 #include "offload/aligned_buffer.h"
 #include "offload/nvme_store.h"
 #include "runtime/backend/backend.h"
+#include "runtime/core/placement.h"
 
 namespace offgen {
 
@@ -29,14 +30,15 @@ struct WeightStoreStats {
 class WeightStore {
  public:
   // Builds every unit with build(u, dst) (dst: unit_bytes(u) bytes of host memory, 4 KiB
-  // aligned) and homes it: round_down(bytes * device_percent / 100) on the device, then
-  // round_down(bytes * (device + host percent) / 100) - that in host memory, the rest written to
+  // aligned) and homes its parts where placement.weight_home() puts them, the disk part written to
   // `disk` (required when any byte goes there). Only one unit's blob is held in a temporary at a
-  // time, so a model larger than RAM can be placed on disk. staging_slots device buffers of the
-  // largest blob are allocated when any unit is not wholly on the device.
-  WeightStore(Backend& backend, int64_t num_units, const std::function<int64_t(int64_t)>& unit_bytes,
-              const std::function<void(int64_t, void*)>& build, double device_percent,
-              double host_percent, NvmeStore* disk, int staging_slots = 2);
+  // time, so a model larger than RAM can be placed on disk. The staging slots and bounce buffers
+  // are those of placement.weight_blobs(..., staging_slots): slots of the largest blob when any
+  // unit is not used in place. placement.device_is_host() must match the backend (kInternal).
+  WeightStore(Backend& backend, int64_t num_units,
+              const std::function<int64_t(int64_t)>& unit_bytes,
+              const std::function<void(int64_t, void*)>& build, const Placement& placement,
+              NvmeStore* disk, int staging_slots = 2);
 
   int64_t num_units() const { return static_cast<int64_t>(units_.size()); }
   bool needs_load() const { return any_staged_; }

@@ -13,7 +13,7 @@
 namespace offgen {
 namespace {
 
-constexpr int64_t kPage = 4096;
+constexpr int64_t kPage = kPlacementAlign;  // the unit of every disk transfer
 int64_t page_up(int64_t b) { return (b + kPage - 1) / kPage * kPage; }
 int64_t page_down(int64_t b) { return b / kPage * kPage; }
 
@@ -32,10 +32,11 @@ struct Ctx {
   const ComputeProfile& c;
   const HardwareProfile& hw;
   const Policy& p;
+  Placement placement;  // the stores' splits (m.placement(p))
   int64_t capacity = 0, compact_to = 0, ram_slots = 0;
   int64_t kv_row = 0;  // home bytes of a KV row (compressed with compress_cache)
   bool evicts = false, kv_resident = true;
-  double w_ram = 1;  // weight RAM share
+  bool load_weights = false;  // some blob is assembled in staging (the weight store's rule)
 
   // Disk seconds of the reads and writes costed since the last take_disk(): the store serialises
   // its I/O calls, so the load and store lanes share the disk.
@@ -55,8 +56,8 @@ struct Ctx {
 
   double weight_load(int64_t unit) const {
     const int64_t bytes = m.unit_bytes[unit];
-    const int64_t ram = page_down(static_cast<int64_t>(static_cast<double>(bytes) * w_ram));
-    return copy(ram) + read(bytes - ram);
+    const int64_t disk_part = placement.weight_blob(bytes).disk;
+    return copy(bytes - disk_part) + read(disk_part);
   }
   // K and V of slots [0, n) from their homes into staging.
   double cache_load(int64_t n) const {
@@ -111,11 +112,9 @@ struct Ctx {
   }
   // Activations of `rows` rows from / to their home between units.
   double hidden_move(int64_t rows, bool load) const {
-    const double act_ram = (p.act_gpu_percent + p.act_cpu_percent) / 100.0;
-    if (act_ram >= 1) return 0;
-    const int64_t bytes = page_up(rows * m.d_model * 4);
-    const int64_t ram = page_down(static_cast<int64_t>(static_cast<double>(bytes) * act_ram));
-    return copy(ram) + (load ? read(bytes - ram) : write(bytes - ram));
+    if (placement.activations().memory() >= 100) return 0;
+    const TierBytes a = placement.activation(rows * m.d_model * 4);
+    return copy(a.host) + (load ? read(a.disk) : write(a.disk));
   }
 };
 
@@ -127,8 +126,8 @@ struct ForwardTime {
 
 ForwardTime forward_time(const Ctx& x, const std::vector<Batch>& batches) {
   const int64_t U = 2 * x.m.n_layers;
-  const bool load_weights = x.w_ram < 1;
-  const bool load_hidden = x.p.act_gpu_percent + x.p.act_cpu_percent < 100;
+  const bool load_weights = x.load_weights;
+  const bool load_hidden = x.placement.activations().memory() < 100;
   // Per unit: lane busy times, and the disk's share of the load (Ld) and store (Sd) lanes.
   std::vector<double> L(U + 1, 0), C(U, 0), S(U, 0), Ld(U + 1, 0), Sd(U, 0);
   for (int64_t u = 0; u < U; ++u) {
@@ -213,18 +212,24 @@ std::string model_key(const ModelConfig& c, const std::string& weight_dtype) {
                      c.n_kv_heads, c.ffn_dim, c.vocab_size, weight_dtype);
 }
 
+KvTableLayout ModelFacts::kv_layout(const Policy& p) const {
+  KvTableLayout l;
+  l.n_layers = n_layers;
+  l.row_bytes = kv_home_row_bytes(p);
+  l.compressed = p.compress_cache;
+  l.n_kv_heads = n_kv_heads;
+  l.with_meta = p.kv.evicts();
+  return l;
+}
+
 TierBytes weight_need(const ModelFacts& m, const Policy& p) {
-  TierBytes t = p.split_weights(m.unit_total());
-  t.device += m.resident_bytes + (t.disk > 0 ? 2 * m.unit_max() : 0);
+  TierBytes t = m.placement(p).weight_blobs(m.unit_bytes).total();
+  t.device += m.resident_bytes;
   return t;
 }
 
 TierBytes kv_need(const ModelFacts& m, const Policy& p, int64_t capacity) {
-  TierBytes t = p.split_cache(2 * m.n_layers * m.kv_home_row_bytes(p) * capacity);
-  // Slot metadata lives in RAM: on the device tier when the cache's RAM share is there.
-  const int64_t meta = p.kv.evicts() ? m.n_layers * 3 * m.n_kv_heads * capacity * 4 : 0;
-  (p.cache_gpu_percent >= p.cache_cpu_percent ? t.device : t.host) += meta;
-  return t;
+  return m.placement(p).kv_table(m.kv_layout(p), capacity).tiers;
 }
 
 TierBytes block_need(const ModelFacts& m, const Policy& p, int64_t capacity, int64_t sequences) {
@@ -249,22 +254,18 @@ std::string Prediction::bottleneck() const {
 Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const HardwareProfile& hw,
                    const Policy& p, const Workload& w, int64_t batch) {
   w.validate();
-  Ctx x{m, compute, hw, p};
+  Ctx x{m, compute, hw, p, m.placement(p)};
   x.evicts = p.kv.evicts();
   x.capacity = p.kv.table_slots(w.prompt_len, w.gen_len);
   x.compact_to = p.kv.compact_slots(w.prompt_len, w.gen_len);
-  const double c_ram = (p.cache_gpu_percent + p.cache_cpu_percent) / 100.0;
+  const KvTableLayout layout = m.kv_layout(p);
+  x.ram_slots = x.placement.kv_table(layout, x.capacity).memory_slots;
   // A compressed cache always goes through (fp32) staging, even when wholly in RAM.
-  x.kv_resident = c_ram >= 1 && !p.compress_cache;
-  x.kv_row = m.kv_home_row_bytes(p);
-  // Slots after which the disk part's page layout repeats; KvStore splits a table at such a
-  // boundary (a compressed one stages its disk rows apart: at any slot).
-  const int64_t period = kPage / std::gcd(kPage, x.kv_row);
-  const int64_t granule = p.compress_cache ? 1 : period;
-  x.ram_slots = c_ram >= 1 ? x.capacity
-                              : static_cast<int64_t>(static_cast<double>(x.capacity) * c_ram) /
-                                    granule * granule;
-  x.w_ram = (p.weight_gpu_percent + p.weight_cpu_percent) / 100.0;
+  x.kv_resident = x.ram_slots == x.capacity && !p.compress_cache;
+  x.kv_row = layout.row_bytes;
+  // Slots after which the disk part's page layout repeats.
+  const int64_t period = layout.page_period();
+  x.load_weights = x.placement.weight_blobs(m.unit_bytes).staging_slots > 0;
   OFFGEN_CHECK(!p.uses_disk() || (!hw.disk_read.empty() && !hw.disk_write.empty()), kConfig,
                "the hardware profile has no disk figures; run `offgen calibrate --offload-dir DIR`");
   if (x.evicts && !x.kv_resident) x.estimate_replace(period);

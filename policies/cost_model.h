@@ -22,6 +22,7 @@ struct ModelFacts {
   int64_t resident_bytes = 0;        // embedding, output head, norms (always in RAM)
   int64_t kv_row_bytes = 0;          // one layer's K (or V) for one token
   int64_t kv_row_bytes_compressed = 0;  // the same as 4-bit groups (--compress-cache); 0: unknown
+  bool device_is_host = true;           // the backend's device memory is host memory (the CPU)
   int64_t unit_total() const;
   int64_t unit_max() const;
   // Home bytes of one row under a policy (compressed when p.compress_cache and known).
@@ -29,14 +30,19 @@ struct ModelFacts {
     return p.compress_cache && kv_row_bytes_compressed > 0 ? kv_row_bytes_compressed : kv_row_bytes;
   }
   int64_t kv_bytes_per_token() const { return 2 * n_layers * kv_row_bytes; }
+  // The policy's placement on this backend, and one KV table's layout under the policy.
+  Placement placement(const Policy& p) const { return p.placement(device_is_host); }
+  KvTableLayout kv_layout(const Policy& p) const;
 };
 
 std::string model_key(const ModelConfig& c, const std::string& weight_dtype);
 
-// Bytes per tier the engine commits for the weights (blobs by the policy's shares, the resident
-// tensors and, when any blob is on disk, two staging slots on the compute tier) ...
+// Bytes per tier the stores allocate — what the engine commits — for the weights (every unit
+// blob split by the placement, the resident tensors and the staging slots and bounce buffers on
+// the device / host tier: Placement::weight_blobs) ...
 TierBytes weight_need(const ModelFacts& m, const Policy& p);
-// ... and for one sequence's KV table of `capacity` slots (with its eviction metadata in RAM).
+// ... and for one sequence's KV table of `capacity` slots (Placement::kv_table, with its
+// eviction metadata in RAM).
 TierBytes kv_need(const ModelFacts& m, const Policy& p, int64_t capacity);
 // ... and both for `sequences` tables of `capacity` slots: what a block of them commits.
 TierBytes block_need(const ModelFacts& m, const Policy& p, int64_t capacity, int64_t sequences);

@@ -17,6 +17,7 @@ ModelFacts model_facts(const DecoderModel& model, const std::string& weight_dtyp
   m.resident_bytes = model.resident_bytes();
   m.kv_row_bytes = c.kv_dim() * 4;
   m.kv_row_bytes_compressed = KvRowCodec(c.n_kv_heads, c.head_dim).row_bytes();
+  m.device_is_host = model.backend().device_is_host();
   return m;
 }
 

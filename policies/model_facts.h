@@ -1,5 +1,6 @@
 // The cost model's view of a loaded model (ModelFacts, cost_model.h): unit blob bytes, resident
-// bytes and KV row sizes, read off the decoder the engine and the planner both use.
+// bytes, KV row sizes and whether its backend's device memory is host memory, read off the decoder
+// the engine and the planner both use.
 #pragma once
 
 #include <string>

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include <array>
 #include <cctype>
@@ -17,6 +18,7 @@
 #include <utility>
 
 #include "runtime/core/error.h"
+#include "runtime/text/utf8.h"
 
 namespace offgen {
 namespace {
@@ -50,32 +52,20 @@ void Policy::validate() const {
   kv.validate();
 }
 
-DType Policy::weight_storage(DType weight_dtype) const {
+WeightMode Policy::weight_storage(WeightMode weight_dtype) const {
   if (!compress_weight) return weight_dtype;
-  OFFGEN_CHECK(weight_dtype == DType::kF32 || weight_dtype == DType::kF16, kConfig,
+  OFFGEN_CHECK(weight_dtype.native || weight_dtype.storage == DType::kF32 ||
+                   weight_dtype.storage == DType::kF16,
+               kConfig,
                "--compress-weight stores 4-bit groups, dequantised for an fp32 (CPU) or fp16 (GPU) "
-               "matmul: it does not combine with --weight-dtype {}", dtype_name(weight_dtype));
+               "matmul: it does not combine with --weight-dtype {}", weight_dtype.name());
   return DType::kQ4G64;
 }
 
-namespace {
-
-TierBytes split(int64_t bytes, double gpu, double cpu) {
-  TierBytes t;
-  t.device = static_cast<int64_t>(static_cast<double>(bytes) * gpu / 100.0);
-  t.host = static_cast<int64_t>(static_cast<double>(bytes) * (gpu + cpu) / 100.0) - t.device;
-  t.disk = bytes - t.device - t.host;
-  return t;
-}
-
-}  // namespace
-
-TierBytes Policy::split_weights(int64_t bytes) const {
-  return split(bytes, weight_gpu_percent, weight_cpu_percent);
-}
-
-TierBytes Policy::split_cache(int64_t bytes) const {
-  return split(bytes, cache_gpu_percent, cache_cpu_percent);
+Placement Policy::placement(bool device_is_host) const {
+  return Placement(TierShare{weight_gpu_percent, weight_cpu_percent},
+                   TierShare{cache_gpu_percent, cache_cpu_percent},
+                   TierShare{act_gpu_percent, act_cpu_percent}, device_is_host);
 }
 
 bool Policy::fits(const TierBytes& need) const {
@@ -270,6 +260,27 @@ Policy parse_policy_toml(std::string_view text, const std::string& path, const P
   return p;
 }
 
+namespace {
+
+// `s` as a TOML basic string, written by toml++ (quotes, backslashes and control characters
+// escaped, other characters as they are). Throws kConfig naming `key` unless `s` is valid UTF-8:
+// a TOML string holds nothing else (toml++ would write an invalid byte as another character).
+std::string toml_string(std::string_view key, const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const utf8::Decoded d = utf8::decode(s, i);
+    OFFGEN_CHECK(d.valid, kConfig,
+                 "policy: {} is not valid UTF-8 (byte {} is 0x{:02x}): a TOML file cannot hold it",
+                 key, i, static_cast<unsigned char>(s[i]));
+    i += d.len;
+  }
+  std::ostringstream out;
+  out << toml::toml_formatter{toml::value<std::string>(s),
+                              toml::format_flags::allow_unicode_strings};
+  return out.str();
+}
+
+}  // namespace
+
 std::string policy_toml(const Policy& p) {
   std::string out = fmt::format("gpu_batch_size = {}\nnum_gpu_batches = {}\n", p.gpu_batch_size,
                                 p.num_gpu_batches);
@@ -280,14 +291,8 @@ std::string policy_toml(const Policy& p) {
   if (p.compress_weight) out += "compress_weight = true\n";
   if (p.compress_cache) out += "compress_cache = true\n";
   if (p.cpu_cache_compute) out += "cpu_cache_compute = true\n";
-  if (!p.offload_dir.empty()) {
-    std::string dir;  // a TOML basic string
-    for (char ch : p.offload_dir) {
-      if (ch == '"' || ch == '\\') dir += '\\';
-      dir += ch;
-    }
-    out += fmt::format("offload_dir = \"{}\"\n", dir);
-  }
+  if (!p.offload_dir.empty())
+    out += fmt::format("offload_dir = {}\n", toml_string("offload_dir", p.offload_dir));
   if (p.io_queue_depth != Policy{}.io_queue_depth)
     out += fmt::format("io_queue_depth = {}\n", p.io_queue_depth);
   auto size = [](int64_t b) {  // the largest unit that divides it exactly

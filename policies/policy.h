@@ -9,19 +9,10 @@
 #include <string_view>
 
 #include "policies/kv/kv_policy.h"
-#include "runtime/core/dtype.h"
+#include "runtime/backend/backend_caps.h"
+#include "runtime/core/placement.h"
 
 namespace offgen {
-
-// Bytes on each tier.
-struct TierBytes {
-  int64_t device = 0, host = 0, disk = 0;
-  TierBytes& operator+=(const TierBytes& o) {
-    device += o.device, host += o.host, disk += o.disk;
-    return *this;
-  }
-  TierBytes operator*(int64_t n) const { return {device * n, host * n, disk * n}; }
-};
 
 struct Policy {
   int64_t gpu_batch_size = 32;
@@ -52,18 +43,18 @@ struct Policy {
   double act_disk_percent() const { return 100.0 - act_gpu_percent - act_cpu_percent; }
   int64_t block_size() const { return gpu_batch_size * num_gpu_batches; }
   // The matmul weight storage for a --weight-dtype: compress_weight stores q4g64 groups,
-  // dequantised for an fp32 (CPU) or fp16 (GPU) matmul, so it combines with f32 or f16 only
-  // (bf16 throws kConfig); otherwise the --weight-dtype itself.
-  DType weight_storage(DType weight_dtype) const;
+  // dequantised for an fp32 (CPU) or fp16 (GPU) matmul, so it combines with native, f32 or f16
+  // only (bf16 throws kConfig); otherwise the --weight-dtype itself.
+  WeightMode weight_storage(WeightMode weight_dtype) const;
   bool uses_disk() const {
     return weight_disk_percent() > 0 || cache_disk_percent() > 0 || act_disk_percent() > 0;
   }
   // Throws offgen::Error(kConfig) with the offending field and value.
   void validate() const;
 
-  // How `bytes` of weights / KV cache divide over the tiers by this policy's percentages.
-  TierBytes split_weights(int64_t bytes) const;
-  TierBytes split_cache(int64_t bytes) const;
+  // The weight, cache and activation percentages as a Placement, for a backend whose device
+  // memory is (or is not) host memory.
+  Placement placement(bool device_is_host) const;
   // Whether `need` fits the tier capacities (0 = unlimited).
   bool fits(const TierBytes& need) const;
   // Throws Error(kConfig) naming the first tier `need` overflows, its capacity flag and `what`.

@@ -21,19 +21,20 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 }  // namespace
 
 BlockExecutor::BlockExecutor(const DecoderModel& model, WeightStore& weights, KvStore& kv,
-                             bool overlap, double act_ram_percent, NvmeStore* disk,
+                             bool overlap, const Placement& placement, NvmeStore* disk,
                              const KvSlotPolicy* policy)
     : model_(model),
       backend_(model.backend()),
       weights_(weights),
       kv_(kv),
       overlap_(overlap),
-      act_ram_percent_(act_ram_percent),
+      placement_(placement),
       disk_(disk),
       policy_(policy) {
-  OFFGEN_CHECK(act_ram_percent >= 100 || disk != nullptr, kInternal,
+  const bool offloaded = placement.activations().memory() < 100;
+  OFFGEN_CHECK(!offloaded || disk != nullptr, kInternal,
                "activations placed on disk without an NVMe store");
-  OFFGEN_CHECK(act_ram_percent >= 100 || backend_.device_is_host(), kConfig,
+  OFFGEN_CHECK(!offloaded || backend_.device_is_host(), kConfig,
                "on the {} backend activations stay in GPU memory (--percent ... 100 0): "
                "offloading them is not supported there yet",
                backend_.name());
@@ -43,14 +44,15 @@ BlockExecutor::BlockExecutor(const DecoderModel& model, WeightStore& weights, Kv
 void BlockExecutor::prepare_activations(const std::vector<BatchInput>& batches) {
   const int64_t d = model_.config().d_model;
   offload_act_ = false;
-  if (act_ram_percent_ >= 100) return;
+  if (placement_.activations().memory() >= 100) return;
   int64_t max_bytes = 0;
   act_home_.resize(std::max(act_home_.size(), batches.size()));
   for (size_t k = 0; k < batches.size(); ++k) {
     ActHome& h = act_home_[k];
-    h.bytes = static_cast<int64_t>(align_up(batches[k].ids.size() * d * 4));
-    h.ram_bytes = static_cast<int64_t>(
-        align_down(static_cast<uint64_t>(static_cast<double>(h.bytes) * act_ram_percent_ / 100.0)));
+    const TierBytes split =
+        placement_.activation(static_cast<int64_t>(batches[k].ids.size()) * d * 4);
+    h.bytes = split.host + split.disk;
+    h.ram_bytes = split.host;
     if (static_cast<int64_t>(h.ram.capacity()) < h.ram_bytes) h.ram = AlignedHostBuffer(h.ram_bytes);
     const auto disk_bytes = static_cast<uint64_t>(h.bytes - h.ram_bytes);
     // Extents only grow (the store allocates by bumping): keep the largest one per batch.

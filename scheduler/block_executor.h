@@ -9,6 +9,7 @@
 #include "offload/kv_store.h"
 #include "offload/weight_store.h"
 #include "runtime/backend/backend_array.h"
+#include "runtime/core/placement.h"
 #include "runtime/model/decoder.h"
 #include "scheduler/block_plan.h"
 
@@ -30,17 +31,13 @@ struct BatchInput {
   size_t size() const { return spans.size(); }
 };
 
-struct LaneTimes {
-  double load = 0, compute = 0, store = 0, wall = 0;
-};
-
 class BlockExecutor {
  public:
-  // act_ram_percent: share of each GPU batch's activations kept in RAM between units; the rest
-  // goes through `disk` (required when below 100).
+  // placement: its activation() splits each GPU batch's activations between RAM and `disk`
+  // (required when the activation share is below 100%) between units.
   // policy: the KV eviction decisions for tables with metadata (null when none evict).
   BlockExecutor(const DecoderModel& model, WeightStore& weights, KvStore& kv, bool overlap,
-                double act_ram_percent = 100, NvmeStore* disk = nullptr,
+                const Placement& placement = {}, NvmeStore* disk = nullptr,
                 const KvSlotPolicy* policy = nullptr);
   // Runs every unit over every batch; writes the last row's logits of each sequence, batches in
   // order, into logits ([total sequences, vocab], host memory; may be null) and, when `argmax` is
@@ -67,9 +64,9 @@ class BlockExecutor {
   std::vector<BackendArray<float>> hidden_;        // per batch, device memory (no offloading)
   BackendArray<float> logits_;                     // device memory (not on the CPU backend)
   float* logits_out_ = nullptr;                    // where output_step writes this run
-  // Activation offloading: per batch a RAM home (the first act_ram_ share, page aligned) and a
-  // disk extent for the rest; two staging slots hold whole batches during compute.
-  double act_ram_percent_;
+  // Activation offloading: per batch a RAM home and a disk extent (Placement::activation); two
+  // staging slots hold whole batches during compute.
+  Placement placement_;
   NvmeStore* disk_;
   struct ActHome {
     int64_t bytes = 0, ram_bytes = 0;

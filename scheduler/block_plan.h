@@ -42,4 +42,10 @@ std::vector<Task> plan_step(const StepShape& shape);
 
 std::string describe_plan(const std::vector<Task>& plan);
 
+// Seconds each lane was busy running its tasks, and the wall time of the steps (accumulated by
+// the executor; overlap_efficiency = busiest lane / wall).
+struct LaneTimes {
+  double load = 0, compute = 0, store = 0, wall = 0;
+};
+
 }  // namespace offgen

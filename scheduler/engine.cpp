@@ -7,39 +7,57 @@
 #include <deque>
 #include <map>
 
+#include "policies/model_facts.h"
 #include "runtime/core/error.h"
+#include "runtime/core/formats.h"
 #include "runtime/core/log.h"
 #include "runtime/core/memory_info.h"
 #include "runtime/loaders/model_loader.h"
-#include "policies/model_facts.h"
 #include "scheduler/context_compression.h"
 #include "scheduler/context_prompt.h"
 #include "scheduler/engine_state.h"
 
 namespace offgen {
 
+namespace {
+
+// The storages `caps` lists, for messages: plain ones by name, GGML block formats as a group.
+std::string storage_list(const BackendCaps& caps) {
+  std::vector<std::string_view> names{"native"};
+  bool blocks = false;
+  for (const FormatTraits& f : all_formats()) {
+    if (!caps.takes(f.type)) continue;
+    if (f.ggml_type != kNoGgmlType && f.block_elems > 1)
+      blocks = true;
+    else
+      names.push_back(f.name);
+  }
+  if (blocks) names.push_back("GGML block formats");
+  const std::string_view last = names.back();
+  names.pop_back();
+  return fmt::format("{} or {}", fmt::join(names, ", "), last);
+}
+
+}  // namespace
 
 void EngineOptions::validate() const {
   const BackendCaps caps = backend_caps(backend);
   const std::string_view be = backend_name(backend);
   OFFGEN_CHECK(threads >= 0 && threads <= 1024, kConfig, "--threads {} must be in [0, 1024]", threads);
-  OFFGEN_CHECK(weight_dtype == DType::kF32 || weight_dtype == DType::kBF16 ||
-                   weight_dtype == DType::kF16,
-               kConfig, "--weight-dtype {}: expected f32, bf16 or f16", dtype_name(weight_dtype));
-  if (!caps.takes(weight_dtype)) {
-    std::vector<std::string_view> own, takers;
-    for (DType t : {DType::kF32, DType::kBF16, DType::kF16})
-      if (caps.takes(t)) own.push_back(dtype_name(t));
+  if (!weight_dtype.native && !caps.takes(weight_dtype.storage)) {
+    const DType t = weight_dtype.storage;
+    std::vector<std::string_view> takers;
     for (BackendKind k : backend_kinds())
-      if (backend_user_selectable(k) && backend_caps(k).takes(weight_dtype))
-        takers.push_back(backend_name(k));
+      if (backend_user_selectable(k) && backend_caps(k).takes(t)) takers.push_back(backend_name(k));
+    OFFGEN_CHECK(!takers.empty(), kConfig, "--weight-dtype {}: no backend multiplies by it",
+                 dtype_name(t));
     OFFGEN_THROW(kConfig, "--weight-dtype {} is a storage of --backend {}; --backend {} takes {}",
-                 dtype_name(weight_dtype), fmt::join(takers, " or "), be, fmt::join(own, " or "));
+                 dtype_name(t), fmt::join(takers, " or "), be, storage_list(caps));
   }
   policy.validate();
-  const DType storage = policy.weight_storage(weight_dtype);  // throws for impossible combinations
-  OFFGEN_CHECK(caps.takes(storage), kConfig,
-               "--backend {}: no {} matmul weights (--compress-weight)", be, dtype_name(storage));
+  const WeightMode storage = policy.weight_storage(weight_dtype);  // throws for impossible ones
+  OFFGEN_CHECK(storage.native || caps.takes(storage.storage), kConfig,
+               "--backend {}: no {} matmul weights (--compress-weight)", be, storage.name());
   // What the backend supports of the placement (a GPU backend, so far: activations and the KV
   // cache in GPU memory, or the KV cache in host memory with its attention on the CPU).
   const Policy& p = policy;
@@ -65,12 +83,11 @@ void EngineOptions::validate() const {
   OFFGEN_CHECK(max_context >= 0, kConfig, "max context {} must be >= 0", max_context);
 }
 
-
 Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   options_.validate();
   if (options_.prefill_chunk == 0)
     options_.prefill_chunk = backend_caps(options_.backend).default_prefill_chunk;
-  const DType storage = options_.policy.weight_storage(options_.weight_dtype);
+  const WeightMode storage = options_.policy.weight_storage(options_.weight_dtype);
   backend_ = make_backend(options_.backend, options_.threads, storage);
   OpenedModel opened = open_model(options_.model);
   tokenizer_ = std::make_unique<Tokenizer>(std::move(opened.vocab));
@@ -80,8 +97,9 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   model_ = std::make_unique<DecoderModel>(*source_, *backend_);
   const Policy& p = options_.policy;
   // Capacity check of the weights before anything is staged (the accounting the planner uses).
-  facts_ = model_facts(*model_, std::string(dtype_name(storage)));
-  weight_need_ = weight_need(facts_, p);
+  facts_ = std::make_unique<const ModelFacts>(model_facts(*model_, storage.name()));
+  weight_need_ = weight_need(*facts_, p);
+  const Placement placement = facts_->placement(p);
   p.check_fits(weight_need_, "the model's weights");
   if (p.uses_disk()) {
     NvmeStoreOptions no;
@@ -96,15 +114,12 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   }
   weights_ = std::make_unique<WeightStore>(
       *backend_, model_->num_units(), [&](int64_t u) { return model_->unit_bytes(u); },
-      [&](int64_t u, void* dst) { model_->build_unit(u, dst); }, p.weight_gpu_percent,
-      p.weight_cpu_percent, nvme_.get());
+      [&](int64_t u, void* dst) { model_->build_unit(u, dst); }, placement, nvme_.get());
   if (p.kv.evicts()) kv_policy_ = make_kv_policy(p.kv);
-  kv_ = std::make_unique<KvStore>(model_->config(), p.cache_gpu_percent + p.cache_cpu_percent,
-                                  nvme_.get(), kv_policy_ != nullptr, p.compress_cache,
-                                  KvDeviceHomes{backend_.get(), p.cache_gpu_percent >= 100});
-  executor_ = std::make_unique<BlockExecutor>(*model_, *weights_, *kv_, p.overlap,
-                                              p.act_gpu_percent + p.act_cpu_percent, nvme_.get(),
-                                              kv_policy_.get());
+  kv_ = std::make_unique<KvStore>(model_->config(), placement, nvme_.get(), kv_policy_ != nullptr,
+                                  p.compress_cache, KvDeviceHomes{backend_.get()});
+  executor_ = std::make_unique<BlockExecutor>(*model_, *weights_, *kv_, p.overlap, placement,
+                                              nvme_.get(), kv_policy_.get());
   log_debug("loaded {} in {:.2f}s", options_.model, seconds_since(t0));
   OFFGEN_CHECK(tokenizer_->vocab_size() <= model_->config().vocab_size, kInput,
                "{}: tokenizer has {} tokens but the model only {} embeddings", options_.model,
@@ -138,11 +153,36 @@ TierBytes Engine::peak_bytes() const {
   if (backend_->device_is_host())
     return {0, resident + w.ram_bytes + w.staging_bytes + k.peak_ram_bytes + stats_.context_peak_bytes,
             w.disk_bytes + k.peak_disk_bytes};
-  const bool kv_on_device = !kv_->host_compute();
-  return {resident + w.device_bytes + w.staging_bytes + (kv_on_device ? k.peak_ram_bytes : 0) +
-              stats_.context_peak_bytes,
-          w.ram_bytes + w.bounce_bytes + (kv_on_device ? 0 : k.peak_ram_bytes),
-          w.disk_bytes + k.peak_disk_bytes};
+  return {
+      resident + w.device_bytes + w.staging_bytes + k.peak_tiers.device + stats_.context_peak_bytes,
+      w.ram_bytes + w.bounce_bytes + k.peak_tiers.host, w.disk_bytes + k.peak_disk_bytes};
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  const WeightStoreStats& w = weights_->stats();
+  s.weights.resident_bytes = model_->resident_bytes();
+  s.weights.device_bytes = w.device_bytes;
+  s.weights.ram_bytes = w.ram_bytes;
+  s.weights.disk_bytes = w.disk_bytes;
+  s.weights.staging_bytes = w.staging_bytes;
+  s.weights.bounce_bytes = w.bounce_bytes;
+  s.weights.h2d_bytes = weights_->h2d_bytes();
+  const KvStoreStats& k = kv_->stats();
+  s.kv.ram_bytes = k.ram_bytes;
+  s.kv.disk_bytes = k.disk_bytes;
+  s.kv.peak_ram_bytes = k.peak_ram_bytes;
+  s.kv.peak_disk_bytes = k.peak_disk_bytes;
+  s.kv.sequences = k.sequences;
+  s.kv.tiers = k.tiers;
+  s.kv.peak_tiers = k.peak_tiers;
+  if (nvme_) {
+    s.disk.used = true;
+    s.disk.path = nvme_->path();
+    s.disk.allocated_bytes = static_cast<int64_t>(nvme_->allocated_bytes());
+    s.disk.io = nvme_->stats();
+  }
+  return s;
 }
 
 std::vector<int32_t> encode_request(const Tokenizer& tokenizer, const Request& r) {
@@ -170,13 +210,13 @@ std::vector<int32_t> Engine::encode_prompt(const Request& r) const {
 
 void Engine::check_fits(int64_t sequences, int64_t capacity) const {
   options_.policy.check_fits(
-      block_need(facts_, options_.policy, capacity, sequences),
+      block_need(*facts_, options_.policy, capacity, sequences),
       fmt::format("the model's weights and the KV cache of {} sequences of {} tokens", sequences,
                   capacity));
 }
 
 TierBytes Engine::kv_need(int64_t capacity) const {
-  return offgen::kv_need(facts_, options_.policy, capacity);
+  return offgen::kv_need(*facts_, options_.policy, capacity);
 }
 
 int64_t Engine::kv_capacity(int64_t prompt, int64_t max_tokens) const {

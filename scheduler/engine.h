@@ -2,33 +2,44 @@
 // requests with continuous batching (finished sequences are replaced by waiting ones).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
-#include "offload/kv_store.h"
-#include "offload/nvme_store.h"
-#include "offload/weight_store.h"
-#include "policies/cost_model.h"
+#include "offload/io_stats.h"
 #include "policies/policy.h"
-#include "runtime/backend/backend.h"
-#include "runtime/model/decoder.h"
-#include "runtime/text/tokenizer.h"
-#include "scheduler/block_executor.h"
-#include "scheduler/context_compression.h"
+#include "runtime/model/config.h"
+#include "scheduler/block_plan.h"
 #include "scheduler/request.h"
 
 namespace offgen {
+
+class Backend;
+class BlockExecutor;
+class ContextRunner;
+class DecoderModel;
+class KvPolicy;
+class KvStore;
+class NvmeStore;
+class SharedContext;
+class Tokenizer;
+class WeightSource;
+class WeightStore;
+struct KvzipRepeat;
+struct ModelFacts;
 
 struct EngineOptions {
   std::string model;              // a .gguf file, a Hugging Face checkpoint directory or dummy:PRESET
   BackendKind backend = BackendKind::kCpu;  // (kCpuEmulatedDevice: tests of the GPU paths)
   int threads = 0;                // 0 = all cores
-  // Matmul storage: f32 (exact) or bf16 (faster, ~1e-2 logits); f16 on the GPU (the storages
-  // the backend takes: BackendCaps::takes).
-  DType weight_dtype = DType::kF32;
+  // Matmul storage: native (each GGUF tensor in its own block format), f32 (exact), bf16 (faster,
+  // ~1e-2 logits), f16 on the GPU, or a GGML block format to quantise to at load (the storages
+  // the backend takes: BackendCaps::takes). Parsed from text at the edges (WeightMode::parse).
+  WeightMode weight_dtype;
   // Placement and batch split: up to gpu_batch_size x num_gpu_batches sequences decode together,
   // split into num_gpu_batches batches that share each unit's weight load.
   Policy policy;
@@ -65,6 +76,32 @@ struct GenerationStats {
   int64_t max_tokens_clamped = 0;
   bool interrupted = false;  // should_stop() ended the call early
   int64_t unfinished = 0;    // requests without a result (an interruption; 0 otherwise)
+};
+
+// A snapshot of the engine's stores (Engine::stats()): where the weights and KV caches are
+// homed, their peaks, and the offload file's traffic since the engine was built.
+struct EngineStats {
+  struct Weights {
+    int64_t resident_bytes = 0;  // embedding, output head, norms (never offloaded)
+    int64_t device_bytes = 0;    // unit blobs homed in device memory (0 on the CPU backend)
+    int64_t ram_bytes = 0;       // unit blobs homed in host RAM (pinned on a GPU)
+    int64_t disk_bytes = 0;      // unit blobs homed on disk
+    int64_t staging_bytes = 0;   // device staging slots for blobs not used where they live
+    int64_t bounce_bytes = 0;    // host bounce buffers for disk reads (GPU backends)
+    int64_t h2d_bytes = 0;       // host/disk -> device weight copies so far
+  } weights;
+  struct Kv {
+    int64_t ram_bytes = 0, disk_bytes = 0;  // homes now (memory homes with the slot metadata)
+    int64_t peak_ram_bytes = 0, peak_disk_bytes = 0;
+    int64_t sequences = 0;        // tables held now
+    TierBytes tiers, peak_tiers;  // the same by tier: device = GPU memory
+  } kv;
+  struct Disk {
+    bool used = false;            // an offload file exists (some share of the policy is on disk)
+    std::string path;             // the offload file
+    int64_t allocated_bytes = 0;  // extents handed out (the file's size)
+    IoStats io;                   // its I/O counters
+  } disk;
 };
 
 struct Progress {
@@ -104,16 +141,18 @@ class Engine {
   int64_t max_context() const { return max_context_; }
   // The model's content identity (runtime/loaders/model_loader.h: OpenedModel::content_id).
   const std::string& model_id() const { return model_id_; }
+  // All weight bytes: resident tensors and every unit blob's homes (not the staging).
   int64_t weight_bytes() const;
-  // Memory by tier now: weights (model tensors, homes, staging), KV homes at their peak and the
-  // shared contexts' peak — device = GPU memory (on the CPU backend everything but disk is host).
+  // Peak memory by tier: the weights (resident tensors, homes, staging, bounce buffers), the KV
+  // homes at their peak and the shared contexts' peak (of the last generate()) — device = GPU
+  // memory (on the CPU backend everything but disk is host).
   TierBytes peak_bytes() const;
+  // The stores' figures now (see EngineStats).
+  EngineStats stats() const;
   const Backend& backend() const { return *backend_; }
   Backend& backend() { return *backend_; }  // not during generate(), except from its callbacks
-  const WeightStore& weight_store() const { return *weights_; }
-  const KvStore& kv_store() const { return *kv_; }
-  const NvmeStore* nvme() const { return nvme_.get(); }
 
+  // Capacity fitting (the cost model's figures: equal to what the stores allocate).
   // Throws Error(kConfig) when weights plus `sequences` KV caches of `capacity` tokens exceed the
   // policy's tier capacities (the pre-flight check of fixed-shape workloads such as bench).
   void check_fits(int64_t sequences, int64_t capacity) const;
@@ -134,16 +173,16 @@ class Engine {
   // Generates all requests; results are returned in input order. Per-request failures (prompt
   // too long, invalid sampling values, a KV cache that can never fit, non-finite logits) become
   // error results; the others still run. Failures of the machine (disk full, I/O errors, out of
-  // memory: Error kResource/kIo) are thrown, with no result for the unfinished requests; the
-  // engine stays usable. Without --cpu-mem (and --gpu-mem on the CPU backend), admission keeps
-  // the RAM the KV caches take within what was available when the engine was built. Requests
-  // with a context (Request::context) share it: each distinct context is prefilled once,
-  // compressed once by the KV policy (kvzip, kvzip-uniform, h2o, snapkv scored by its first
-  // request, sinks, or full) to the KV budget's retained ratio, held once (RAM or GPU memory)
-  // while its requests run and released after the last; each request's own KV follows it,
-  // uncompressed, at positions after the context's uncompressed length. Throws Error(kConfig)
-  // when a request has a context and the KV policy cannot compress one. Not thread-safe: one
-  // generate() at a time.
+  // memory: Error kResource/kIo; a bug: kInternal) are thrown, with no result for the unfinished
+  // requests; the engine stays usable. Without --cpu-mem (and --gpu-mem on the CPU backend),
+  // admission keeps the RAM the KV caches take within what was available when the engine was
+  // built. Requests with a context (Request::context) share it: each distinct context is
+  // prefilled once, compressed once by the KV policy (kvzip, kvzip-uniform, h2o, snapkv scored by
+  // its first request, sinks, or full) to the KV budget's retained ratio, held once (RAM or GPU
+  // memory) while its requests run and released after the last; each request's own KV follows
+  // it, uncompressed, at positions after the context's uncompressed length. Throws
+  // Error(kConfig) when a request has a context and the KV policy cannot compress one. Not
+  // thread-safe: one generate() at a time.
   std::vector<Result> generate(const std::vector<Request>& requests,
                                const GenerateCallbacks& callbacks = {});
   const GenerationStats& last_stats() const { return stats_; }
@@ -165,7 +204,6 @@ class Engine {
   bool fits_memory(const TierBytes& need) const;
   void check_memory(const TierBytes& need, const std::string& what) const;
   void build_context(SharedContextJob& job);
-  ContextForward executor_forward();
   void run_prefill(std::vector<Sequence*>& seqs);
   void run_decode(std::vector<Sequence*>& seqs);
   int32_t sample(Sequence& s, size_t row);  // row g of the last forward
@@ -189,7 +227,7 @@ class Engine {
   std::string model_id_;
   GenerationStats stats_;
   const GenerateCallbacks* callbacks_ = nullptr;  // during generate()
-  ModelFacts facts_;                               // the layout the memory accounting reads
+  std::unique_ptr<const ModelFacts> facts_;       // the layout the memory accounting reads
   TierBytes weight_need_;                          // weights' bytes per tier
   int64_t ram_limit_ = 0;  // RAM admission may commit (0: the policy's tier limits decide)
   std::vector<float> logits_;

@@ -8,7 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "offload/kv_store.h"
+#include "offload/nvme_store.h"
+#include "offload/weight_store.h"
+#include "policies/cost_model.h"
+#include "runtime/backend/backend.h"
+#include "runtime/model/decoder.h"
+#include "runtime/text/tokenizer.h"
+#include "scheduler/block_executor.h"
+#include "scheduler/context_compression.h"
 #include "scheduler/engine.h"
+#include "scheduler/shared_context.h"
 
 namespace offgen {
 

@@ -63,22 +63,6 @@ int32_t Engine::sample(Sequence& s, size_t g) {
   return s.sampler.sample(logits);
 }
 
-ContextForward Engine::executor_forward() {
-  return [this](const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
-                const std::vector<SeqSpan>& seqs, const std::vector<std::vector<KvSeqView>>& views,
-                const KvSlotPolicy* policy, std::vector<float>& logits) {
-    std::vector<BatchInput> batches(1);
-    BatchInput& b = batches[0];
-    b.ids = ids;
-    b.positions = positions;
-    b.spans = seqs;
-    b.external = &views;
-    b.external_policy = policy;
-    logits.resize(seqs.size() * model_->config().vocab_size);
-    executor_->run(batches, logits.data());
-  };
-}
-
 void Engine::build_context(SharedContextJob& job) {
   const auto t0 = EngineClock::now();
   const ModelConfig& c = model_->config();
@@ -91,8 +75,24 @@ void Engine::build_context(SharedContextJob& job) {
                "the context has {} tokens; the context window is {} (room is needed for a "
                "question and an answer)",
                n, max_context_);
-  if (!context_runner_)
-    context_runner_ = std::make_unique<ContextRunner>(c, *backend_, executor_forward());
+  if (!context_runner_) {
+    // The context's forwards run on the block executor, with the engine's placement.
+    ContextForward forward =
+        [this](const std::vector<int32_t>& ids, const std::vector<int32_t>& positions,
+               const std::vector<SeqSpan>& seqs, const std::vector<std::vector<KvSeqView>>& views,
+               const KvSlotPolicy* policy, std::vector<float>& logits) {
+          std::vector<BatchInput> batches(1);
+          BatchInput& b = batches[0];
+          b.ids = ids;
+          b.positions = positions;
+          b.spans = seqs;
+          b.external = &views;
+          b.external_policy = policy;
+          logits.resize(seqs.size() * model_->config().vocab_size);
+          executor_->run(batches, logits.data());
+        };
+    context_runner_ = std::make_unique<ContextRunner>(c, *backend_, std::move(forward));
+  }
   // The full cache of the context (in RAM for the time of the build), then one compression.
   const ContextCache cache = context_runner_->prefill(ids);
   stats_.prefill_tokens += n;

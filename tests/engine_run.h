@@ -1,5 +1,5 @@
-// One Engine::generate() with every logits row recorded, and the bitwise comparison of two such
-// runs: the fixture of the placement and backend parity tests.
+// One Engine::generate() with every logits row recorded (record_logits: the one recorder the
+// engine tests share), and the bitwise comparison of two such runs (placement and backend parity).
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -13,25 +13,32 @@
 
 namespace offgen::test {
 
+using Logits = std::map<std::pair<size_t, int64_t>, std::vector<float>>;  // (request, step) -> row
+
+// Sets cb.on_logits to copy every row (of steps < max_step when max_step >= 0) into `rows`, which
+// must outlive the generate() call that uses `cb`.
+inline void record_logits(GenerateCallbacks& cb, Logits& rows, int64_t max_step = -1) {
+  cb.on_logits = [&rows, max_step](size_t i, int64_t step, std::span<const float> row) {
+    if (max_step < 0 || step < max_step) rows[{i, step}].assign(row.begin(), row.end());
+  };
+}
+
 struct EngineRun {
   std::vector<Result> results;
-  std::map<std::pair<size_t, int64_t>, std::vector<float>> logits;  // (request, step) -> row
+  Logits logits;
   int64_t weight_h2d = 0;  // weight bytes the run copied to the device
 };
 
-// record_logits: keep the rows (steps < max_step when max_step >= 0); off, greedy requests
+// keep_logits: record the rows (steps < max_step when max_step >= 0); off, greedy requests
 // sample on the device.
 inline EngineRun run_engine(const EngineOptions& eo, const std::vector<Request>& reqs,
-                            bool record_logits = true, int64_t max_step = -1) {
+                            bool keep_logits = true, int64_t max_step = -1) {
   Engine engine(eo);
   EngineRun out;
   GenerateCallbacks cb;
-  if (record_logits)
-    cb.on_logits = [&](size_t i, int64_t step, std::span<const float> row) {
-      if (max_step < 0 || step < max_step) out.logits[{i, step}].assign(row.begin(), row.end());
-    };
+  if (keep_logits) record_logits(cb, out.logits, max_step);
   out.results = engine.generate(reqs, cb);
-  out.weight_h2d = engine.weight_store().h2d_bytes();
+  out.weight_h2d = engine.stats().weights.h2d_bytes;
   return out;
 }
 

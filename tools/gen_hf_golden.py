@@ -21,6 +21,21 @@ Writes into tests/data/hf_models/ (or --out):
   opt350/    OPTForCausalLM     post-norm like facebook/opt-350m (do_layer_norm_before false, so
              no decoder.final_layer_norm), d=32, word_embed_proj_dim 16 (project_in/project_out
              exist), tied, fp32
+  gemma3/    Gemma3ForCausalLM  d=32, 4 heads / 2 KV heads of head_dim 16 (q width 64 != d), 6
+             layers in Gemma 3's pattern (5 sliding-window layers, window 4, RoPE base 1e4; then
+             a global one, base 1e6 with linear scaling x8 as the 4B+ models have), QK-norm,
+             sandwich norms, GeGLU (gelu_pytorch_tanh), query_pre_attn_scalar = head_dim, tied,
+             bf16
+  gemma2/    Gemma2ForCausalLM  d=32, 4 heads / 2 KV heads of head_dim 8, 3 layers alternating
+             sliding (window 4) and global, query_pre_attn_scalar 24 (scale != head_dim^-0.5),
+             attention soft-capping 2.0 and final logit soft-capping 8.0 (small enough to bite on
+             these random weights), tied, fp32
+  qwen3/     Qwen3ForCausalLM   d=32, 4 heads / 2 KV heads of head_dim 16, 2 layers, QK-norm, no
+             QKV bias, rope_theta 1e6, tied, bf16
+  llama3/    LlamaForCausalLM   Llama 3.1 RoPE scaling (rope_type llama3, factor 8, low/high
+             frequency factors 1/4, original_max_position_embeddings 64; with head_dim 16 and base
+             1e4 the 8 frequencies fall in all three bands), d=32, 4 heads / 2 KV heads, 2
+             layers, untied, fp32
   golden.json  per model: arch, dtype, seed, vocab_size, min margin, and 3 cases each with the
              text, token ids (tokenizer(text, add_special_tokens=True) from the saved dir), fp32
              logits at EVERY prompt position, a 16-token greedy continuation (no EOS stop),
@@ -30,7 +45,8 @@ Weights: HF initialises norm gains to 1 and biases to 0, which would hide loader
 construction EVERY parameter is overwritten (sorted by name, from a torch.Generator seeded per
 model): linear weights N(0, 0.15), token embeddings N(0, 0.5) (N(0, 0.3) when tied to the
 lm_head), OPT positional table N(0, 0.3),
-norm gains 1 + N(0, 0.1), norm biases and linear biases N(0, 0.1). If any greedy step of a
+norm gains 1 + N(0, 0.1) (Gemma, whose RMSNorm scales by 1 + w: N(0, 0.1)), norm biases and linear
+biases N(0, 0.1). If any greedy step of a
 model has a top-1/top-2 margin below MIN_MARGIN (computed from the reloaded fp32 model, i.e.
 after bf16/fp16 rounding), the model is rebuilt with the next seed; the seed used is recorded.
 
@@ -59,8 +75,21 @@ vocab_size = len(tokenizer) = 320.
     tokenizer.json); NOT AutoTokenizer, which in transformers 5 builds Qwen2Tokenizer for qwen2 and
     re-derives the pre-tokenizer (splitting digits) instead of using tokenizer.json.
 
+GGUF files (gguf/ under the output directory): gemma3, qwen3 and llama3 are also converted by
+llama.cpp's own converter (convert_hf_to_gguf.py from the llama-cpp-python sdist that
+tools/peers fetches; --llama-cpp DIR, default ~/.cache/offgen/peers/llama_cpp_python-*/vendor/
+llama.cpp), --outtype the checkpoint's precision (bf16, or f32), run in a subprocess with that
+tree's gguf-py. Its checks of the
+tokenizer's pre-tokenizer hash do not know this test tokenizer, so get_vocab_base_pre is patched
+to answer "default" (the GPT-2 regex, which ByteLevel(use_regex=True) is); everything else is the
+converter's: tensor names, the 1 + w Gemma norms, Q/K permutation (Llama) or not (Gemma, Qwen3),
+rope_freqs.weight (Llama 3.1), metadata. The same golden logits apply to them. gemma2 is not
+converted: GGUF has no query_pre_attn_scalar (llama.cpp assumes head_dim outside the 27B size).
+
 Usage:
-  /opt/offgen-dev/bin/python tools/gen_hf_golden.py [--out DIR]
+  /opt/offgen-dev/bin/python tools/gen_hf_golden.py [--out DIR] [--only NAME,...] [--llama-cpp DIR]
+--only regenerates the named models (and their GGUF files) and keeps the other entries of an
+existing golden.json as they are.
 Output is deterministic: running it twice gives identical bytes.
 
 Needs: torch, transformers (5.x; tested with 5.24), tokenizers, safetensors, numpy.
@@ -89,6 +118,10 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import (  # noqa: E402
     AutoModelForCausalLM,
     AutoTokenizer,
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -98,6 +131,8 @@ from transformers import (  # noqa: E402
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 VOCAB_SIZE = 320
@@ -213,7 +248,100 @@ MODELS = [
             tie_word_embeddings=True,
         ),
     ),
+    (
+        "gemma3",
+        Gemma3TextConfig,
+        Gemma3ForCausalLM,
+        torch.bfloat16,
+        6000,
+        dict(
+            hidden_size=32,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            intermediate_size=64,
+            num_hidden_layers=6,
+            max_position_embeddings=128,
+            rms_norm_eps=1e-6,
+            hidden_activation="gelu_pytorch_tanh",
+            query_pre_attn_scalar=16,
+            sliding_window=4,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+            },
+            attention_dropout=0.0,
+            tie_word_embeddings=True,
+        ),
+    ),
+    (
+        "gemma2",
+        Gemma2Config,
+        Gemma2ForCausalLM,
+        torch.float32,
+        7000,
+        dict(
+            hidden_size=32,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            intermediate_size=64,
+            num_hidden_layers=3,
+            max_position_embeddings=128,
+            rms_norm_eps=1e-6,
+            hidden_activation="gelu_pytorch_tanh",
+            query_pre_attn_scalar=24,
+            sliding_window=4,
+            attn_logit_softcapping=2.0,
+            final_logit_softcapping=8.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            attention_dropout=0.0,
+            tie_word_embeddings=True,
+        ),
+    ),
+    (
+        "qwen3",
+        Qwen3Config,
+        Qwen3ForCausalLM,
+        torch.bfloat16,
+        8000,
+        dict(
+            COMMON_LLAMA,
+            head_dim=16,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            attention_bias=False,
+            use_sliding_window=False,
+            tie_word_embeddings=True,
+        ),
+    ),
+    (
+        "llama3",
+        LlamaConfig,
+        LlamaForCausalLM,
+        torch.float32,
+        9000,
+        dict(
+            COMMON_LLAMA,
+            head_dim=16,
+            max_position_embeddings=512,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 10000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+            tie_word_embeddings=False,
+        ),
+    ),
 ]
+# Converted to GGUF by llama.cpp's converter as well (see the module docstring), with the
+# checkpoint's own precision for matrices (bf16 -> bf16 is exact; the converter upcasts to fp32
+# before adding Gemma's 1 to the norms, which it writes in fp32).
+GGUF_MODELS = {"gemma3": "bf16", "qwen3": "bf16", "llama3": "f32"}
+# Gemma's RMSNorm multiplies by (1 + w): random gains are drawn around 0 instead of 1.
+NORM_MEAN = {"gemma3": 0.0, "gemma2": 0.0}
 DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
@@ -269,7 +397,7 @@ def wrap_tokenizer(raw: Tokenizer, opt_bos: bool, chat_template: str | None) -> 
 
 
 @torch.no_grad()
-def randomize(model: torch.nn.Module, seed: int, tied: bool) -> None:
+def randomize(model: torch.nn.Module, seed: int, tied: bool, norm_mean: float = 1.0) -> None:
     g = torch.Generator().manual_seed(seed)
     params = dict(model.named_parameters())  # tied parameters appear once
     for name in sorted(params):
@@ -281,7 +409,7 @@ def randomize(model: torch.nn.Module, seed: int, tied: bool) -> None:
         elif name.endswith("embed_tokens.weight"):
             std, mean = (0.3 if tied else 0.5), 0.0  # tied: it is the lm_head too; keep logits O(1..10)
         elif is_norm and leaf == "weight":
-            std, mean = 0.1, 1.0
+            std, mean = 0.1, norm_mean
         elif leaf == "bias":
             std, mean = 0.1, 0.0
         elif leaf == "weight" and p.dim() == 2:
@@ -358,7 +486,7 @@ def build_and_save(name, cfg_cls, model_cls, dtype, seed, cfg_kw, raw_tok, out_d
         **cfg_kw,
     )
     model = model_cls(cfg).eval()
-    randomize(model, seed, tied=bool(cfg_kw["tie_word_embeddings"]))
+    randomize(model, seed, tied=bool(cfg_kw["tie_word_embeddings"]), norm_mean=NORM_MEAN.get(name, 1.0))
     model = model.to(dtype)
     save_kw = {"safe_serialization": True}
     if name == "llama":
@@ -377,9 +505,17 @@ def main() -> int:
     repo = Path(__file__).resolve().parent.parent
     ap.add_argument("--out", default=str(repo / "tests" / "data" / "hf_models"), help="output directory")
     ap.add_argument("--corpus", default=str(repo / "tests" / "data" / "tokenizer_corpus.jsonl"))
+    ap.add_argument("--only", default="", help="comma-separated model names to regenerate (default: all)")
+    ap.add_argument("--llama-cpp", default="", help="llama.cpp source tree (its convert_hf_to_gguf.py)")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    names = [m[0] for m in MODELS]
+    only = [n for n in args.only.split(",") if n]
+    for n in only:
+        if n not in names:
+            raise SystemExit(f"--only: unknown model {n!r} (models: {', '.join(names)})")
+    llama_cpp = find_llama_cpp(args.llama_cpp) if any(n in GGUF_MODELS for n in (only or names)) else None
 
     torch.set_num_threads(2)
     torch.use_deterministic_algorithms(True)
@@ -405,8 +541,27 @@ def main() -> int:
         "auto_tokenizer_class": {},
         "models": [],
     }
+    old_models: dict = {}
+    if only:  # keep the other models' entries (and files) as they are
+        old = json.loads((out_dir / "golden.json").read_text(encoding="utf-8"))
+        old_models = {m["name"]: m for m in old["models"]}
+        doc["auto_tokenizer_class"] = old["auto_tokenizer_class"]
+        doc["versions"] = old["versions"]
+        for n in names:
+            if n not in only and n not in old_models:
+                raise SystemExit(f"--only: {n} is in neither --only nor the existing golden.json")
+    if llama_cpp is not None:
+        doc["gguf_converter"] = (
+            f"convert_hf_to_gguf.py of llama.cpp {llama_cpp_version(llama_cpp)}, --outtype: "
+            + ", ".join(f"{k} {v}" for k, v in GGUF_MODELS.items())
+        )
+    elif only and "gguf_converter" in old:
+        doc["gguf_converter"] = old["gguf_converter"]
 
     for name, cfg_cls, model_cls, dtype, base_seed, cfg_kw in MODELS:
+        if only and name not in only:
+            doc["models"].append(old_models[name])
+            continue
         for attempt in range(50):
             seed = base_seed + attempt
             mdir = build_and_save(name, cfg_cls, model_cls, dtype, seed, cfg_kw, raw_tok, out_dir)
@@ -455,6 +610,9 @@ def main() -> int:
             "min_margin": min_margin,
             "cases": [],
         }
+        if name in GGUF_MODELS:
+            gguf_path = convert_to_gguf(llama_cpp, mdir, out_dir / "gguf" / f"{name}.gguf", GGUF_MODELS[name])
+            mentry["gguf"] = str(gguf_path.relative_to(out_dir))
         for text, ids, r in cases:
             entry = {"text": text}
             if name == "qwen2" and text == texts[0]:
@@ -480,6 +638,57 @@ def main() -> int:
     write_json(doc, out_dir / "golden.json")
     print(f"wrote {out_dir}")
     return 0
+
+
+def find_llama_cpp(given: str) -> Path:
+    if given:
+        cands = [Path(given)]
+    else:
+        cands = sorted(Path.home().glob(".cache/offgen/peers/llama_cpp_python-*/vendor/llama.cpp"))
+    for c in cands:
+        if (c / "convert_hf_to_gguf.py").is_file():
+            return c.resolve()
+    raise SystemExit("llama.cpp's convert_hf_to_gguf.py not found: pass --llama-cpp DIR (tools/peers fetches it)")
+
+
+def llama_cpp_version(tree: Path) -> str:
+    # The sdist's directory name carries the llama-cpp-python version.
+    for part in tree.parts:
+        if part.startswith("llama_cpp_python-"):
+            return "from " + part
+    return str(tree)
+
+
+# Runs the converter in a subprocess with its own gguf-py; only the pre-tokenizer hash check is
+# replaced (it does not know this test tokenizer; see the module docstring).
+CONVERT_SNIPPET = """
+import sys
+tree, src, dst = sys.argv[1:4]
+sys.path.insert(0, tree)
+sys.argv = ["convert_hf_to_gguf.py", src, "--outfile", dst, "--outtype", sys.argv[4]]
+import convert_hf_to_gguf
+import conversion.base as base
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "default"
+convert_hf_to_gguf.main()
+"""
+
+
+def convert_to_gguf(tree: Path, mdir: Path, dst: Path, outtype: str) -> Path:
+    import subprocess
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.exists():
+        dst.unlink()
+    env = dict(os.environ)
+    env.pop("NO_LOCAL_GGUF", None)  # the tree's gguf-py, not the venv's gguf
+    r = subprocess.run(
+        [sys.executable, "-c", CONVERT_SNIPPET, str(tree), str(mdir), str(dst), outtype],
+        env=env, capture_output=True, text=True,
+    )
+    if r.returncode != 0 or not dst.is_file():
+        raise RuntimeError(f"converting {mdir} failed:\n{r.stdout}\n{r.stderr}")
+    print(f"{mdir.name}: {dst} ({dst.stat().st_size} bytes)")
+    return dst
 
 
 def write_json(doc: dict, path: Path) -> None:

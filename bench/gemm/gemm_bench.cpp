@@ -13,8 +13,8 @@
 //   time (for --threads 1, where offgen runs in the calling thread: insensitive to other processes taking the CPU).
 //   libs: openblas, dnnl_f32, dnnl_bf16, blis, ours_f32, ours_bf16, ours_q8 (kernels.h), offgen_f32, offgen_bf16
 //         (runtime/backend/cpu/gemm.h), q_<format> for every GGML block format (runtime/backend/cpu/qgemm.h: q_q4_0,
-//         q_q4_1, q_q5_0, q_q5_1, q_q8_0, q_iq4_nl, q_q2_k, q_q3_k, q_q4_k, q_q5_k, q_q6_k, q_iq4_xs; path chosen by m:
-//         AMX-INT8 tiles for m >= 16 where available, else AVX-512 VNNI), or q_all for all of them. A format whose block
+//         q_q4_1, q_q5_0, q_q5_1, q_q8_0, q_iq4_nl, q_q2_k, q_q3_k, q_q4_k, q_q5_k, q_q6_k, q_iq4_xs; path by
+//         quant_path_auto: AMX-INT8 for m >= 32 and the 32-element formats, else AVX-512 VNNI), or q_all for all. A format whose block
 //         does not divide K (the K-quants on K = 576) shows '-'. Quantised weights come from the format's quantiser where
 //         it has one (q8_0, q4_0, q4_k, q5_k, q6_k), else random codes with scales from the block's range; their err is
 //         against the dequantised weights (the kernel's own error: activation quantisation and accumulation).
@@ -292,9 +292,9 @@ struct OffgenQuant : Lib {
     }
     std::string info() override {
         std::string s = "threads=" + std::to_string(ctx->threads()) + " paths:";
-        for (int m : {1, 16})
+        for (int m : {1, 32})
             s += " m=" + std::to_string(m) + ":" +
-                 std::string(offgen::cpu::quant_path_name(path == offgen::cpu::QuantPath::kAuto ? offgen::cpu::quant_path_auto(m) : path));
+                 std::string(offgen::cpu::quant_path_name(path == offgen::cpu::QuantPath::kAuto ? offgen::cpu::quant_path_auto(t, m) : path));
         return s;
     }
     bool supports(int n, int k) override { return k % offgen::format_traits(t).block_elems == 0; }

@@ -18,16 +18,16 @@ struct BackendEntry {
   std::string_view name;
   bool user_selectable;  // offered by --backend (the emulated device is for tests)
   BackendCaps (*caps)();
-  std::unique_ptr<Backend> (*make)(int device, int threads, DType weight_dtype);
+  std::unique_ptr<Backend> (*make)(int device, int threads, WeightMode weights);
 };
 
 const BackendEntry kBackends[] = {
     {BackendKind::kCpu, "cpu", true, [] { return cpu_backend_caps(false); },
-     [](int, int threads, DType w) { return make_cpu_backend(threads, w); }},
+     [](int, int threads, WeightMode w) { return make_cpu_backend(threads, w); }},
     {BackendKind::kCuda, "cuda", true, &cuda_backend_caps, &make_cuda_backend},
     {BackendKind::kCpuEmulatedDevice, "cpu-emulated-device", false,
      [] { return cpu_backend_caps(true); },
-     [](int, int threads, DType w) { return make_emulated_device_backend(threads, w); }},
+     [](int, int threads, WeightMode w) { return make_emulated_device_backend(threads, w); }},
 };
 
 const BackendEntry& entry(BackendKind kind) {
@@ -68,13 +68,29 @@ BackendKind parse_backend_kind(std::string_view name) {
                last);
 }
 
+WeightMode WeightMode::parse(std::string_view name) {
+  if (name == "native") return native_mode();
+  try {
+    return WeightMode(dtype_from_name(name));
+  } catch (const Error&) {
+    OFFGEN_THROW(kConfig,
+                 "--weight-dtype {}: expected native, f32, bf16, f16 (GPU) or a GGML block "
+                 "format to quantise to (q8_0, q4_0, q4_k, q5_k, q6_k)",
+                 name);
+  }
+}
+
+std::string WeightMode::name() const {
+  return native ? std::string("native") : std::string(dtype_name(storage));
+}
+
 Weight Backend::prepare_weight(DType src_type, const void* src, int64_t rows, int64_t cols) {
   Weight w;
   w.rows = rows;
   w.cols = cols;
-  w.dtype = src_type;
+  w.dtype = matmul_storage(src_type, cols);
   // Prepared on the host (prepare_weight_into writes host memory), then moved to the device.
-  Buffer host(weight_bytes(rows, cols), Tier::kHost);
+  Buffer host(weight_bytes(w.dtype, rows, cols), Tier::kHost);
   prepare_weight_into(src_type, src, rows, cols, host.data());
   w.data = device_is_host() ? std::move(host) : upload(host.data(), host.bytes());
   return w;
@@ -89,9 +105,9 @@ Buffer Backend::upload(const void* src, int64_t bytes) {
   return b;
 }
 
-std::unique_ptr<Backend> make_backend(BackendKind kind, int threads, DType weight_dtype,
+std::unique_ptr<Backend> make_backend(BackendKind kind, int threads, WeightMode weights,
                                       int device) {
-  return entry(kind).make(device, threads, weight_dtype);
+  return entry(kind).make(device, threads, weights);
 }
 
 bool cuda_backend_available(std::string* why) { return cuda_available(why); }

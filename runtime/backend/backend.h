@@ -1,5 +1,6 @@
-// Backend interface: the ops the models need (matmul over prepared weights, RMS/layer norms, RoPE,
-// SwiGLU/ReLU/GELU, biases, embedding gather, attention over a KV slot view, greedy sampling),
+// Backend interface: the ops the models need (matmul over prepared weights, RMS/layer norms (also
+// per head), RoPE, SwiGLU/GeGLU/ReLU/GELU, biases, scaling and soft-capping, embedding gather,
+// attention over a KV slot view (causal, optionally windowed and soft-capped), greedy sampling),
 // the backend's memory tiers and the streams and events that order copies between them.
 // Tensor pointers are in the backend's device memory (host RAM on the CPU backend); index
 // arguments (ids, positions, rows, descriptors) are host memory. Ops and Backend::copy* run in
@@ -11,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/core/buffer.h"
@@ -22,7 +24,7 @@
 namespace offgen {
 
 // A weight matrix W[rows=out_features, cols=in_features] in a backend's storage (non-owning).
-// `dtype` names the source precision the storage holds (the layout is the backend's own).
+// `dtype` is the storage format (the backend's matmul dispatches on it; the layout is its own).
 struct WeightView {
   int64_t rows = 0;
   int64_t cols = 0;
@@ -99,6 +101,15 @@ struct AttentionArgs {
   std::span<const SeqSpan> seqs;
   std::span<const KvSeqView> kv;  // one per seq
   std::span<const AttentionStats> stats;  // one per seq, or empty for none
+  // Scores are soft-capped to softcap * tanh(score / softcap) before the softmax (0: not).
+  float softcap = 0.0f;
+  // Sliding window (0: none): a row at position p sees only keys at positions > p - window. A
+  // table without metadata holds consecutive positions (slot j of a sequence whose row t sits at
+  // slot n_past + t), so the window is a range of slots; in tables with metadata (that evict) the
+  // keys' positions are read from KvSeqView::pos and the rows' from `positions`. Not combined with
+  // a shared prefix (Error(kConfig)).
+  int64_t window = 0;
+  const int32_t* positions = nullptr;  // host memory, per row; needed with a window
 };
 
 struct DeviceInfo {
@@ -171,12 +182,15 @@ class Backend {
   // Blocks until every op and copy issued so far on the compute stream has finished.
   void synchronize() { compute_stream().synchronize(); }
 
-  // Bytes of matmul storage for a rows x cols weight (a multiple of 64).
-  virtual int64_t weight_bytes(int64_t rows, int64_t cols) const = 0;
-  // Converts rows x cols elements of `src` (type `src_type`, row-major, rows contiguous) into the
-  // backend's matmul storage at `dst` (64-byte aligned, weight_bytes() long, HOST memory on every
-  // backend: unit blobs are built on the host and moved to the device as bytes). Returns the view
-  // of dst. Deterministic: the same input gives the same bytes.
+  // The storage a rows x `cols` weight whose elements come as `src` gets under the backend's
+  // WeightMode (a fixed storage whose blocks do not divide `cols` falls back to a plain one).
+  virtual DType matmul_storage(DType src, int64_t cols) const = 0;
+  // Bytes of a rows x cols weight stored as `storage` (a multiple of 64).
+  virtual int64_t weight_bytes(DType storage, int64_t rows, int64_t cols) const = 0;
+  // Converts rows x cols elements of `src` (type `src_type`, row-major, rows contiguous) into
+  // matmul_storage(src_type, cols) at `dst` (64-byte aligned, weight_bytes() long, HOST memory on
+  // every backend: unit blobs are built on the host and moved to the device as bytes). Returns
+  // the view of dst. Deterministic: the same input gives the same bytes.
   virtual WeightView prepare_weight_into(DType src_type, const void* src, int64_t rows,
                                          int64_t cols, void* dst) = 0;
   // Owning convenience over prepare_weight_into; the weight ends up in device memory.
@@ -185,20 +199,30 @@ class Backend {
   // e.g. q8_0 rows).
   virtual Weight prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) = 0;
 
-  // y[m, w.rows] = x[m, w.cols] · Wᵀ.
-  virtual void matmul(const float* x, int64_t m, const WeightView& w, float* y) = 0;
+  // y[m, w.rows] = x[m, w.cols] · Wᵀ; row i of y starts at y + i * ldy (0: w.rows), so several
+  // weights can fill the column ranges of one output.
+  virtual void matmul(const float* x, int64_t m, const WeightView& w, float* y,
+                      int64_t ldy = 0) = 0;
   // y[m, d] = x / rms(x) * gamma (y may alias x).
   virtual void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
                         float* y) = 0;
-  // In-place rotary embedding of x[n_tokens][n_heads][head_dim] at the given positions; token t
-  // starts at x + t * token_stride (0 = contiguous, n_heads * head_dim).
+  // In place over x[n_tokens][n_heads][head_dim]: every head's vector v = v / rms(v) * gamma
+  // (gamma: head_dim floats; QK-norm); token t starts at x + t * token_stride (0 = contiguous).
+  virtual void head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
+                             int64_t head_dim, float eps, int64_t token_stride = 0) = 0;
+  // In-place rotary embedding of x[n_tokens][n_heads][head_dim] at the given positions: pair i of
+  // each head rotates by positions[t] * inv_freq[i] (inv_freq: host memory, head_dim / 2 floats,
+  // see rope.h); token t starts at x + t * token_stride (0 = contiguous, n_heads * head_dim).
   virtual void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-                    const int32_t* positions, float theta, RopeStyle style,
+                    const int32_t* positions, std::span<const float> inv_freq, RopeStyle style,
                     int64_t token_stride = 0) = 0;
   // out[i] = silu(gate[i]) * up[i] over rows of width n in an interleaved [m][2][n] or separate
   // layout: gate and up are [m, n] with row strides gate_stride/up_stride.
   virtual void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
                       float* out) = 0;
+  // The same with the tanh-approximated GELU (HF "gelu_pytorch_tanh") in place of silu: GeGLU.
+  virtual void geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
+                     float* out) = 0;
   // y[m, d] = (x - mean(x)) / sqrt(var(x) + eps) * gamma + beta per row (y may alias x).
   virtual void layer_norm(const float* x, const float* gamma, const float* beta, int64_t m,
                           int64_t d, float eps, float* y) = 0;
@@ -207,10 +231,20 @@ class Backend {
   virtual void gelu(float* x, int64_t n) = 0;
   // y[i] += x[i]
   virtual void add(float* y, const float* x, int64_t n) = 0;
+  // x[i] *= s (embedding scale).
+  virtual void scale(float* x, float s, int64_t n) = 0;
+  // x[i] = cap * tanh(x[i] / cap) (logit soft-capping; cap > 0).
+  virtual void softcap(float* x, float cap, int64_t n) = 0;
   // y[r, j] += bias[j] for rows r < m of width n whose row stride is `stride` (0 = n).
   virtual void add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride = 0) = 0;
   // out[i, :] = table[ids[i], :] (dequantised).
   virtual void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) = 0;
+  // Whether gather_weight_rows reads a matmul weight stored as `storage` (so a tied embedding can
+  // share the output head's storage instead of holding a second copy).
+  virtual bool can_gather_weight_rows(DType storage) const = 0;
+  // out[i, :] = row ids[i] of the prepared matmul weight w, as fp32 (exactly its values).
+  virtual void gather_weight_rows(const WeightView& w, const int32_t* ids, int64_t n,
+                                  float* out) = 0;
   // Causal attention of q[rows][n_heads][head_dim] over each sequence's KV slots; out has q's shape.
   virtual void attention(const float* q, const AttentionArgs& args, float* out) = 0;
   // Greedy sampling on the device: out[i] = the lowest id among the largest logits of row i, or
@@ -219,19 +253,19 @@ class Backend {
   virtual void argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out) = 0;
 };
 
-// weight_dtype: the matmul storage, kF32, kBF16 or kQ4G64 (see cpu/cpu_backend.h).
-std::unique_ptr<Backend> make_cpu_backend(int threads, DType weight_dtype = DType::kF32);
+// weights: the matmul storage (see cpu/cpu_backend.h).
+std::unique_ptr<Backend> make_cpu_backend(int threads, WeightMode weights = DType::kF32);
 // The CPU backend posing as a device with memory of its own (tests of the host-side paths of a
 // GPU backend): device_is_host() is false, kDevice memory is separate host memory only reached
 // through copies, and streams made by make_stream() run their copies on a worker thread, so
 // every tier transfer, event and stream wait a GPU backend needs happens — and results must be
 // bitwise those of the plain CPU backend.
 std::unique_ptr<Backend> make_emulated_device_backend(int threads,
-                                                      DType weight_dtype = DType::kF32);
+                                                      WeightMode weights = DType::kF32);
 // A backend of any kind: the CPU, its emulated device, or CUDA (GPU `device`; Error(kConfig)
 // when this build has no CUDA backend, Error(kResource) when no usable GPU is present, with the
 // reason).
-std::unique_ptr<Backend> make_backend(BackendKind kind, int threads, DType weight_dtype,
+std::unique_ptr<Backend> make_backend(BackendKind kind, int threads, WeightMode weights,
                                       int device = 0);
 // Whether the CUDA backend was compiled in and a GPU is usable; `why` gets the reason if not.
 bool cuda_backend_available(std::string* why = nullptr);

@@ -23,6 +23,7 @@ class DummyWeightSource final : public WeightSource {
   TensorRef tensor(const std::string& name) const override;
   bool has_tensor(const std::string& name) const override;
   std::vector<int64_t> tensor_dims(const std::string& name) const override { return dims_of(name); }
+  DType tensor_dtype(const std::string&) const override { return DType::kF32; }
   std::string describe() const override { return "dummy:" + preset_; }
   // Byte tokens plus "<dummy_N>" placeholders up to the model's vocabulary size.
   VocabData vocab() const;

@@ -1,13 +1,7 @@
 // GGUF parsing with bounds checks on every read.
 #include "runtime/loaders/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -150,24 +144,9 @@ GgufFile GgufFile::open_metadata(const std::string& path) { return open_impl(pat
 GgufFile GgufFile::open_impl(const std::string& path, bool metadata_only) {
   GgufFile f;
   f.path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  OFFGEN_CHECK(fd >= 0, kIo, "{}: cannot open model file: {}", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    OFFGEN_THROW(kIo, "{}: not a regular file", path);
-  }
-  if (st.st_size == 0) {
-    ::close(fd);
-    OFFGEN_THROW(kInput, "{}: empty file, not a GGUF model", path);
-  }
-  void* m = ::mmap(nullptr, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  OFFGEN_CHECK(m != MAP_FAILED, kIo, "{}: mmap failed: {}", path, std::strerror(map_errno));
-  f.map_ = m;
-  f.map_len_ = st.st_size;
-  f.bytes_ = {static_cast<const uint8_t*>(m), static_cast<size_t>(st.st_size)};
+  f.map_ = MappedFile::open(path, "model file");
+  OFFGEN_CHECK(f.map_.size() > 0, kInput, "{}: empty file, not a GGUF model", path);
+  f.bytes_ = f.map_.bytes();
   f.parse_all(metadata_only);
   return f;
 }
@@ -178,27 +157,6 @@ GgufFile GgufFile::parse(std::span<const uint8_t> bytes, const std::string& name
   f.bytes_ = bytes;
   f.parse_all();
   return f;
-}
-
-GgufFile::GgufFile(GgufFile&& o) noexcept { *this = std::move(o); }
-
-GgufFile& GgufFile::operator=(GgufFile&& o) noexcept {
-  if (this != &o) {
-    if (map_) ::munmap(map_, map_len_);
-    path_ = std::move(o.path_);
-    version_ = o.version_;
-    bytes_ = o.bytes_;
-    map_ = std::exchange(o.map_, nullptr);
-    map_len_ = std::exchange(o.map_len_, 0);
-    kv_ = std::move(o.kv_);
-    tensors_ = std::move(o.tensors_);
-    tensor_index_ = std::move(o.tensor_index_);
-  }
-  return *this;
-}
-
-GgufFile::~GgufFile() {
-  if (map_) ::munmap(map_, map_len_);
 }
 
 void GgufFile::parse_all(bool metadata_only) {

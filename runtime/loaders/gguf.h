@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/core/dtype.h"
+#include "runtime/core/mapped_file.h"
 
 namespace offgen {
 
@@ -53,9 +54,9 @@ class GgufFile {
   // Parses bytes owned by the caller (must outlive the object); `name` is used in messages.
   static GgufFile parse(std::span<const uint8_t> bytes, const std::string& name);
 
-  GgufFile(GgufFile&&) noexcept;
-  GgufFile& operator=(GgufFile&&) noexcept;
-  ~GgufFile();
+  GgufFile(GgufFile&&) noexcept = default;
+  GgufFile& operator=(GgufFile&&) noexcept = default;
+  ~GgufFile() = default;
 
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
@@ -83,8 +84,7 @@ class GgufFile {
   std::string path_;
   uint32_t version_ = 0;
   std::span<const uint8_t> bytes_;
-  void* map_ = nullptr;
-  size_t map_len_ = 0;
+  MappedFile map_;  // empty when parse() was given the bytes
   std::map<std::string, GgufValue> kv_;
   std::vector<GgufTensor> tensors_;
   std::map<std::string, size_t> tensor_index_;

@@ -1,10 +1,63 @@
 // GGUF -> ModelConfig and tensor views.
 #include "runtime/loaders/gguf_source.h"
 
+#include <cmath>
+
 #include "runtime/core/error.h"
 #include "runtime/model/architecture.h"
 
 namespace offgen {
+
+namespace {
+
+// Which layers slide: attention.sliding_window_pattern as a per-layer bool array or as n (every
+// n-th layer global; 0: all slide), else the architecture's llama.cpp default. Empty: none.
+std::vector<uint8_t> gguf_sliding_layers(const GgufFile& f, const std::string& a,
+                                         const Architecture& row, int64_t n_layers) {
+  const GgufValue* p = f.find(a + "attention.sliding_window_pattern");
+  std::vector<uint8_t> v(static_cast<size_t>(n_layers), 0);
+  if (p != nullptr && p->type == GgufType::kArray) {
+    OFFGEN_CHECK(
+        p->elem_type == GgufType::kBool && static_cast<int64_t>(p->nums.size()) == n_layers, kInput,
+        "{}: {}attention.sliding_window_pattern must hold {} bools", f.path(), a, n_layers);
+    for (int64_t l = 0; l < n_layers; ++l) v[static_cast<size_t>(l)] = p->nums[l] != 0;
+    return v;
+  }
+  int64_t pattern = row.gguf_swa_pattern;
+  if (p != nullptr) pattern = f.get_int(a + "attention.sliding_window_pattern");
+  OFFGEN_CHECK(pattern >= 0, kInput, "{}: {}attention.sliding_window_pattern {} is negative",
+               f.path(), a, pattern);
+  if (p == nullptr && pattern == 0) return {};  // the architecture has no sliding layers by default
+  for (int64_t l = 0; l < n_layers; ++l)
+    v[static_cast<size_t>(l)] = pattern == 0 || l % pattern < pattern - 1;
+  return v;
+}
+
+// rope.scaling.type (llama.cpp's default "linear") with rope.scaling.factor (or the older
+// rope.scale_linear; 0 or absent: unscaled), and the per-frequency factors of rope_freqs.weight
+// (Llama 3.1 files).
+void gguf_rope(const GgufFile& f, const std::string& a, ModelConfig& c) {
+  const std::string type = f.get_string_opt(a + "rope.scaling.type").value_or("linear");
+  const double factor = f.get_float_opt(a + "rope.scaling.factor")
+                            .value_or(f.get_float_opt(a + "rope.scale_linear").value_or(0.0));
+  OFFGEN_CHECK(type == "none" || type == "linear", kConfig,
+               "{}: {}rope.scaling.type '{}' is not supported (none, linear)", f.path(), a, type);
+  if (type == "linear" && factor != 0.0 && factor != 1.0) {
+    OFFGEN_CHECK(factor > 0, kInput, "{}: {}rope.scaling.factor {} must be positive", f.path(), a,
+                 factor);
+    c.rope_scaling.kind = RopeScalingKind::kLinear;
+    c.rope_scaling.factor = static_cast<float>(factor);
+  }
+  if (const GgufTensor* t = f.find_tensor("rope_freqs.weight")) {
+    OFFGEN_CHECK(t->n_elems == c.head_dim / 2, kInput,
+                 "{}: rope_freqs.weight has {} elements, expected head_dim / 2 = {}", f.path(),
+                 t->n_elems, c.head_dim / 2);
+    c.rope_freq_factors.resize(static_cast<size_t>(t->n_elems));
+    dequantize_row(t->dtype, t->data, c.rope_freq_factors.data(), t->n_elems);
+  }
+}
+
+}  // namespace
 
 ModelConfig config_from_gguf(const GgufFile& f) {
   const std::string arch = f.get_string("general.architecture");
@@ -23,10 +76,25 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.context_length = f.get_int(a + "context_length");
   c.rope_theta = static_cast<float>(f.get_float_opt(a + "rope.freq_base").value_or(10000.0));
   c.norm_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon"));
-  OFFGEN_CHECK(c.n_heads > 0 && c.d_model % c.n_heads == 0, kInput,
-               "{}: embedding_length {} is not divisible by head_count {}", f.path(), c.d_model,
-               c.n_heads);
-  c.head_dim = c.d_model / c.n_heads;
+  OFFGEN_CHECK(c.n_heads > 0 && c.n_layers > 0, kInput,
+               "{}: head_count {} and block_count {} must "
+               "be positive",
+               f.path(), c.n_heads, c.n_layers);
+  // The head size: attention.key_length where given (Gemma: 256 with 640 / 4 heads), else
+  // embedding_length / head_count.
+  if (auto kl = f.get_int_opt(a + "attention.key_length")) {
+    c.head_dim = *kl;
+    const int64_t vl = f.get_int_opt(a + "attention.value_length").value_or(*kl);
+    OFFGEN_CHECK(vl == *kl, kInput,
+                 "{}: attention.value_length {} != key_length {} is not "
+                 "supported",
+                 f.path(), vl, *kl);
+  } else {
+    OFFGEN_CHECK(c.d_model % c.n_heads == 0, kInput,
+                 "{}: embedding_length {} is not divisible by head_count {}", f.path(), c.d_model,
+                 c.n_heads);
+    c.head_dim = c.d_model / c.n_heads;
+  }
   if (auto rd = f.get_int_opt(a + "rope.dimension_count"))
     OFFGEN_CHECK(*rd == c.head_dim, kInput,
                  "{}: partial rotary embedding (rope.dimension_count {} != head dim {}) is not "
@@ -40,6 +108,24 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   OFFGEN_CHECK(c.vocab_size == emb.dims[1], kInput, "{}: vocab_size {} != token_embd rows {}",
                f.path(), c.vocab_size, emb.dims[1]);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  gguf_rope(f, a, c);
+  // Sliding-window layers (Gemma 2/3), their RoPE base, soft-capping and the attention scale.
+  // The norms of Gemma files hold 1 + w already (llama.cpp's converter adds the 1).
+  if (const int64_t w = f.get_int_opt(a + "attention.sliding_window").value_or(0); w > 0) {
+    c.sliding_layers = gguf_sliding_layers(f, a, *row, c.n_layers);
+    if (c.n_sliding_layers() > 0) {
+      c.sliding_window = w;
+      c.rope_local_theta = static_cast<float>(
+          f.get_float_opt(a + "rope.freq_base_swa").value_or(row->gguf_swa_theta));
+    } else {
+      c.sliding_layers.clear();
+    }
+  }
+  c.attn_softcap = static_cast<float>(f.get_float_opt(a + "attn_logit_softcapping").value_or(0));
+  c.final_softcap = static_cast<float>(f.get_float_opt(a + "final_logit_softcapping").value_or(0));
+  if (row->gguf_width_scaled_layers > 0 && c.n_layers == row->gguf_width_scaled_layers)
+    c.attn_scale = static_cast<float>(std::pow(static_cast<double>(c.d_model / c.n_heads), -0.5));
+  finish_architecture_config(c);
   c.validate();
   return c;
 }

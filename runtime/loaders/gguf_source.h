@@ -1,4 +1,4 @@
-// GgufWeightSource: a WeightSource over a memory-mapped GGUF file (config from llama.* metadata).
+// GgufWeightSource: a WeightSource over a memory-mapped GGUF file (config from {arch}.* metadata).
 #pragma once
 
 #include <string>

@@ -1,13 +1,13 @@
 // config.json -> ModelConfig, and offgen tensor names -> Hugging Face tensor names.
 #include "runtime/loaders/hf_source.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "runtime/core/error.h"
 #include "runtime/model/architecture.h"
@@ -53,6 +53,15 @@ struct Fields {
                  v->dump());
     return v->get<double>();
   }
+  double get_float(const char* key) const {
+    OFFGEN_CHECK(find(key) != nullptr, kInput, "{}: field '{}' is missing", name, key);
+    return get_float_or(key, 0.0);
+  }
+  // A field's value where an explicit null means "off" (0) and absence means `fallback`.
+  double get_float_null_or(const char* key, double fallback) const {
+    if (!j.contains(key)) return fallback;
+    return find(key) == nullptr ? 0.0 : get_float_or(key, fallback);
+  }
   bool get_bool_or(const char* key, bool fallback) const {
     const json* v = find(key);
     if (v == nullptr) return fallback;
@@ -69,20 +78,54 @@ struct Fields {
   }
 };
 
-// rope_theta from the top level or transformers 5's rope_parameters; rope scaling unsupported.
-double rope_theta(const Fields& f) {
-  double theta = f.get_float_or("rope_theta", 10000.0);
-  for (const char* key : {"rope_scaling", "rope_parameters"}) {
-    const json* r = f.find(key);
-    if (r == nullptr) continue;
-    OFFGEN_CHECK(r->is_object(), kInput, "{}: field '{}' must be an object", f.name, key);
-    const Fields rf{*r, f.name};
-    const std::string type = rf.get_string_or("rope_type", rf.get_string_or("type", "default"));
-    OFFGEN_CHECK(type == "default", kConfig,
-                 "{}: {}.rope_type '{}' is not supported (only unscaled RoPE)", f.name, key, type);
-    theta = rf.get_float_or("rope_theta", theta);
+// One kind of rotary embedding: its base and scaling.
+struct Rope {
+  double theta = 10000.0;
+  RopeScaling scaling;
+};
+
+// Reads one RoPE parameter object (rope_scaling, transformers 5's rope_parameters, or one layer
+// type's entry of Gemma 3's) into `r`: rope_theta when given, and the scaling (default, linear,
+// llama3; other types are refused).
+void read_rope_object(const Fields& f, const json& obj, const std::string& key, Rope& r) {
+  OFFGEN_CHECK(obj.is_object(), kInput, "{}: field '{}' must be an object", f.name, key);
+  const Fields rf{obj, f.name};
+  const std::string type = rf.get_string_or("rope_type", rf.get_string_or("type", "default"));
+  r.theta = rf.get_float_or("rope_theta", r.theta);
+  auto positive = [&](const char* field) {
+    const double v = rf.get_float(field);
+    OFFGEN_CHECK(v > 0 && std::isfinite(v), kInput, "{}: {}.{} = {} must be positive", f.name, key,
+                 field, v);
+    return static_cast<float>(v);
+  };
+  r.scaling = RopeScaling{};
+  if (type == "default") return;
+  if (type == "linear") {
+    r.scaling.kind = RopeScalingKind::kLinear;
+    r.scaling.factor = positive("factor");
+    return;
   }
-  return theta;
+  OFFGEN_CHECK(type == "llama3", kConfig,
+               "{}: {}.rope_type '{}' is not supported (default, linear, llama3)", f.name, key,
+               type);
+  r.scaling.kind = RopeScalingKind::kLlama3;
+  r.scaling.factor = positive("factor");
+  r.scaling.low_freq_factor = positive("low_freq_factor");
+  r.scaling.high_freq_factor = positive("high_freq_factor");
+  r.scaling.original_context = rf.get_count("original_max_position_embeddings");
+  OFFGEN_CHECK(r.scaling.high_freq_factor > r.scaling.low_freq_factor, kInput,
+               "{}: {}: high_freq_factor {} must exceed low_freq_factor {}", f.name, key,
+               r.scaling.high_freq_factor, r.scaling.low_freq_factor);
+}
+
+// RoPE from the top-level rope_theta, the older rope_scaling object and transformers 5's
+// rope_parameters (which wins where both are given).
+Rope read_rope(const Fields& f, double default_theta) {
+  Rope r;
+  r.theta = f.get_float_or("rope_theta", default_theta);
+  for (const char* key : {"rope_scaling", "rope_parameters"})
+    if (const json* o = f.find(key)) read_rope_object(f, *o, key, r);
+  return r;
 }
 
 ModelConfig llama_family(const Fields& f, const Architecture& arch) {
@@ -102,7 +145,9 @@ ModelConfig llama_family(const Fields& f, const Architecture& arch) {
   c.ffn_dim = f.get_count("intermediate_size");
   c.vocab_size = f.get_count("vocab_size");
   c.context_length = f.get_count("max_position_embeddings");
-  c.rope_theta = static_cast<float>(rope_theta(f));
+  const Rope rope = read_rope(f, 10000.0);
+  c.rope_theta = static_cast<float>(rope.theta);
+  c.rope_scaling = rope.scaling;
   c.norm_eps = static_cast<float>(f.get_float_or("rms_norm_eps", 1e-6));
   // Q/K rows are permuted into the interleaved pair order at load (HfWeightSource::tensor).
   c.rope_style = RopeStyle::kInterleaved;
@@ -153,6 +198,101 @@ ModelConfig opt(const Fields& f, const Architecture& arch) {
   const int64_t proj = f.get_count_or("word_embed_proj_dim", c.d_model);
   c.embed_dim = proj == c.d_model ? 0 : proj;
   c.tied_embeddings = f.get_bool_or("tie_word_embeddings", true);
+  return c;
+}
+
+// Gemma 2 (Gemma2ForCausalLM) and Gemma 3 text (Gemma3ForCausalLM) configs. Absent fields take
+// the transformers class defaults of the architecture.
+ModelConfig gemma(const Fields& f, const Architecture& arch, bool gemma3) {
+  ModelConfig c = architecture_config(arch.name);
+  c.n_layers = f.get_count("num_hidden_layers");
+  c.d_model = f.get_count("hidden_size");
+  c.n_heads = f.get_count("num_attention_heads");
+  c.n_kv_heads = f.get_count_or("num_key_value_heads", c.n_heads);
+  c.head_dim = f.get_count_or("head_dim", 256);
+  c.ffn_dim = f.get_count("intermediate_size");
+  c.vocab_size = f.get_count("vocab_size");
+  c.context_length = f.get_count("max_position_embeddings");
+  c.norm_eps = static_cast<float>(f.get_float_or("rms_norm_eps", 1e-6));
+  c.norm_shift = 1.0f;  // Gemma's RMSNorm scales by 1 + w
+  // Q/K rows (and the Q/K norm gains) are permuted into the interleaved pair order at load.
+  c.rope_style = RopeStyle::kInterleaved;
+  c.tied_embeddings = f.get_bool_or("tie_word_embeddings", true);
+  const std::string act =
+      f.get_string_or("hidden_activation", f.get_string_or("hidden_act", "gelu_pytorch_tanh"));
+  OFFGEN_CHECK(act == "gelu_pytorch_tanh", kConfig,
+               "{}: hidden_activation '{}' is not supported for {} (gelu_pytorch_tanh)", f.name,
+               act, arch.hf_classes[0]);
+  if (f.find("attention_bias") != nullptr)
+    c.qkv_bias = c.out_bias = f.get_bool_or("attention_bias", false);
+  OFFGEN_CHECK(!f.get_bool_or("use_bidirectional_attention", false), kConfig,
+               "{}: use_bidirectional_attention (an encoder) is not supported", f.name);
+  const double scalar = f.get_float_or("query_pre_attn_scalar", 256);
+  OFFGEN_CHECK(scalar > 0 && std::isfinite(scalar), kInput,
+               "{}: query_pre_attn_scalar {} must be positive", f.name, scalar);
+  c.attn_scale = static_cast<float>(std::pow(scalar, -0.5));
+  // Soft-capping: Gemma 2 has it unless a field is null; Gemma 3 only where a field sets it.
+  c.attn_softcap =
+      static_cast<float>(f.get_float_null_or("attn_logit_softcapping", gemma3 ? 0 : 50));
+  c.final_softcap =
+      static_cast<float>(f.get_float_null_or("final_logit_softcapping", gemma3 ? 0 : 30));
+  OFFGEN_CHECK(c.attn_softcap >= 0 && c.final_softcap >= 0, kInput,
+               "{}: logit soft-capping values must be positive", f.name);
+  // Layer kinds: layer_types, else Gemma 3's sliding_window_pattern (every n-th layer global) or
+  // Gemma 2's alternation.
+  c.sliding_layers.assign(static_cast<size_t>(c.n_layers), 0);
+  if (const json* types = f.find("layer_types")) {
+    OFFGEN_CHECK(types->is_array() && static_cast<int64_t>(types->size()) == c.n_layers, kInput,
+                 "{}: field 'layer_types' must be an array of {} strings", f.name, c.n_layers);
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const json& t = (*types)[static_cast<size_t>(l)];
+      OFFGEN_CHECK(t.is_string() && (t == "sliding_attention" || t == "full_attention"), kConfig,
+                   "{}: layer_types[{}] = {} is not supported (sliding_attention, full_attention)",
+                   f.name, l, t.dump());
+      c.sliding_layers[static_cast<size_t>(l)] = t == "sliding_attention";
+    }
+  } else {
+    const int64_t pattern = gemma3 ? f.get_count_or("sliding_window_pattern", 6) : 2;
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      c.sliding_layers[static_cast<size_t>(l)] = (l + 1) % pattern != 0;
+  }
+  if (c.n_sliding_layers() > 0) {
+    OFFGEN_CHECK(!f.j.contains("sliding_window") || f.find("sliding_window") != nullptr, kConfig,
+                 "{}: sliding_window is null but layers slide", f.name);
+    c.sliding_window = f.get_count_or("sliding_window", 4096);
+  }
+  // RoPE: Gemma 3 has one per layer type (global: rope_theta / the full_attention entry, default
+  // 1e6, scaled as rope_scaling says; sliding: rope_local_base_freq / the sliding_attention
+  // entry, default 1e4, unscaled); Gemma 2 one for all layers.
+  Rope global, local;
+  if (gemma3) {
+    global.theta = f.get_float_or("rope_theta", 1e6);
+    local.theta = f.get_float_or("rope_local_base_freq", 1e4);
+    if (const json* o = f.find("rope_scaling")) read_rope_object(f, *o, "rope_scaling", global);
+    if (const json* o = f.find("rope_parameters")) {
+      OFFGEN_CHECK(o->is_object(), kInput, "{}: field 'rope_parameters' must be an object", f.name);
+      if (o->contains("full_attention") || o->contains("sliding_attention")) {
+        const Fields rp{*o, f.name};
+        if (const json* g = rp.find("full_attention"))
+          read_rope_object(f, *g, "rope_parameters.full_attention", global);
+        if (const json* l = rp.find("sliding_attention"))
+          read_rope_object(f, *l, "rope_parameters.sliding_attention", local);
+      } else {
+        read_rope_object(f, *o, "rope_parameters", global);
+      }
+    }
+    OFFGEN_CHECK(local.scaling.kind == RopeScalingKind::kNone, kConfig,
+                 "{}: scaled RoPE on the sliding-window layers is not supported", f.name);
+  } else {
+    global = read_rope(f, 10000.0);
+    local = global;
+    OFFGEN_CHECK(global.scaling.kind == RopeScalingKind::kNone, kConfig,
+                 "{}: scaled RoPE is not supported for {}", f.name, arch.hf_classes[0]);
+  }
+  c.rope_theta = static_cast<float>(global.theta);
+  c.rope_scaling = global.scaling;
+  c.rope_local_theta = static_cast<float>(local.theta);
+  finish_architecture_config(c);  // embedding scale sqrt(hidden_size)
   return c;
 }
 
@@ -213,6 +353,12 @@ ModelConfig config_from_hf(std::string_view config_json, const std::string& name
   switch (row->hf_family) {
     case HfConfigFamily::kLlama: c = llama_family(f, *row); break;
     case HfConfigFamily::kOpt: c = opt(f, *row); break;
+    case HfConfigFamily::kGemma2:
+      c = gemma(f, *row, false);
+      break;
+    case HfConfigFamily::kGemma3:
+      c = gemma(f, *row, true);
+      break;
   }
   c.name = f.get_string_or("_name_or_path", "");
   c.validate();
@@ -265,6 +411,17 @@ std::vector<int64_t> HfWeightSource::tensor_dims(const std::string& name) const 
   return std::vector<int64_t>(t.shape.rbegin(), t.shape.rend());  // GGML order
 }
 
+DType HfWeightSource::tensor_dtype(const std::string& name) const {
+  const std::string hf = hf_name(name);
+  OFFGEN_CHECK(!hf.empty(), kInput, "{}: {} checkpoints have no tensor for '{}'", dir_,
+               config_.arch, name);
+  const SafetensorsTensor& t = ckpt_.tensor(hf);
+  OFFGEN_CHECK(t.dtype.has_value(), kInput,
+               "{}: tensor '{}' has dtype {}; weights must be F32, F16 or BF16", dir_, hf,
+               t.dtype_name);
+  return *t.dtype;
+}
+
 TensorRef HfWeightSource::tensor(const std::string& name) const {
   const std::string hf = hf_name(name);
   OFFGEN_CHECK(!hf.empty(), kInput, "{}: {} checkpoints have no tensor for '{}'", dir_,
@@ -279,10 +436,12 @@ TensorRef HfWeightSource::tensor(const std::string& name) const {
   r.dims.assign(t.shape.rbegin(), t.shape.rend());  // GGML order: innermost first
   r.data = t.data;
   const int64_t elem = dtype_bytes(r.dtype, 1);
-  const bool rope_rows = !config_.learned_pos && (name.ends_with("attn_q.weight") ||
-                                                  name.ends_with("attn_q.bias") ||
-                                                  name.ends_with("attn_k.weight") ||
-                                                  name.ends_with("attn_k.bias"));
+  // Q/K rows, and the per-head Q/K norm gains (one head of head_dim), follow the RoPE pair order.
+  const bool rope_rows =
+      !config_.learned_pos &&
+      (name.ends_with("attn_q.weight") || name.ends_with("attn_q.bias") ||
+       name.ends_with("attn_k.weight") || name.ends_with("attn_k.bias") ||
+       name.ends_with("attn_q_norm.weight") || name.ends_with("attn_k_norm.weight"));
   const bool misaligned = reinterpret_cast<uintptr_t>(t.data) % elem != 0;
   if (!rope_rows && !misaligned) return r;
   // A private copy: aligned for its element type, and/or with Q/K rows in interleaved order.

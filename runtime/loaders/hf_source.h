@@ -1,6 +1,6 @@
 // Hugging Face checkpoint directories (config.json + *.safetensors) as a WeightSource: the
-// architecture's hyper-parameters from config.json (Llama, Mistral, Qwen2, OPT) and its tensors
-// under offgen's GGUF-style names, Q/K rows permuted to the interleaved RoPE layout GGUF uses.
+// architecture's hyper-parameters from config.json (Llama, Mistral, Qwen2/3, Gemma 2/3, OPT) and
+// its tensors under offgen's GGUF-style names, Q/K rows permuted to the interleaved RoPE layout.
 #pragma once
 
 #include <string>
@@ -14,7 +14,7 @@ namespace offgen {
 
 // Parses a config.json text (`name` is used in messages). Throws kInput naming the field when a
 // required one is missing or has the wrong type, and kConfig for an unsupported architecture or
-// feature (rope scaling, non-SiLU gated activations, ...).
+// feature (RoPE scalings other than linear and llama3, other gated activations, ...).
 ModelConfig config_from_hf(std::string_view config_json, const std::string& name);
 
 class HfWeightSource final : public WeightSource {
@@ -29,6 +29,7 @@ class HfWeightSource final : public WeightSource {
   TensorRef tensor(const std::string& name) const override;
   bool has_tensor(const std::string& name) const override;
   std::vector<int64_t> tensor_dims(const std::string& name) const override;
+  DType tensor_dtype(const std::string& name) const override;
   std::string describe() const override { return dir_; }
   const SafetensorsCheckpoint& checkpoint() const { return ckpt_; }
 

@@ -1,22 +1,14 @@
-// safetensors file parsing: the JSON header is read with a SAX handler (no DOM), so duplicate keys,
-// unexpected keys and value types are rejected as they appear, with the offset of the token.
+// safetensors file parsing: the JSON header is read token by token (JsonReader, no DOM), so
+// duplicate keys, unexpected keys and value types are rejected as they appear, with the offset of
+// the token.
 #include "runtime/loaders/safetensors.h"
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
-#include <cstring>
-#include <iterator>
-#include <nlohmann/json.hpp>
-#include <set>
 #include <utility>
 
 #include "runtime/core/error.h"
+#include "runtime/core/json_reader.h"
 
 namespace offgen {
 namespace {
@@ -43,33 +35,6 @@ const DTypeInfo* find_dtype(std::string_view name) {
   return nullptr;
 }
 
-// Input iterator over the header that records how far the JSON lexer has read, so that SAX events
-// (which carry no position) can be reported with the file offset just past their token.
-class TrackingIter {
- public:
-  using iterator_category = std::input_iterator_tag;
-  using value_type = char;
-  using difference_type = std::ptrdiff_t;
-  using pointer = const char*;
-  using reference = const char&;
-  TrackingIter(const char* p, const char** read_to) : p_(p), read_to_(read_to) {}
-  reference operator*() const { return *p_; }
-  TrackingIter& operator++() {
-    *read_to_ = ++p_;
-    return *this;
-  }
-  TrackingIter operator++(int) {
-    TrackingIter t = *this;
-    ++*this;
-    return t;
-  }
-  bool operator==(const TrackingIter& o) const { return p_ == o.p_; }
-
- private:
-  const char* p_;
-  const char** read_to_;
-};
-
 // One tensor entry as written in the header, before the offsets are checked against the data.
 struct RawTensor {
   std::string name;
@@ -92,33 +57,31 @@ const char* field_name(Field f) {
   return "?";
 }
 
-// SAX handler for the header grammar: {"__metadata__": {str: str}, name: {"dtype": str,
+// Handler for the header grammar: {"__metadata__": {str: str}, name: {"dtype": str,
 // "shape": [uint], "data_offsets": [uint, uint]}, ...}. Throws offgen::Error on the first problem.
-class HeaderSax {
+class HeaderGrammar : public JsonHandler {
  public:
-  HeaderSax(const std::string& file, const char* begin, const char* const* read_to)
-      : file_(file), begin_(begin), read_to_(read_to) {}
+  HeaderGrammar(const std::string& file, const JsonReader& reader) : file_(file), reader_(reader) {}
 
   std::vector<RawTensor> tensors;
   std::map<std::string, std::string> metadata;
 
-  bool null() { return unexpected("null"); }
-  bool boolean(bool) { return unexpected("a boolean"); }
-  bool number_integer(int64_t v) {
-    if (v < 0) return unexpected(fmt::format("the negative number {}", v));
-    return number(static_cast<uint64_t>(v));
+  void on_null() override { unexpected("null"); }
+  void on_bool(bool) override { unexpected("a boolean"); }
+  void on_int(int64_t v) override {
+    if (v < 0) unexpected(fmt::format("the negative number {}", v));
+    number(static_cast<uint64_t>(v));
   }
-  bool number_unsigned(uint64_t v) { return number(v); }
-  bool number_float(double, const std::string& s) {
-    return unexpected(fmt::format("the non-integer number {}", s));
+  void on_uint(uint64_t v) override { number(v); }
+  void on_float(double, const std::string& s) override {
+    unexpected(fmt::format("the non-integer number {}", s));
   }
-  bool binary(nlohmann::json::binary_t&) { return unexpected("binary data"); }
 
-  bool string(std::string& s) {
+  void on_string(std::string& s) override {
     if (st_ == St::kMetaValue) {
       metadata.emplace(meta_key_, std::move(s));
       st_ = St::kMeta;
-      return true;
+      return;
     }
     if (st_ == St::kField && field_ == Field::kDtype) {
       cur_.dtype = find_dtype(s);
@@ -128,12 +91,12 @@ class HeaderSax {
                         "U64 U32 U16 U8 BOOL F8_E4M3 F8_E5M2)",
                         cur_.name, s));
       st_ = St::kTensor;
-      return true;
+      return;
     }
-    return unexpected(fmt::format("the string \"{}\"", s));
+    unexpected(fmt::format("the string \"{}\"", s));
   }
 
-  bool start_object(size_t) {
+  void on_begin_object() override {
     if (st_ == St::kTop) {
       st_ = St::kRoot;
     } else if (st_ == St::kRootValue && key_ == "__metadata__") {
@@ -145,19 +108,24 @@ class HeaderSax {
       seen_ = {};
       st_ = St::kTensor;
     } else {
-      return unexpected("an object");
+      unexpected("an object");
     }
-    return true;
   }
 
-  bool key(std::string& k) {
+  // The reader found `k` twice in one object: the header itself, '__metadata__' or a tensor entry
+  // (an unexpected key fails on its first appearance, so only dtype/shape/data_offsets get here).
+  void on_duplicate_key(const std::string& k) override {
+    if (st_ == St::kRoot) fail(fmt::format("duplicate key \"{}\" in the header", k));
+    if (st_ == St::kMeta) fail(fmt::format("'__metadata__': duplicate key \"{}\"", k));
+    fail(fmt::format("tensor '{}': duplicate key \"{}\"", cur_.name, k));
+  }
+
+  void on_key(std::string& k) override {
     if (st_ == St::kRoot) {
       key_at_ = pos();
-      if (!root_keys_.insert(k).second) fail(fmt::format("duplicate key \"{}\" in the header", k));
       key_ = std::move(k);
       st_ = St::kRootValue;
     } else if (st_ == St::kMeta) {
-      if (metadata.count(k)) fail(fmt::format("'__metadata__': duplicate key \"{}\"", k));
       meta_key_ = std::move(k);
       st_ = St::kMetaValue;
     } else if (st_ == St::kTensor) {
@@ -170,17 +138,14 @@ class HeaderSax {
       else
         fail(fmt::format("tensor '{}': unexpected key \"{}\" (allowed: dtype, shape, data_offsets)",
                          cur_.name, k));
-      bool& seen = seen_[static_cast<int>(field_)];
-      if (seen) fail(fmt::format("tensor '{}': duplicate key \"{}\"", cur_.name, k));
-      seen = true;
+      seen_[static_cast<int>(field_)] = true;
       st_ = St::kField;
     } else {
       fail(fmt::format("internal: unexpected key \"{}\"", k));
     }
-    return true;
   }
 
-  bool end_object() {
+  void on_end_object() override {
     if (st_ == St::kTensor) {
       for (Field f : {Field::kDtype, Field::kShape, Field::kOffsets})
         if (!seen_[static_cast<int>(f)])
@@ -194,39 +159,31 @@ class HeaderSax {
     } else {
       fail("internal: unbalanced object");
     }
-    return true;
   }
 
-  bool start_array(size_t) {
-    if (st_ != St::kField || field_ == Field::kDtype) return unexpected("an array");
+  void on_begin_array() override {
+    if (st_ != St::kField || field_ == Field::kDtype) unexpected("an array");
     st_ = St::kArray;
-    return true;
   }
 
-  bool end_array() {
+  void on_end_array() override {
     if (st_ != St::kArray) fail("internal: unbalanced array");
     if (field_ == Field::kOffsets && cur_.offsets.size() != 2)
       fail(fmt::format("tensor '{}': data_offsets must have 2 entries [begin, end], got {}",
                        cur_.name, cur_.offsets.size()));
     st_ = St::kTensor;
-    return true;
-  }
-
-  bool parse_error(size_t position, const std::string&, const nlohmann::detail::exception& ex) {
-    const uint64_t at = 8 + (position > 0 ? position - 1 : 0);
-    OFFGEN_THROW(kInput, "{}: header is not valid JSON at offset {}: {}", file_, at, ex.what());
   }
 
  private:
   enum class St { kTop, kRoot, kRootValue, kMeta, kMetaValue, kTensor, kField, kArray, kDone };
 
-  uint64_t pos() const { return 8 + static_cast<uint64_t>(*read_to_ - begin_); }
+  uint64_t pos() const { return 8 + reader_.offset(); }
   [[noreturn]] void fail(const std::string& msg) const {
     OFFGEN_THROW(kInput, "{}: {} (header, near offset {})", file_, msg, pos());
   }
 
-  bool number(uint64_t v) {
-    if (st_ != St::kArray) return unexpected(fmt::format("the number {}", v));
+  void number(uint64_t v) {
+    if (st_ != St::kArray) unexpected(fmt::format("the number {}", v));
     if (field_ == Field::kShape) {
       cur_.shape.push_back(v);
     } else {
@@ -234,11 +191,10 @@ class HeaderSax {
         fail(fmt::format("tensor '{}': data_offsets has more than 2 entries", cur_.name));
       cur_.offsets.push_back(v);
     }
-    return true;
   }
 
   // A value of the wrong kind: the message says what was expected where.
-  bool unexpected(const std::string& what) const {
+  [[noreturn]] void unexpected(const std::string& what) const {
     switch (st_) {
       case St::kTop:
         fail(fmt::format("the header must be a JSON object, got {}", what));
@@ -268,10 +224,8 @@ class HeaderSax {
   }
 
   const std::string& file_;
-  const char* begin_;
-  const char* const* read_to_;
+  const JsonReader& reader_;
   St st_ = St::kTop;
-  std::set<std::string> root_keys_;
   std::string key_, meta_key_;
   uint64_t key_at_ = 0;
   RawTensor cur_;
@@ -295,26 +249,9 @@ int64_t safetensors_dtype_size(std::string_view dtype_name) {
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  OFFGEN_CHECK(fd >= 0, kIo, "{}: cannot open safetensors file: {}", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    OFFGEN_THROW(kIo, "{}: not a regular file", path);
-  }
-  if (st.st_size < 8) {
-    ::close(fd);
-    OFFGEN_THROW(kInput, "{}: file is {} bytes, shorter than the 8-byte header length (offset 0)",
-                 path, st.st_size);
-  }
-  void* m = ::mmap(nullptr, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  OFFGEN_CHECK(m != MAP_FAILED, kIo, "{}: mmap failed: {}", path, std::strerror(map_errno));
-  f.map_ = m;
-  f.map_len_ = st.st_size;
-  f.bytes_ = {static_cast<const uint8_t*>(m), static_cast<size_t>(st.st_size)};
-  f.parse_all();
+  f.map_ = MappedFile::open(path, "safetensors file");
+  f.bytes_ = f.map_.bytes();
+  f.parse_all();  // a file shorter than 8 bytes (empty ones too) is a kInput error there
   return f;
 }
 
@@ -324,27 +261,6 @@ SafetensorsFile SafetensorsFile::parse(std::span<const uint8_t> bytes, const std
   f.bytes_ = bytes;
   f.parse_all();
   return f;
-}
-
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept { *this = std::move(o); }
-
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
-  if (this != &o) {
-    if (map_) ::munmap(map_, map_len_);
-    path_ = std::move(o.path_);
-    bytes_ = o.bytes_;
-    map_ = std::exchange(o.map_, nullptr);
-    map_len_ = std::exchange(o.map_len_, 0);
-    data_offset_ = o.data_offset_;
-    tensors_ = std::move(o.tensors_);
-    index_ = std::move(o.index_);
-    metadata_ = std::move(o.metadata_);
-  }
-  return *this;
-}
-
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(map_, map_len_);
 }
 
 const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
@@ -370,11 +286,14 @@ void SafetensorsFile::parse_all() {
   data_offset_ = 8 + n;
   const uint64_t data_size = size - data_offset_;
 
-  const char* read_to = hdr;
-  HeaderSax sax(path_, hdr, &read_to);
-  nlohmann::json::sax_parse(TrackingIter(hdr, &read_to), TrackingIter(hdr + n, &read_to), &sax,
-                            nlohmann::json::input_format_t::json, /*strict=*/true,
-                            /*ignore_comments=*/false);
+  JsonReader reader({hdr, n});
+  HeaderGrammar sax(path_, reader);
+  try {
+    reader.read(sax);
+  } catch (const JsonParseError& e) {  // the grammar's own errors are plain offgen::Errors
+    const uint64_t at = 8 + (e.byte() > 0 ? e.byte() - 1 : 0);
+    OFFGEN_THROW(kInput, "{}: header is not valid JSON at offset {}: {}", path_, at, e.detail());
+  }
 
   tensors_.reserve(sax.tensors.size());
   for (const RawTensor& r : sax.tensors) {

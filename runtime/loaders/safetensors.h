@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/core/dtype.h"
+#include "runtime/core/mapped_file.h"
 
 namespace offgen {
 
@@ -39,11 +40,11 @@ class SafetensorsFile {
   // Parses bytes owned by the caller (they must outlive the object); `name` is used in messages.
   static SafetensorsFile parse(std::span<const uint8_t> bytes, const std::string& name);
 
-  SafetensorsFile(SafetensorsFile&&) noexcept;
-  SafetensorsFile& operator=(SafetensorsFile&&) noexcept;
+  SafetensorsFile(SafetensorsFile&&) noexcept = default;
+  SafetensorsFile& operator=(SafetensorsFile&&) noexcept = default;
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
-  ~SafetensorsFile();
+  ~SafetensorsFile() = default;
 
   const std::string& path() const { return path_; }
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }  // header order
@@ -58,8 +59,7 @@ class SafetensorsFile {
 
   std::string path_;
   std::span<const uint8_t> bytes_;
-  void* map_ = nullptr;
-  size_t map_len_ = 0;
+  MappedFile map_;  // empty when parse() was given the bytes
   uint64_t data_offset_ = 0;
   std::vector<SafetensorsTensor> tensors_;
   std::map<std::string, size_t> index_;

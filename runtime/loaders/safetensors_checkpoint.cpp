@@ -7,11 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <sstream>
 #include <utility>
 
 #include "runtime/core/error.h"
+#include "runtime/core/json_reader.h"
 #include "runtime/loaders/safetensors.h"
 
 namespace offgen {
@@ -29,25 +29,19 @@ std::string read_text(const fs::path& p) {
   return ss.str();
 }
 
-// Parses JSON rejecting duplicate object keys (nlohmann would silently keep the last one).
-json parse_json_unique(const std::string& text, const std::string& file) {
-  std::vector<std::set<std::string>> open;
-  auto cb = [&](int, json::parse_event_t ev, json& parsed) {
-    if (ev == json::parse_event_t::object_start) {
-      open.emplace_back();
-    } else if (ev == json::parse_event_t::object_end) {
-      if (!open.empty()) open.pop_back();
-    } else if (ev == json::parse_event_t::key) {
-      const std::string& k = parsed.get_ref<const std::string&>();
-      OFFGEN_CHECK(open.empty() || open.back().insert(k).second, kInput, "{}: duplicate key \"{}\"",
-                   file, k);
-    }
-    return true;
-  };
+// Parses the index, rejecting duplicate object keys (nlohmann would silently keep the last one).
+json parse_index(const std::string& text, const std::string& file) {
   try {
-    return json::parse(text, cb);
-  } catch (const json::parse_error& e) {
-    OFFGEN_THROW(kInput, "{}: not valid JSON at byte {}: {}", file, e.byte, e.what());
+    return read_json(text, {.duplicate_throws = true, .mark = {}}).value;
+  } catch (const JsonParseError& e) {
+    switch (e.kind()) {
+      case JsonParseError::Kind::kDuplicateKey:
+        OFFGEN_THROW(kInput, "{}: duplicate key \"{}\"", file, e.key());
+      case JsonParseError::Kind::kSyntax:
+      case JsonParseError::Kind::kNumberRange:
+        break;
+    }
+    OFFGEN_THROW(kInput, "{}: not valid JSON at byte {}: {}", file, e.byte(), e.detail());
   }
 }
 
@@ -110,25 +104,27 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open_dir(const std::string& dir) {
 
   // Indexed shards: {"metadata": {...}, "weight_map": {tensor: shard}}.
   const std::string ipath = index_path.string();
-  const json idx = parse_json_unique(read_text(index_path), ipath);
-  OFFGEN_CHECK(idx.is_object(), kInput, "{}: must be a JSON object", ipath);
-  OFFGEN_CHECK(!idx.contains("metadata") || idx["metadata"].is_object(), kInput,
-               "{}: \"metadata\" must be an object", ipath);
-  OFFGEN_CHECK(idx.contains("weight_map") && idx["weight_map"].is_object(), kInput,
-               "{}: \"weight_map\" must be an object of tensor name -> shard file", ipath);
-  const json& wm = idx["weight_map"];
-  OFFGEN_CHECK(!wm.empty(), kInput, "{}: \"weight_map\" is empty", ipath);
-
+  const json idx = parse_index(read_text(index_path), ipath);
+  static const json kAbsent;
+  const json& wm = idx.is_object() && idx.contains("weight_map") ? idx["weight_map"] : kAbsent;
   std::map<std::string, std::string> first_tensor;  // shard -> a tensor naming it (for messages)
-  for (const auto& [name, shard] : wm.items()) {
-    OFFGEN_CHECK(shard.is_string(), kInput, "{}: weight_map[\"{}\"] must be a shard file name",
-                 ipath, name);
-    const std::string& s = shard.get_ref<const std::string&>();
-    OFFGEN_CHECK(safe_relative(s), kInput,
-                 "{}: weight_map[\"{}\"] = \"{}\" must be a relative path inside the directory",
-                 ipath, name, s);
-    first_tensor.emplace(s, name);
+  try {  // shape errors: "<index>: <field> must be <what it expects>"
+    json_object(idx, "", "a JSON object");
+    if (idx.contains("metadata")) json_object(idx["metadata"], "\"metadata\"");
+    json_object(wm, "\"weight_map\"", "an object of tensor name -> shard file");
+    for (const auto& [name, shard] : wm.items()) {
+      const std::string& s =
+          json_string(shard, fmt::format("weight_map[\"{}\"]", name), "a shard file name");
+      OFFGEN_CHECK(safe_relative(s), kInput,
+                   "{}: weight_map[\"{}\"] = \"{}\" must be a relative path inside the directory",
+                   ipath, name, s);
+      first_tensor.emplace(s, name);
+    }
+  } catch (const JsonFieldError& e) {
+    OFFGEN_THROW(kInput, "{}: {}{}must be {}", ipath, e.field(), e.field().empty() ? "" : " ",
+                 e.expected());
   }
+  OFFGEN_CHECK(!wm.empty(), kInput, "{}: \"weight_map\" is empty", ipath);
   for (const auto& [shard, tensor] : first_tensor) {
     const fs::path p = root / shard;
     OFFGEN_CHECK(fs::is_regular_file(p, ec), kInput,

@@ -2,6 +2,7 @@
 #include "runtime/model/architecture.h"
 
 #include <array>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -47,6 +48,45 @@ constexpr Pair kOptTop[] = {
     {"output_norm.weight", "final_layer_norm.weight"},
     {"output_norm.bias", "final_layer_norm.bias"},
 };
+// Qwen3: Llama's names plus the per-head Q/K norms.
+constexpr Pair kQwen3Layer[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_output.bias", "self_attn.o_proj.bias"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+};
+// Gemma 2/3: four norms per layer. HF's post_attention_layernorm is the norm AFTER attention
+// (GGUF post_attention_norm), not the pre-MLP norm it is in Llama (GGUF ffn_norm).
+constexpr Pair kGemmaLayer[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_output.bias", "self_attn.o_proj.bias"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
+};
 constexpr std::string_view kLlamaPrefixes[] = {"model.", ""};
 constexpr std::string_view kOptPrefixes[] = {"model.decoder.", "decoder.", ""};
 
@@ -60,6 +100,30 @@ void llama_features(ModelConfig& c) {
 void qwen2_features(ModelConfig& c) {
   llama_features(c);
   c.qkv_bias = true;
+}
+// Qwen3: Llama plus per-head RMSNorm of Q and K; GGUF keeps HF's rotate-half pairs.
+void qwen3_features(ModelConfig& c) {
+  llama_features(c);
+  c.qk_norm = true;
+  c.rope_style = RopeStyle::kHalf;
+}
+// Gemma 2: RMSNorm before and after attention and the MLP, GeGLU (tanh GELU), tied embeddings
+// scaled by sqrt(d_model), rotate-half RoPE (GGUF keeps HF's order). The HF reader adds what
+// config.json says (norm shift, windows, soft-capping, attention scale); GGUF norms hold 1 + w.
+void gemma2_features(ModelConfig& c) {
+  c.norm = NormKind::kRms;
+  c.ffn = FfnKind::kGeGlu;
+  c.rope_style = RopeStyle::kHalf;
+  c.post_norms = true;
+  c.tied_embeddings = true;
+}
+// Gemma 3: Gemma 2 plus QK-norm.
+void gemma3_features(ModelConfig& c) {
+  gemma2_features(c);
+  c.qk_norm = true;
+}
+void gemma_sized(ModelConfig& c) {
+  c.embed_scale = static_cast<float>(std::sqrt(static_cast<double>(c.d_model)));
 }
 // OPT: LayerNorm, ReLU (or GELU per config), biases everywhere, learned positions offset by 2.
 void opt_features(ModelConfig& c) {
@@ -76,16 +140,28 @@ constexpr std::string_view kMistralClasses[] = {"MistralForCausalLM"};
 constexpr std::string_view kMistralTypes[] = {"mistral"};
 constexpr std::string_view kQwen2Classes[] = {"Qwen2ForCausalLM"};
 constexpr std::string_view kQwen2Types[] = {"qwen2"};
+constexpr std::string_view kQwen3Classes[] = {"Qwen3ForCausalLM"};
+constexpr std::string_view kQwen3Types[] = {"qwen3"};
+constexpr std::string_view kGemma2Classes[] = {"Gemma2ForCausalLM"};
+constexpr std::string_view kGemma2Types[] = {"gemma2"};
+constexpr std::string_view kGemma3Classes[] = {"Gemma3ForCausalLM"};
+constexpr std::string_view kGemma3Types[] = {"gemma3_text"};
 constexpr std::string_view kOptClasses[] = {"OPTForCausalLM"};
 constexpr std::string_view kOptTypes[] = {"opt"};
 
-const std::array<Architecture, 4> kArchitectures = {{
+const std::array<Architecture, 7> kArchitectures = {{
     {"llama", kLlamaClasses, kLlamaTypes, true, HfConfigFamily::kLlama, kLlamaTop, kLlamaLayer,
      kLlamaPrefixes, llama_features},
     {"mistral", kMistralClasses, kMistralTypes, false, HfConfigFamily::kLlama, kLlamaTop,
      kLlamaLayer, kLlamaPrefixes, llama_features},
     {"qwen2", kQwen2Classes, kQwen2Types, false, HfConfigFamily::kLlama, kLlamaTop, kLlamaLayer,
      kLlamaPrefixes, qwen2_features},
+    {"qwen3", kQwen3Classes, kQwen3Types, true, HfConfigFamily::kLlama, kLlamaTop, kQwen3Layer,
+     kLlamaPrefixes, qwen3_features},
+    {"gemma2", kGemma2Classes, kGemma2Types, true, HfConfigFamily::kGemma2, kLlamaTop, kGemmaLayer,
+     kLlamaPrefixes, gemma2_features, gemma_sized, 2, 0.0f, 46},
+    {"gemma3", kGemma3Classes, kGemma3Types, true, HfConfigFamily::kGemma3, kLlamaTop, kGemmaLayer,
+     kLlamaPrefixes, gemma3_features, gemma_sized, 6, 10000.0f, 62},
     {"opt", kOptClasses, kOptTypes, false, HfConfigFamily::kOpt, kOptTop, kOptLayer, kOptPrefixes,
      opt_features},
 }};
@@ -145,6 +221,12 @@ ModelConfig architecture_config(std::string_view arch) {
   c.arch = std::string(a->name);
   a->set_features(c);
   return c;
+}
+
+void finish_architecture_config(ModelConfig& c) {
+  const Architecture* a = find_architecture(c.arch);
+  OFFGEN_CHECK(a != nullptr, kConfig, "architecture '{}' is not supported", c.arch);
+  if (a->sized_features) a->sized_features(c);
 }
 
 }  // namespace offgen

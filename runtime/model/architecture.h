@@ -16,7 +16,7 @@
 namespace offgen {
 
 // How a Hugging Face config.json of the architecture is read (the loader's reader per family).
-enum class HfConfigFamily { kLlama, kOpt };
+enum class HfConfigFamily { kLlama, kOpt, kGemma2, kGemma3 };
 
 // offgen (GGUF-style) tensor name -> checkpoint name; layer names are relative to "layers.N.".
 using NamePairs = std::span<const std::pair<std::string_view, std::string_view>>;
@@ -31,6 +31,19 @@ struct Architecture {
   NamePairs hf_layer;  // per-layer tensors
   std::span<const std::string_view> hf_prefixes;  // where the decoder sits in a checkpoint
   void (*set_features)(ModelConfig& c) = nullptr;  // the architecture's fixed features
+  // Features that follow from the sizes (Gemma's embedding scale), applied by
+  // finish_architecture_config once the loader has set them; null: none.
+  void (*sized_features)(ModelConfig& c) = nullptr;
+  // GGUF files with a sliding window but no attention.sliding_window_pattern key: every
+  // gguf_swa_pattern-th layer is global, the others slide (llama.cpp's default per architecture);
+  // 0: such files have no sliding-window layers.
+  int64_t gguf_swa_pattern = 0;
+  // GGUF files without rope.freq_base_swa: the sliding layers' RoPE base (0: the global one).
+  float gguf_swa_theta = 0.0f;
+  // GGUF has no query_pre_attn_scalar: architectures with an attention scale other than
+  // head_dim^-0.5 are told apart by size, as llama.cpp does. Files with this many layers (Gemma's
+  // 27B models) scale by (d_model / n_heads)^-0.5; 0: none.
+  int64_t gguf_width_scaled_layers = 0;
 };
 
 // Rows by ModelConfig::arch name, config.json class or model type; nullptr when unknown.
@@ -46,5 +59,7 @@ std::string hf_architecture_names();
 // A ModelConfig with `arch`'s name and fixed features set (sizes still zero). Throws
 // Error(kConfig) naming the supported architectures when `arch` is unknown.
 ModelConfig architecture_config(std::string_view arch);
+// Applies the features of c.arch that depend on the sizes the loader has set (before validate()).
+void finish_architecture_config(ModelConfig& c);
 
 }  // namespace offgen

@@ -1,6 +1,7 @@
 // ModelConfig validation.
 #include "runtime/model/config.h"
 
+#include <cmath>
 #include <cstdint>
 
 #include "runtime/core/error.h"
@@ -30,6 +31,42 @@ void ModelConfig::validate() const {
                "model config: pos_offset and embed_dim must not be negative");
   OFFGEN_CHECK(rope_theta > 0, kInput, "model config: rope_theta must be positive");
   OFFGEN_CHECK(norm_eps > 0, kInput, "model config: norm_eps must be positive");
+  auto non_negative = [](float v, const char* field) {
+    OFFGEN_CHECK(std::isfinite(v) && v >= 0, kInput,
+                 "model config: {} = {} must be a finite "
+                 "number >= 0",
+                 field, v);
+  };
+  non_negative(attn_scale, "attn_scale");
+  non_negative(attn_softcap, "attn_softcap");
+  non_negative(final_softcap, "final_softcap");
+  non_negative(rope_local_theta, "rope_local_theta");
+  OFFGEN_CHECK(std::isfinite(embed_scale) && std::isfinite(norm_shift), kInput,
+               "model config: embed_scale and norm_shift must be finite");
+  OFFGEN_CHECK(!qk_norm || norm == NormKind::kRms, kInput, "model config: QK-norm needs RMSNorm");
+  OFFGEN_CHECK(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == n_layers,
+               kInput, "model config: {} sliding-window layer flags for {} layers",
+               sliding_layers.size(), n_layers);
+  OFFGEN_CHECK(n_sliding_layers() == 0 || (sliding_window >= 1 && sliding_window <= INT32_MAX),
+               kInput, "model config: sliding_window {} is out of range (1 to {})", sliding_window,
+               INT32_MAX);
+  if (!learned_pos) {  // the frequency tables are valid (throws naming the bad parameter)
+    rope_inv_freq(false);
+    if (n_sliding_layers() > 0) rope_inv_freq(true);
+  }
+}
+
+int64_t ModelConfig::n_sliding_layers() const {
+  int64_t n = 0;
+  for (uint8_t s : sliding_layers) n += s != 0;
+  return n;
+}
+
+std::vector<float> ModelConfig::rope_inv_freq(bool sliding) const {
+  if (sliding)
+    return offgen::rope_inv_freq(rope_local_theta > 0 ? rope_local_theta : rope_theta,
+                                 RopeScaling{}, head_dim);
+  return offgen::rope_inv_freq(rope_theta, rope_scaling, head_dim, rope_freq_factors);
 }
 
 }  // namespace offgen

@@ -3,13 +3,16 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "runtime/backend/rope.h"
 #include "runtime/backend/rope_style.h"
 
 namespace offgen {
 
 enum class NormKind { kRms, kLayer };           // RMSNorm (gain) or LayerNorm (gain and bias)
-enum class FfnKind { kSwiGlu, kRelu, kGelu };   // gated SiLU (gate+up) or a plain activation (up)
+// Gated SiLU or gated tanh-GELU (gate+up), or a plain activation (up).
+enum class FfnKind { kSwiGlu, kGeGlu, kRelu, kGelu };
 
 struct ModelConfig {
   std::string arch = "llama";
@@ -37,11 +40,35 @@ struct ModelConfig {
   bool learned_pos = false; // learned absolute position table instead of RoPE (OPT)
   int64_t pos_offset = 0;   // row of position 0 in the table (OPT: 2)
   int64_t embed_dim = 0;    // token-embedding width when it differs from d_model (OPT-350m), else 0
+  // Gemma 2/3 and Qwen3 features (defaults: off).
+  bool qk_norm = false;       // per-head RMSNorm of Q and K before RoPE (attn_q_norm / attn_k_norm)
+  bool post_norms = false;    // norms after attention and MLP too ("sandwich": post_attention_norm,
+                              // post_ffw_norm), before the residual add
+  float norm_shift = 0.0f;    // added to every RMSNorm gain at load (HF Gemma stores w for 1 + w)
+  float embed_scale = 1.0f;   // token embeddings are multiplied by it (Gemma: sqrt(d_model))
+  float attn_scale = 0.0f;    // softmax scale of Q·K; 0: 1 / sqrt(head_dim)
+  float attn_softcap = 0.0f;  // attention scores soft-capped (Gemma 2); 0: none
+  float final_softcap = 0.0f;            // output logits soft-capped (Gemma 2); 0: none
+  RopeScaling rope_scaling;              // of the global layers' RoPE (Llama 3.1, linear)
+  std::vector<float> rope_freq_factors;  // GGUF rope_freqs.weight (head_dim / 2; empty: none)
+  // Sliding-window ("local") layers: sliding_layers[l] != 0 attends to the last sliding_window
+  // positions only (its own included) and rotates with base rope_local_theta, unscaled (0: the
+  // global rope_theta). Empty: every layer is global.
+  std::vector<uint8_t> sliding_layers;
+  int64_t sliding_window = 0;
+  float rope_local_theta = 0.0f;
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t embed_width() const { return embed_dim > 0 ? embed_dim : d_model; }
-  bool gated_ffn() const { return ffn == FfnKind::kSwiGlu; }
+  bool gated_ffn() const { return ffn == FfnKind::kSwiGlu || ffn == FfnKind::kGeGlu; }
+  bool is_sliding(int64_t layer) const {
+    return layer >= 0 && layer < static_cast<int64_t>(sliding_layers.size()) &&
+           sliding_layers[static_cast<size_t>(layer)] != 0;
+  }
+  int64_t n_sliding_layers() const;
+  // The inverse RoPE frequencies (rope.h) of the global or the sliding-window layers.
+  std::vector<float> rope_inv_freq(bool sliding) const;
   // Bytes of fp32 K+V per token across all layers.
   int64_t kv_bytes_per_token() const { return 2 * n_layers * kv_dim() * 4; }
   // Throws offgen::Error(kInput) naming the offending field.

@@ -1,8 +1,9 @@
-// Llama-family steps over the Backend.
+// Decoder steps over the Backend.
 #include "runtime/model/decoder.h"
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "runtime/core/error.h"
 
@@ -65,6 +66,16 @@ DType stack_source(const WeightSource& src, const std::vector<std::string>& name
   return dt;
 }
 
+// A norm gain: as stored, plus the config's shift for RMSNorm gains (HF Gemma stores w, meaning
+// 1 + w; the sum is formed in fp32, as Hugging Face does).
+std::vector<float> load_gain(const WeightSource& src, const std::string& name, int64_t n) {
+  std::vector<float> v = load_vector(src, name, n);
+  const ModelConfig& c = src.config();
+  if (c.norm == NormKind::kRms && c.norm_shift != 0.0f)
+    for (float& x : v) x += c.norm_shift;
+  return v;
+}
+
 Weight load_stacked(Backend& be, const WeightSource& src, const std::vector<std::string>& names,
                     const std::vector<int64_t>& rows, int64_t cols) {
   std::vector<uint8_t> packed;
@@ -100,7 +111,6 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend)
   const int64_t d = c.d_model, e = c.embed_width();
   TensorRef emb = src.tensor("token_embd.weight");
   expect_matrix(emb, c.vocab_size, e, src.describe());
-  tok_embd_ = backend_.prepare_table(emb.dtype, emb.data, c.vocab_size, e);
   if (c.learned_pos) {
     TensorRef pos = src.tensor("position_embd.weight");
     expect_matrix(pos, c.pos_offset + c.context_length, d, src.describe());
@@ -111,7 +121,7 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend)
     proj_out_ = load_stacked(backend_, src, {"proj_out.weight"}, {e}, d);
   }
   if (c.final_norm) {
-    const auto g = load_vector(src, "output_norm.weight", d);
+    const auto g = load_gain(src, "output_norm.weight", d);
     out_norm_ = backend_.upload(g.data(), d * 4);
     if (c.norm == NormKind::kLayer) {
       const auto b = load_vector(src, "output_norm.bias", d);
@@ -122,36 +132,112 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend)
   config_.tied_embeddings = tied;
   lm_head_ = load_stacked(backend_, src, {tied ? "token_embd.weight" : "output.weight"},
                           {c.vocab_size}, e);
+  // A tied head kept in the table's own format holds the same values: gather embeddings from it
+  // rather than holding the table twice.
+  embed_from_head_ =
+      tied && lm_head_.dtype == emb.dtype && backend_.can_gather_weight_rows(lm_head_.dtype);
+  if (!embed_from_head_) tok_embd_ = backend_.prepare_table(emb.dtype, emb.data, c.vocab_size, e);
+  for (int64_t u = 0; u < num_units(); ++u) layouts_.push_back(make_layout(u));
+  if (!c.learned_pos) {
+    inv_freq_ = c.rope_inv_freq(false);
+    if (c.n_sliding_layers() > 0) inv_freq_local_ = c.rope_inv_freq(true);
+  }
 }
 
-DecoderModel::Layout DecoderModel::layout(int64_t unit) const {
+int64_t DecoderModel::place_matrix(const std::vector<std::string>& names,
+                                   const std::vector<int64_t>& rows, int64_t cols, int64_t at,
+                                   Matrix& m) const {
+  m.cols = cols;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const DType storage = backend_.matmul_storage(src_.tensor_dtype(names[i]), cols);
+    if (m.parts.empty() || m.parts.back().storage != storage) {
+      Part p;
+      p.storage = storage;
+      m.parts.push_back(std::move(p));
+    }
+    Part& p = m.parts.back();
+    p.names.push_back(names[i]);
+    p.tensor_rows.push_back(rows[i]);
+    p.rows += rows[i];
+    m.rows += rows[i];
+  }
+  for (Part& p : m.parts) {
+    p.offset = at;
+    at = align_up(at + backend_.weight_bytes(p.storage, p.rows, cols), 64);
+  }
+  return at;
+}
+
+DecoderModel::Layout DecoderModel::make_layout(int64_t unit) const {
   const ModelConfig& c = config_;
+  const int64_t l = unit_layer(unit);
   Layout L;
+  std::vector<std::string> n0, n1;
+  std::vector<int64_t> r0, r1;
+  int64_t cols0 = c.d_model, cols1 = 0;
   bool bias0 = false, bias1 = false;
   if (unit_has_cache(unit)) {
-    L.w0_rows = c.q_dim() + 2 * c.kv_dim(), L.w0_cols = c.d_model;
-    L.w1_rows = c.d_model, L.w1_cols = c.q_dim();
+    n0 = {layer_name(l, "attn_q.weight"), layer_name(l, "attn_k.weight"),
+          layer_name(l, "attn_v.weight")};
+    r0 = {c.q_dim(), c.kv_dim(), c.kv_dim()};
+    n1 = {layer_name(l, "attn_output.weight")};
+    r1 = {c.d_model};
+    cols1 = c.q_dim();
     bias0 = c.qkv_bias, bias1 = c.out_bias;
   } else {
-    L.w0_rows = (c.gated_ffn() ? 2 : 1) * c.ffn_dim, L.w0_cols = c.d_model;
-    L.w1_rows = c.d_model, L.w1_cols = c.ffn_dim;
+    if (c.gated_ffn()) {
+      n0 = {layer_name(l, "ffn_gate.weight"), layer_name(l, "ffn_up.weight")};
+      r0 = {c.ffn_dim, c.ffn_dim};
+    } else {
+      n0 = {layer_name(l, "ffn_up.weight")};
+      r0 = {c.ffn_dim};
+    }
+    n1 = {layer_name(l, "ffn_down.weight")};
+    r1 = {c.d_model};
+    cols1 = c.ffn_dim;
     bias0 = bias1 = c.ffn_bias;
   }
-  // Small fp32 vectors first (norm gain, norm bias, biases), then the two matrices.
+  // Small fp32 vectors first (norm gain, norm bias, post-norm gain, Q/K norm gains, biases), then
+  // the two matrices.
   int64_t at = 0;
   auto take = [&at](int64_t floats) {
     const int64_t off = at;
     at = align_up(at + floats * 4, 64);
     return off;
   };
+  int64_t rows0 = 0;
+  for (int64_t r : r0) rows0 += r;
   L.norm = take(c.d_model);
   if (c.norm == NormKind::kLayer) L.norm_b = take(c.d_model);
-  if (bias0) L.b0 = take(L.w0_rows);
-  if (bias1) L.b1 = take(L.w1_rows);
-  L.w0 = at;
-  L.w1 = align_up(L.w0 + backend_.weight_bytes(L.w0_rows, L.w0_cols), 64);
-  L.bytes = align_up(L.w1 + backend_.weight_bytes(L.w1_rows, L.w1_cols), kBlobAlign);
+  if (c.post_norms) L.post_norm = take(c.d_model);
+  if (c.qk_norm && unit_has_cache(unit)) {
+    L.q_norm = take(c.head_dim);
+    L.k_norm = take(c.head_dim);
+  }
+  if (bias0) L.b0 = take(rows0);
+  if (bias1) L.b1 = take(c.d_model);
+  at = place_matrix(n0, r0, cols0, at, L.w0);
+  at = place_matrix(n1, r1, cols1, at, L.w1);
+  L.bytes = align_up(at, kBlobAlign);
   return L;
+}
+
+void DecoderModel::build_matrix(const Matrix& m, uint8_t* base) const {
+  std::vector<uint8_t> stacked;
+  for (const Part& p : m.parts) {
+    const DType dt = stack_source(src_, p.names, p.tensor_rows, m.cols, stacked);
+    backend_.prepare_weight_into(dt, stacked.data(), p.rows, m.cols, base + p.offset);
+  }
+}
+
+void DecoderModel::matmul(const float* x, int64_t rows, const Matrix& m, const uint8_t* base,
+                          float* y) const {
+  int64_t col = 0;
+  for (const Part& p : m.parts) {
+    backend_.matmul(x, rows, WeightView{p.rows, m.cols, p.storage, base + p.offset}, y + col,
+                    m.rows);
+    col += p.rows;
+  }
 }
 
 int64_t DecoderModel::unit_bytes(int64_t unit) const { return layout(unit).bytes; }
@@ -161,28 +247,45 @@ int64_t DecoderModel::resident_bytes() const {
          lm_head_.bytes() + out_norm_.bytes() + out_norm_b_.bytes();
 }
 
+std::map<DType, int64_t> DecoderModel::bytes_by_format() const {
+  std::map<DType, int64_t> out;
+  for (const Weight* w : {&tok_embd_, &pos_embd_, &proj_in_, &proj_out_, &lm_head_})
+    if (w->bytes() > 0) out[w->dtype] += w->bytes();
+  out[DType::kF32] += out_norm_.bytes() + out_norm_b_.bytes();
+  for (const Layout& L : layouts_) {
+    int64_t matrices = 0;
+    for (const Matrix* m : {&L.w0, &L.w1})
+      for (const Part& p : m->parts) {
+        const int64_t b = backend_.weight_bytes(p.storage, p.rows, m->cols);
+        out[p.storage] += b;
+        matrices += b;
+      }
+    out[DType::kF32] += L.bytes - matrices;  // vectors and alignment
+  }
+  return out;
+}
+
 void DecoderModel::build_unit(int64_t unit, void* dst) const {
   OFFGEN_CHECK(unit >= 0 && unit < num_units(), kInternal, "unit {} out of range", unit);
   const ModelConfig& c = config_;
-  const Layout L = layout(unit);
+  const Layout& L = layout(unit);
   const int64_t l = unit_layer(unit);
   auto* base = static_cast<uint8_t*>(dst);
   std::memset(base, 0, L.bytes);
   const bool attn = unit_has_cache(unit);
-  auto put_vector = [&](int64_t off, const char* what, int64_t n) {
+  auto put_vector = [&](int64_t off, const char* what, int64_t n, bool gain = false) {
     if (off < 0) return;
-    const auto v = load_vector(src_, layer_name(l, what), n);
+    const auto v =
+        gain ? load_gain(src_, layer_name(l, what), n) : load_vector(src_, layer_name(l, what), n);
     std::memcpy(base + off, v.data(), n * 4);
   };
-  put_vector(L.norm, attn ? "attn_norm.weight" : "ffn_norm.weight", c.d_model);
+  put_vector(L.norm, attn ? "attn_norm.weight" : "ffn_norm.weight", c.d_model, true);
   put_vector(L.norm_b, attn ? "attn_norm.bias" : "ffn_norm.bias", c.d_model);
-  std::vector<uint8_t> stacked;
-  DType dt;
+  put_vector(L.post_norm, attn ? "post_attention_norm.weight" : "post_ffw_norm.weight", c.d_model,
+             true);
+  put_vector(L.q_norm, "attn_q_norm.weight", c.head_dim, true);
+  put_vector(L.k_norm, "attn_k_norm.weight", c.head_dim, true);
   if (attn) {
-    dt = stack_source(src_,
-                      {layer_name(l, "attn_q.weight"), layer_name(l, "attn_k.weight"),
-                       layer_name(l, "attn_v.weight")},
-                      {c.q_dim(), c.kv_dim(), c.kv_dim()}, c.d_model, stacked);
     if (L.b0 >= 0) {
       const auto bq = load_vector(src_, layer_name(l, "attn_q.bias"), c.q_dim());
       const auto bk = load_vector(src_, layer_name(l, "attn_k.bias"), c.kv_dim());
@@ -193,18 +296,12 @@ void DecoderModel::build_unit(int64_t unit, void* dst) const {
       std::memcpy(b + c.q_dim() + c.kv_dim(), bv.data(), bv.size() * 4);
     }
     put_vector(L.b1, "attn_output.bias", c.d_model);
-  } else if (c.gated_ffn()) {
-    dt = stack_source(src_, {layer_name(l, "ffn_gate.weight"), layer_name(l, "ffn_up.weight")},
-                      {c.ffn_dim, c.ffn_dim}, c.d_model, stacked);
-  } else {
-    dt = stack_source(src_, {layer_name(l, "ffn_up.weight")}, {c.ffn_dim}, c.d_model, stacked);
+  } else if (!c.gated_ffn()) {
     put_vector(L.b0, "ffn_up.bias", c.ffn_dim);
     put_vector(L.b1, "ffn_down.bias", c.d_model);
   }
-  backend_.prepare_weight_into(dt, stacked.data(), L.w0_rows, L.w0_cols, base + L.w0);
-  dt = stack_source(src_, {layer_name(l, attn ? "attn_output.weight" : "ffn_down.weight")},
-                    {L.w1_rows}, L.w1_cols, stacked);
-  backend_.prepare_weight_into(dt, stacked.data(), L.w1_rows, L.w1_cols, base + L.w1);
+  build_matrix(L.w0, base);
+  build_matrix(L.w1, base);
 }
 
 void DecoderModel::embed(std::span<const int32_t> ids, const int32_t* positions, float* hidden,
@@ -212,12 +309,13 @@ void DecoderModel::embed(std::span<const int32_t> ids, const int32_t* positions,
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(ids.size());
   s.reserve(backend_, c, n);
-  if (c.embed_width() == c.d_model) {
-    backend_.embedding(tok_embd_, ids.data(), n, hidden);
-  } else {
-    backend_.embedding(tok_embd_, ids.data(), n, s.emb.data());
-    backend_.matmul(s.emb.data(), n, proj_in_, hidden);
-  }
+  float* dst = c.embed_width() == c.d_model ? hidden : s.emb.data();
+  if (embed_from_head_)
+    backend_.gather_weight_rows(lm_head_, ids.data(), n, dst);
+  else
+    backend_.embedding(tok_embd_, ids.data(), n, dst);
+  if (c.embed_scale != 1.0f) backend_.scale(dst, c.embed_scale, n * c.embed_width());
+  if (dst != hidden) backend_.matmul(s.emb.data(), n, proj_in_, hidden);
   if (!c.learned_pos) return;
   std::vector<int32_t> rows(n);
   for (int64_t i = 0; i < n; ++i) {
@@ -242,16 +340,14 @@ static void apply_norm(Backend& be, const ModelConfig& c, const float* x, const 
 void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const UnitBatch& b,
                           DecoderScratch& s) const {
   const ModelConfig& c = config_;
-  const Layout L = layout(unit);
+  const Layout& L = layout(unit);
   const auto* base = static_cast<const uint8_t*>(blob);
   auto vec = [base](int64_t off) {
     return off < 0 ? nullptr : reinterpret_cast<const float*>(base + off);
   };
   const float* norm = vec(L.norm);
   const float* norm_b = vec(L.norm_b);
-  // The view dtype is informational for the CPU backend's packed storage.
-  const WeightView w0{L.w0_rows, L.w0_cols, DType::kF32, base + L.w0};
-  const WeightView w1{L.w1_rows, L.w1_cols, DType::kF32, base + L.w1};
+  const int64_t layer = unit_layer(unit);
   const int64_t rows = b.rows;
   s.reserve(backend_, c, rows);
   // Pre-norm: the sublayer reads norm(hidden); post-norm: it reads hidden, normalised after.
@@ -262,50 +358,72 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
   }
   auto finish = [&] {
     if (L.b1 >= 0) backend_.add_bias(s.proj.data(), vec(L.b1), rows, c.d_model);
+    if (L.post_norm >= 0)
+      backend_.rms_norm(s.proj.data(), vec(L.post_norm), rows, c.d_model, c.norm_eps,
+                        s.proj.data());
     backend_.add(hidden, s.proj.data(), rows * c.d_model);
     if (!c.pre_norm) apply_norm(backend_, c, hidden, norm, norm_b, rows, hidden);
   };
   if (!unit_has_cache(unit)) {
     if (c.gated_ffn()) {
-      backend_.matmul(in, rows, w0, s.gate_up.data());
-      backend_.swiglu(s.gate_up.data(), s.gate_up.data() + c.ffn_dim, rows, c.ffn_dim,
-                      2 * c.ffn_dim, s.act.data());
+      matmul(in, rows, L.w0, base, s.gate_up.data());
+      if (c.ffn == FfnKind::kGeGlu)
+        backend_.geglu(s.gate_up.data(), s.gate_up.data() + c.ffn_dim, rows, c.ffn_dim,
+                       2 * c.ffn_dim, s.act.data());
+      else
+        backend_.swiglu(s.gate_up.data(), s.gate_up.data() + c.ffn_dim, rows, c.ffn_dim,
+                        2 * c.ffn_dim, s.act.data());
     } else {
-      backend_.matmul(in, rows, w0, s.act.data());
+      matmul(in, rows, L.w0, base, s.act.data());
       if (L.b0 >= 0) backend_.add_bias(s.act.data(), vec(L.b0), rows, c.ffn_dim);
       if (c.ffn == FfnKind::kRelu)
         backend_.relu(s.act.data(), rows * c.ffn_dim);
       else
         backend_.gelu(s.act.data(), rows * c.ffn_dim);
     }
-    backend_.matmul(s.act.data(), rows, w1, s.proj.data());
+    matmul(s.act.data(), rows, L.w1, base, s.proj.data());
     finish();
     return;
   }
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), hd = c.head_dim, wqkv = qd + 2 * kvd;
-  backend_.matmul(in, rows, w0, s.qkv.data());
+  matmul(in, rows, L.w0, base, s.qkv.data());
   if (L.b0 >= 0) backend_.add_bias(s.qkv.data(), vec(L.b0), rows, wqkv);
-  // Split Q out (contiguous rows for attention) and rotate Q and K in place.
+  // Split Q out (contiguous rows for attention), normalise Q and K per head (QK-norm) and
+  // rotate them in place.
   backend_.copy_rows(s.q.data(), qd * 4, s.qkv.data(), wqkv * 4, rows, qd * 4);
-  if (!c.learned_pos) {
-    backend_.rope(s.q.data(), rows, c.n_heads, hd, b.positions, c.rope_theta, c.rope_style);
-    backend_.rope(s.qkv.data() + qd, rows, c.n_kv_heads, hd, b.positions, c.rope_theta,
-                  c.rope_style, wqkv);
+  if (L.q_norm >= 0) {
+    backend_.head_rms_norm(s.q.data(), vec(L.q_norm), rows, c.n_heads, hd, c.norm_eps);
+    backend_.head_rms_norm(s.qkv.data() + qd, vec(L.k_norm), rows, c.n_kv_heads, hd, c.norm_eps,
+                           wqkv);
   }
-  // New K/V into each sequence's slot table (evicting where a policy says so), then attention.
-  KvStep step(backend_, c.n_kv_heads, hd, b.seqs, b.kv, b.policy, s.qkv.data(), wqkv, qd,
-              qd + kvd, b.positions, s.overflow);
+  const bool sliding = c.is_sliding(layer);
+  if (!c.learned_pos) {
+    const std::span<const float> inv_freq = sliding ? inv_freq_local_ : inv_freq_;
+    backend_.rope(s.q.data(), rows, c.n_heads, hd, b.positions, inv_freq, c.rope_style);
+    backend_.rope(s.qkv.data() + qd, rows, c.n_kv_heads, hd, b.positions, inv_freq, c.rope_style,
+                  wqkv);
+  }
+  // New K/V into each sequence's slot table (evicting where a policy says so; on sliding-window
+  // layers the keys behind the window first), then attention.
+  std::optional<SlidingWindowPolicy> window_policy;
+  const KvSlotPolicy* policy = b.policy;
+  if (sliding && policy) policy = &window_policy.emplace(*policy, c.sliding_window);
+  KvStep step(backend_, c.n_kv_heads, hd, b.seqs, b.kv, policy, s.qkv.data(), wqkv, qd, qd + kvd,
+              b.positions, s.overflow);
   AttentionArgs args;
   args.n_heads = c.n_heads;
   args.n_kv_heads = c.n_kv_heads;
   args.head_dim = hd;
-  args.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  args.scale = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
+  args.softcap = c.attn_softcap;
+  args.window = sliding ? c.sliding_window : 0;
+  args.positions = b.positions;
   args.seqs = step.spans();
   args.kv = step.views();
   args.stats = step.stats();
   backend_.attention(s.q.data(), args, s.attn.data());
   step.finish();
-  backend_.matmul(s.attn.data(), rows, w1, s.proj.data());
+  matmul(s.attn.data(), rows, L.w1, base, s.proj.data());
   finish();
 }
 
@@ -326,6 +444,7 @@ void DecoderModel::output_step(const float* hidden, std::span<const int64_t> row
     h = s.emb.data();
   }
   backend_.matmul(h, n, lm_head_, logits);
+  if (c.final_softcap > 0) backend_.softcap(logits, c.final_softcap, n * c.vocab_size);
 }
 
 void DecoderModel::forward(std::span<const int32_t> ids, const int32_t* positions,

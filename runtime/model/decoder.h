@@ -1,12 +1,15 @@
-// Decoder-only transformer (Llama/Mistral/Qwen2: RMSNorm, RoPE, GQA, SwiGLU; OPT: LayerNorm,
-// learned positions, ReLU, biases, post-norm, projected embeddings — see ModelConfig) as schedulable
-// units — per layer an attention unit (2l) and an MLP unit (2l+1) — plus the resident embedding
-// and output head. A unit's weights live in one "blob" (backend storage, 4 KiB-multiple size)
-// that the caller places anywhere (RAM, staged from disk) and passes to run_unit.
+// Decoder-only transformer (Llama/Mistral/Qwen2/Qwen3: RMSNorm, RoPE (scaled), GQA, SwiGLU,
+// QK-norm; Gemma 2/3: sandwich norms, GeGLU, sliding-window layers, soft-capping; OPT: LayerNorm,
+// learned positions, ReLU, biases, post-norm, projected embeddings — see ModelConfig) as
+// schedulable units — per layer an attention unit (2l) and an MLP unit (2l+1) — plus the resident
+// embedding and output head. A unit's weights live in one "blob" (backend storage, 4 KiB-multiple
+// size) that the caller places anywhere (RAM, staged from disk) and passes to run_unit.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "runtime/backend/backend.h"
@@ -55,6 +58,9 @@ class DecoderModel {
   // Writes unit u's blob (unit_bytes(u), 64-byte aligned) from the weight source. Thread-safe.
   void build_unit(int64_t unit, void* dst) const;
   int64_t resident_bytes() const;  // embedding + output head + norms
+  // Bytes of every matrix and table (units and resident ones) by the format it is stored in, as
+  // this backend holds them; norm gains and biases count as f32.
+  std::map<DType, int64_t> bytes_by_format() const;
 
   // hidden[rows, d_model] (device memory) = embedding of ids at their positions (learned position
   // tables); ids and positions are host memory.
@@ -76,20 +82,46 @@ class DecoderModel {
                float* logits, DecoderScratch& s) const;
 
  private:
-  struct Layout {  // byte offsets inside a unit blob (-1: absent)
-    int64_t norm = 0, norm_b = -1, b0 = -1, b1 = -1, w0 = 0, w1 = 0, bytes = 0;
-    int64_t w0_rows = 0, w0_cols = 0, w1_rows = 0, w1_cols = 0;
+  // A matrix stacked from several source tensors (Q, K, V or gate, up) by rows: consecutive
+  // tensors of the same matmul storage form one part (one GEMM); a change of storage (a Q4_K_M
+  // file's Q6_K attn_v after Q4_K attn_q/attn_k) starts another part.
+  struct Part {
+    std::vector<std::string> names;  // the tensors, in row order
+    std::vector<int64_t> tensor_rows;
+    DType storage = DType::kF32;
+    int64_t rows = 0;
+    int64_t offset = 0;  // in the unit blob
   };
-  Layout layout(int64_t unit) const;
+  struct Matrix {
+    int64_t rows = 0, cols = 0;
+    std::vector<Part> parts;
+  };
+  struct Layout {  // byte offsets inside a unit blob (-1: absent)
+    int64_t norm = 0, norm_b = -1, post_norm = -1, q_norm = -1, k_norm = -1, b0 = -1, b1 = -1;
+    int64_t bytes = 0;
+    Matrix w0, w1;
+  };
+  Layout make_layout(int64_t unit) const;
+  const Layout& layout(int64_t unit) const { return layouts_[unit]; }
+  // Groups `names` (rows each, `cols` columns) into parts by matmul storage, placed from `at`;
+  // returns the end offset.
+  int64_t place_matrix(const std::vector<std::string>& names, const std::vector<int64_t>& rows,
+                       int64_t cols, int64_t at, Matrix& m) const;
+  void build_matrix(const Matrix& m, uint8_t* base) const;
+  // y[rows][m.rows] = x · Wᵀ, part by part into the column ranges of y.
+  void matmul(const float* x, int64_t rows, const Matrix& m, const uint8_t* base, float* y) const;
 
   const WeightSource& src_;
   ModelConfig config_;
   Backend& backend_;
-  Weight tok_embd_;  // gather table [vocab, embed_width]
+  Weight tok_embd_;  // gather table [vocab, embed_width] (empty when embed_from_head_)
+  bool embed_from_head_ = false;  // embeddings gathered from the tied lm_head_
   Weight pos_embd_;  // learned positions [pos_offset + context, d_model] (empty with RoPE)
   Weight proj_in_, proj_out_;  // embed_width <-> d_model projections (empty when equal)
   Buffer out_norm_, out_norm_b_;  // device memory; empty without a final norm
   Weight lm_head_;   // [vocab, embed_width]
+  std::vector<Layout> layouts_;  // per unit
+  std::vector<float> inv_freq_, inv_freq_local_;  // RoPE of the global / sliding-window layers
 };
 
 // Every unit blob built once and held in the backend's device memory: the all-resident placement.

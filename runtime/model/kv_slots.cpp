@@ -2,6 +2,7 @@
 #include "runtime/model/kv_slots.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "runtime/core/error.h"
@@ -21,6 +22,50 @@ int64_t compact_target(int64_t capacity, int64_t compact_to) {
 }
 
 }  // namespace
+
+int64_t SlidingWindowPolicy::victim(const SlotTable& t, int32_t new_pos) const {
+  // The new token at new_pos sees keys at positions > new_pos - window: the others are dead.
+  int64_t best = -1;
+  for (size_t j = 0; j < t.pos.size(); ++j)
+    if (t.pos[j] <= new_pos - window_ && (best < 0 || t.pos[j] < t.pos[best]))
+      best = static_cast<int64_t>(j);
+  return best >= 0 ? best : inner_.victim(t, new_pos);
+}
+
+void SlidingWindowPolicy::keep(const SlotTable& t, int64_t keep, std::vector<int32_t>& out) const {
+  // After a compaction the next query is at the newest position + 1: it sees positions above
+  // newest + 1 - window.
+  int32_t newest = INT32_MIN;
+  for (int32_t p : t.pos) newest = std::max(newest, p);
+  const int64_t oldest_live = static_cast<int64_t>(newest) + 2 - window_;
+  std::vector<int32_t> live, dead;
+  for (size_t j = 0; j < t.pos.size(); ++j)
+    (t.pos[j] >= oldest_live ? live : dead).push_back(static_cast<int32_t>(j));
+  out.clear();
+  if (static_cast<int64_t>(live.size()) > keep) {
+    // The inner policy chooses among the live keys, over a table of those alone.
+    std::vector<int32_t> pos(live.size());
+    std::vector<float> sum(live.size()), max(live.size());
+    for (size_t i = 0; i < live.size(); ++i)
+      pos[i] = t.pos[live[i]], sum[i] = t.sum[live[i]], max[i] = t.max[live[i]];
+    std::vector<int32_t> chosen;
+    inner_.keep({pos, sum, max}, keep, chosen);
+    for (int32_t i : chosen) {
+      OFFGEN_CHECK(i >= 0 && static_cast<size_t>(i) < live.size(), kInternal,
+                   "KV policy kept slot {} of {}", i, live.size());
+      out.push_back(live[static_cast<size_t>(i)]);
+    }
+    return;
+  }
+  // Every live key stays; the table's remaining room takes the most recent dead ones (never read
+  // again, whichever they are).
+  out = live;
+  std::sort(dead.begin(), dead.end(), [&](int32_t a, int32_t b) {
+    return t.pos[a] != t.pos[b] ? t.pos[a] > t.pos[b] : a < b;
+  });
+  for (size_t i = 0; i < dead.size() && static_cast<int64_t>(out.size()) < keep; ++i)
+    out.push_back(dead[i]);
+}
 
 KvWrite kv_write_kind(int64_t n_old, int64_t n_new, int64_t capacity, int64_t compact_to,
                       bool evicts) {

@@ -35,6 +35,24 @@ class KvSlotPolicy {
   virtual bool step_scores() const { return false; }
 };
 
+// A KV policy on a sliding-window layer: keys the window has left behind are dead (no later query
+// sees them), so they go first — a full table overwrites its oldest dead slot and a compaction
+// keeps every live key — and `inner` decides only among live keys, when the table is smaller than
+// the window. With a table of at least the window, such a layer keeps its window whatever the
+// policy does on the global layers. Deterministic; thread-safe as `inner` is.
+class SlidingWindowPolicy final : public KvSlotPolicy {
+ public:
+  SlidingWindowPolicy(const KvSlotPolicy& inner, int64_t window) : inner_(inner), window_(window) {}
+  void keep(const SlotTable& t, int64_t keep, std::vector<int32_t>& out) const override;
+  int64_t victim(const SlotTable& t, int32_t new_pos) const override;
+  int64_t stats_rows(int64_t n_new) const override { return inner_.stats_rows(n_new); }
+  bool step_scores() const override { return inner_.step_scores(); }
+
+ private:
+  const KvSlotPolicy& inner_;
+  int64_t window_;
+};
+
 // How a chunk of n_new tokens enters a table holding n_old of `capacity` slots: appended after
 // them; one token replacing each head's victim in a full table; or the chunk attended in a
 // scratch table and the whole compacted to `compact_to` slots (0 = capacity). `evicts`: the table

@@ -28,6 +28,11 @@ std::vector<TensorSpec> layer_tensors(const ModelConfig& c) {
   }
   add("attn_output.weight", {c.q_dim(), c.d_model});
   if (c.out_bias) add("attn_output.bias", {c.d_model});
+  if (c.qk_norm) {
+    add("attn_q_norm.weight", {c.head_dim});
+    add("attn_k_norm.weight", {c.head_dim});
+  }
+  if (c.post_norms) add("post_attention_norm.weight", {c.d_model});
   add("ffn_norm.weight", {c.d_model});
   if (layer_norm) add("ffn_norm.bias", {c.d_model});
   if (c.gated_ffn()) add("ffn_gate.weight", {c.d_model, c.ffn_dim});
@@ -35,6 +40,7 @@ std::vector<TensorSpec> layer_tensors(const ModelConfig& c) {
   if (c.ffn_bias) add("ffn_up.bias", {c.ffn_dim});
   add("ffn_down.weight", {c.ffn_dim, c.d_model});
   if (c.ffn_bias) add("ffn_down.bias", {c.d_model});
+  if (c.post_norms) add("post_ffw_norm.weight", {c.d_model});
   return v;
 }
 

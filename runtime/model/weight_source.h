@@ -34,6 +34,8 @@ class WeightSource {
   // Thread-safe.
   virtual TensorRef tensor(const std::string& name) const = 0;
   virtual bool has_tensor(const std::string& name) const = 0;
+  // A tensor's element format without touching or generating its data; throws as tensor().
+  virtual DType tensor_dtype(const std::string& name) const { return tensor(name).dtype; }
   // A tensor's dims (GGML order) without touching or generating its data; throws as tensor().
   virtual std::vector<int64_t> tensor_dims(const std::string& name) const {
     return tensor(name).dims;

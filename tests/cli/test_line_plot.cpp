@@ -2,7 +2,6 @@
 // non-blank image with several series colours and text, edge cases (log y, NaN/inf, single
 // points, long names, many series) and the kIo / kInput errors.
 #include <cairo.h>
-#include <unistd.h>
 #ifdef OFFGEN_HAVE_FONTCONFIG
 #include <fontconfig/fontconfig.h>
 #endif
@@ -22,6 +21,7 @@
 
 #include "cli/line_plot.h"
 #include "runtime/core/error.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 namespace fs = std::filesystem;
@@ -42,22 +42,7 @@ struct ReleaseFontCaches {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("offgen_test_plot_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using offgen::test::TempDir;
 
 std::vector<unsigned char> read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

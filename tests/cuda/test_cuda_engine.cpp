@@ -13,6 +13,7 @@
 #include "scheduler/engine.h"
 #include "tests/engine_run.h"
 #include "tests/model_path.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 using offgen::test::EngineRun;
@@ -38,15 +39,14 @@ std::vector<Request> requests(int64_t max_tokens) {
 // One run recording the step-0 logits rows.
 EngineRun run(const std::string& model, const std::string& backend, const std::string& dtype,
               const Policy& p, const std::vector<Request>& reqs) {
-  const auto dir = std::filesystem::temp_directory_path() / "offgen-test-cuda-engine";
-  std::filesystem::create_directories(dir);
+  const test::TempDir dir;
   EngineOptions eo;
   eo.model = model;
   eo.backend = parse_backend_kind(backend);
-  eo.weight_dtype = dtype_from_name(dtype);
+  eo.weight_dtype = WeightMode::parse(dtype);
   eo.threads = 2;
   eo.policy = p;
-  eo.policy.offload_dir = dir.string();
+  eo.policy.offload_dir = dir.path();
   return run_engine(eo, reqs, true, 1);
 }
 
@@ -87,7 +87,7 @@ int differing(const EngineRun& ref, const EngineRun& got, double max_nmse) {
 
 TEST_CASE("cuda engine: tiny checkpoints give the CPU's greedy tokens in every placement",
           "[cuda]") {
-  for (const char* name : {"llama", "opt", "qwen2"}) {
+  for (const char* name : {"llama", "opt", "qwen2", "gemma3", "gemma2", "qwen3", "llama3"}) {
     const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/" + name;
     for (const char* kv : {"full", "h2o"}) {
       Policy ref_p = placement(100, 0, 100, 0);

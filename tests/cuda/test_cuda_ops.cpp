@@ -11,85 +11,15 @@
 #include <vector>
 
 #include "runtime/backend/backend.h"
+#include "runtime/backend/rope.h"
 #include "runtime/core/argmax.h"
 #include "runtime/core/dtype.h"
+#include "tests/cuda/cuda_test_helpers.h"
 
 using namespace offgen;
+using namespace offgen::test;
 
 namespace {
-
-constexpr int64_t kGuard = 64;
-constexpr uint32_t kSentinel = 0x7fa5a5a5u;  // a NaN pattern no op writes
-
-std::unique_ptr<Backend> gpu(DType w = DType::kF32) {
-  return make_backend(BackendKind::kCuda, 2, w);
-}
-
-float sentinel() {
-  float s;
-  std::memcpy(&s, &kSentinel, 4);
-  return s;
-}
-
-// A device float array between guard regions.
-class DeviceArray {
- public:
-  DeviceArray(Backend& be, const std::vector<float>& init) : be_(be), n_(static_cast<int64_t>(init.size())) {
-    buf_ = be.alloc((n_ + 2 * kGuard) * 4, Tier::kDevice);
-    std::vector<float> all(n_ + 2 * kGuard, sentinel());
-    std::copy(init.begin(), init.end(), all.begin() + kGuard);
-    be.copy(buf_.data(), all.data(), (n_ + 2 * kGuard) * 4);
-    be.synchronize();
-  }
-  DeviceArray(Backend& be, int64_t n) : DeviceArray(be, std::vector<float>(n, 0.0f)) {}
-  float* data() const { return buf_.as<float>() + kGuard; }
-  std::vector<float> read() const {
-    std::vector<float> all(n_ + 2 * kGuard);
-    be_.copy(all.data(), buf_.data(), (n_ + 2 * kGuard) * 4);
-    be_.synchronize();
-    for (int64_t i = 0; i < kGuard; ++i) {
-      uint32_t a, b;
-      std::memcpy(&a, &all[i], 4);
-      std::memcpy(&b, &all[kGuard + n_ + i], 4);
-      guards_ok_ = guards_ok_ && a == kSentinel && b == kSentinel;
-    }
-    return {all.begin() + kGuard, all.begin() + kGuard + n_};
-  }
-  bool intact() const {
-    read();
-    return guards_ok_;
-  }
-
- private:
-  Backend& be_;
-  int64_t n_;
-  Buffer buf_;
-  mutable bool guards_ok_ = true;
-};
-
-std::vector<float> randn(std::mt19937& rng, int64_t n, float scale = 1.0f) {
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-double nmse(const std::vector<float>& got, const std::vector<float>& ref) {
-  REQUIRE(got.size() == ref.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - ref[i];
-    num += d * d;
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return den > 0 ? num / den : num;
-}
-
-bool finite(const std::vector<float>& v) {
-  for (float x : v)
-    if (!std::isfinite(x)) return false;
-  return true;
-}
 
 // The values a GPU weight dtype computes with: 16-bit rounding, or 4-bit groups of 64 along each
 // row (a partial last group padded with its first value) dequantised and rounded to fp16.
@@ -181,9 +111,10 @@ TEST_CASE("cuda: norms, rope, activations and adds match the CPU backend", "[cud
     std::vector<int32_t> pos(tokens);
     for (int64_t t = 0; t < tokens; ++t) pos[t] = static_cast<int32_t>(t * 577 % 5000);
     auto ref = v;
-    cpu->rope(ref.data(), tokens, heads, hd, pos.data(), 10000.0f, style, stride);
+    const std::vector<float> inv_freq = rope_inv_freq(10000.0f, {}, hd);
+    cpu->rope(ref.data(), tokens, heads, hd, pos.data(), inv_freq, style, stride);
     const DeviceArray dv(*be, v);
-    be->rope(dv.data(), tokens, heads, hd, pos.data(), 10000.0f, style, stride);
+    be->rope(dv.data(), tokens, heads, hd, pos.data(), inv_freq, style, stride);
     INFO("style " << static_cast<int>(style));
     CHECK(nmse(dv.read(), ref) < 1e-10);
     CHECK(dv.intact());

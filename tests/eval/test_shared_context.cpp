@@ -13,6 +13,7 @@
 #include "runtime/loaders/model_loader.h"
 #include "eval/multiquery_eval.h"
 #include "eval/shared_bench.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 
@@ -146,8 +147,8 @@ TEST_CASE("shared context: stored once for N questions, untouched by answering",
 }
 
 TEST_CASE("multiquery contexts file: errors name the line and field", "[multiquery]") {
-  const auto dir = std::filesystem::temp_directory_path();
-  const auto path = (dir / "offgen_mq_bad.jsonl").string();
+  const test::TempDir scratch;
+  const std::string path = scratch.file("bad.jsonl");
   std::ofstream(path) << "{\"id\": \"a\", \"context\": \"x\", \"questions\": [{\"q\": \"y\"}]}\n"
                       << "\n"
                       << "{\"id\": \"b\", \"context\": \"x\", \"questions\": [{\"answer\": \"z\"}]}\n";
@@ -166,7 +167,6 @@ TEST_CASE("multiquery contexts file: errors name the line and field", "[multique
   CHECK(answer_matches("The code of Ann is 4172.", "4172"));
   CHECK_FALSE(answer_matches("The code of Ann is 41723.", "4172"));
   CHECK(answer_matches("It is Z-1", "z 1"));
-  std::filesystem::remove(path);
 }
 
 TEST_CASE("bench --shared-context: the context is held once, compressed to the ratio",

@@ -8,6 +8,7 @@
 #include "jobs/job_io.h"
 #include "runtime/core/atomic_file.h"
 #include "jobs/job_report.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 
@@ -82,15 +83,15 @@ TEST_CASE("bad lines get an error naming the line and field", "[job_io]") {
 }
 
 TEST_CASE("request files skip blank lines and reject duplicate ids", "[job_io]") {
-  const auto path = std::filesystem::temp_directory_path() / "offgen_test_job_io.jsonl";
+  const test::TempDir scratch;
+  const std::string path = scratch.file("in.jsonl");
   {
     std::ofstream f(path);
     f << R"({"id": "a", "prompt": "one"})" << "\n\n"
       << R"({"id": "b", "prompt": "two"})" << "\r\n"
       << R"({"id": "a", "prompt": "three"})" << "\n";
   }
-  auto lines = read_request_file(path.string(), SamplingParams{}, false);
-  std::filesystem::remove(path);
+  auto lines = read_request_file(path, SamplingParams{}, false);
   REQUIRE(lines.size() == 3);
   CHECK(lines[0].request);
   CHECK(lines[1].request);
@@ -165,15 +166,15 @@ TEST_CASE("bad lines carry a kind and the field's JSON path", "[job_io]") {
 }
 
 TEST_CASE("request files ignore a byte-order mark on the first line", "[job_io]") {
-  const auto path = std::filesystem::temp_directory_path() / "offgen_test_job_io_bom.jsonl";
+  const test::TempDir scratch;
+  const std::string path = scratch.file("bom.jsonl");
   {
     std::ofstream f(path, std::ios::binary);
     f << "\xEF\xBB\xBF" << R"({"id": "a", "prompt": "one"})" << "\r\n"
       << "  \t\r\n"
       << R"({"id": "b", "prompt": "two"})";  // no final newline
   }
-  auto lines = read_request_file(path.string(), SamplingParams{}, false);
-  std::filesystem::remove(path);
+  auto lines = read_request_file(path, SamplingParams{}, false);
   REQUIRE(lines.size() == 2);
   CHECK(lines[0].request);
   CHECK(lines[1].request);
@@ -220,8 +221,8 @@ TEST_CASE("error records are counted by kind and field", "[job_io]") {
 }
 
 TEST_CASE("reports are replaced atomically", "[job_io]") {
-  const auto dir = std::filesystem::temp_directory_path() / "offgen_test_report";
-  std::filesystem::create_directories(dir);
+  const test::TempDir scratch;
+  const std::filesystem::path dir = scratch.path();
   const auto path = (dir / "r.json").string();
   write_json_atomically(path, nlohmann::json{{"a", 1}});
   write_json_atomically(path, nlohmann::json{{"a", 2}, {"bytes", "\xFF"}});  // invalid UTF-8 replaced
@@ -230,5 +231,4 @@ TEST_CASE("reports are replaced atomically", "[job_io]") {
   CHECK(doc["a"] == 2);
   CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 1);
   CHECK_THROWS_AS(write_json_atomically((dir / "missing" / "r.json").string(), doc), Error);
-  std::filesystem::remove_all(dir);
 }

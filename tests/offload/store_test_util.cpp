@@ -2,10 +2,8 @@
 #include "tests/offload/store_test_util.h"
 
 #include <dirent.h>
-#include <stdlib.h>
 
 #include <catch2/catch.hpp>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -13,22 +11,6 @@
 #include "offload/uring_io_engine.h"
 
 namespace offgen::test {
-
-TempDir::TempDir(const std::string& parent) {
-  std::string base = parent;
-  if (base.empty()) {
-    const char* env = std::getenv("OFFGEN_TEST_OFFLOAD_DIR");
-    base = env && *env ? env : "/tmp";
-  }
-  std::string tmpl = base + "/offgen-test-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
 
 std::set<std::string> list_dir(const std::string& dir) {
   std::set<std::string> names;

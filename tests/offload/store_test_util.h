@@ -10,22 +10,9 @@
 #include "offload/fault_injecting_io_engine.h"
 #include "offload/io_engine.h"
 #include "offload/nvme_store.h"
+#include "tests/temp_dir.h"  // TempDir: the store tests' scratch dirs
 
 namespace offgen::test {
-
-// A fresh directory (under $OFFGEN_TEST_OFFLOAD_DIR, else /tmp); removed with its contents by the
-// destructor.
-class TempDir {
- public:
-  explicit TempDir(const std::string& parent = "");
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Names of the entries of `dir` (without . and ..).
 std::set<std::string> list_dir(const std::string& dir);

@@ -28,6 +28,9 @@ ModelConfig small_config() {
   return c;
 }
 
+// A placement with `ram_percent` of the cache in RAM (the rest on disk).
+Placement cache_in_ram(double ram_percent) { return Placement({}, {0, ram_percent}, {}, true); }
+
 struct Stage {
   AlignedHostBuffer k, v;
   explicit Stage(int64_t bytes) : k(bytes), v(bytes) {
@@ -50,7 +53,7 @@ TEST_CASE("compressed KV store: steps never change untouched slots' bytes", "[qu
   NvmeStore disk(no);
   for (double ram_percent : {100.0, 37.0, 0.0}) {
     INFO("RAM share " << ram_percent);
-    KvStore kv(c, ram_percent, &disk, false, true);
+    KvStore kv(c, cache_in_ram(ram_percent), &disk, false, true);
     REQUIRE(kv.compressed());
     CHECK(kv.row_bytes() == R);
     const int64_t h = kv.add(cap);
@@ -156,7 +159,7 @@ TEST_CASE("compressed KV store: staging holds fp32 rows then the disk image", "[
   NvmeStoreOptions no;
   no.dir = dir.path();
   NvmeStore disk(no);
-  KvStore plain(c, 50, &disk), packed(c, 50, &disk, false, true);
+  KvStore plain(c, cache_in_ram(50), &disk), packed(c, cache_in_ram(50), &disk, false, true);
   const int64_t cap = 333, D = c.kv_dim();
   CHECK(plain.staging_bytes(cap) == (cap * D * 4 + 4095) / 4096 * 4096);
   CHECK(packed.staging_bytes(cap) ==

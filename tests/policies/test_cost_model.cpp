@@ -163,12 +163,15 @@ TEST_CASE("cost model: memory accounting as the engine admits", "[cost]") {
   p.weight_gpu_percent = 0, p.weight_cpu_percent = 50;
   p.cache_gpu_percent = 0, p.cache_cpu_percent = 25;
   const TierBytes wn = weight_need(m, p);
-  CHECK(wn.host == 6144);
-  CHECK(wn.disk == 6144);
+  // Each unit is cut at 4 KiB as the weight store homes it: 50% of the 4 KiB unit rounds down to
+  // nothing in RAM, 50% of the 8 KiB unit is one page.
+  CHECK(wn.host == 4096);
+  CHECK(wn.disk == 8192);
   CHECK(wn.device == (1 << 20) + 2 * 8192);  // resident tensors + two staging slots
   const TierBytes kn = kv_need(m, p, 100);
   CHECK(kn.host + kn.disk == 100 * 2 * 1024);
-  CHECK(kn.host == 100 * 2 * 1024 / 4);
+  // 25% of 100 slots, rounded down to the granule of 4 slots (1 KiB rows per 4 KiB page).
+  CHECK(kn.host == 24 * 2 * 1024);
 }
 
 TEST_CASE("planner: fits the limits, names the binding one, never worse with more memory",
@@ -297,7 +300,8 @@ TEST_CASE("cost model: a compressed cache is accounted and moved at its compress
   Policy p = all_ram(1, 1);
   CHECK(kv_need(m, p, 100).device == 100 * 2 * 1024);
   p.compress_cache = true;
-  CHECK(kv_need(m, p, 100).device == 100 * 2 * 128);
+  // 100 x 2 x 128 bytes in one home, rounded up to 4 KiB.
+  CHECK(kv_need(m, p, 100).device == (100 * 2 * 128 + 4095) / 4096 * 4096);
   Workload w;
   w.prompt_len = 8;
   w.gen_len = 2;
@@ -309,5 +313,5 @@ TEST_CASE("cost model: a compressed cache is accounted and moved at its compress
   CHECK(r.decode_lanes.load == Approx(0.002));
   CHECK(r.decode_lanes.store == Approx(0.002));
   CHECK(r.kv_slots == 9);  // prompt + generated - 1 (the last token is never fed)
-  CHECK(r.need.disk == r.kv_slots * 2 * 128);
+  CHECK(r.need.disk == 2 * 4096);  // K and V: 9 x 128 bytes each, a 4 KiB disk segment
 }

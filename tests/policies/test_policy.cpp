@@ -1,8 +1,6 @@
 // Policy: validate() names every invalid field, parse_size units and rejects, and the TOML loader
 // (every key round-trips, unknown keys / wrong types / syntax errors name file:line[:col],
 // the [kv] table is left to its own loader, values are validated with the file name).
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
@@ -13,30 +11,23 @@
 
 #include "policies/policy.h"
 #include "runtime/core/error.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 using Catch::Matchers::Contains;
 
 namespace {
 
-// A TOML file in the temp dir, removed when the object goes away.
+// A TOML file in a scratch dir of its own, removed when the object goes away.
 class TempToml {
  public:
-  explicit TempToml(const std::string& text) {
-    static int counter = 0;
-    path_ = (std::filesystem::temp_directory_path() /
-             ("offgen_test_policy_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) +
-              ".toml"))
-                .string();
+  explicit TempToml(const std::string& text) : path_(dir_.file("policy.toml")) {
     std::ofstream(path_) << text;
-  }
-  ~TempToml() {
-    std::error_code ec;
-    std::filesystem::remove(path_, ec);
   }
   const std::string& path() const { return path_; }
 
  private:
+  test::TempDir dir_;
   std::string path_;
 };
 
@@ -342,4 +333,38 @@ TEST_CASE("compression flags round-trip through policy_toml", "[policy]") {
     CHECK(q.compress_weight == w);
     CHECK(q.compress_cache == c);
   }
+}
+
+TEST_CASE("any UTF-8 offload_dir round-trips through policy_toml", "[policy]") {
+  // The planner prints the policy as TOML (offgen plan, bench --json); the directory is free text.
+  const std::string dirs[] = {
+      "/tmp/a \"q\"",                // quotes
+      "C:\\offload\\dir\\",          // backslashes, one at the end
+      "/mnt/nvme\nkv = 1\n[kv]",     // newlines that would start new keys
+      "a\tb\rc\bd\fe",               // the short escapes
+      "x\x01y\x1fz\x7f",             // other control characters (\uXXXX)
+      std::string("nul\0byte", 8),   // NUL
+      "/données/キャッシュ/😀",       // non-ASCII (written as it is)
+      "'single' and \"\"\" triple",  // quote runs
+      "#not a comment = \"x\"",
+  };
+  for (const std::string& dir : dirs) {
+    INFO("offload_dir: " << dir);
+    Policy p;
+    p.offload_dir = dir;
+    const std::string text = policy_toml(p);
+    const Policy q = parse_policy_toml(text, "<plan>");
+    CHECK(q.offload_dir == dir);
+    CHECK(policy_toml(q) == text);  // nothing leaked into other keys
+  }
+}
+
+TEST_CASE("policy_toml refuses an offload_dir TOML cannot hold", "[policy]") {
+  // TOML strings are UTF-8; a directory name with other bytes would not read back as itself.
+  Policy p;
+  p.offload_dir = "/tmp/bad\xff";
+  CHECK_THAT(config_error([&] { policy_toml(p); }),
+             Contains("offload_dir") && Contains("UTF-8") && Contains("0xff"));
+  p.offload_dir = "/tmp/\xed\xa0\x80";  // an encoded surrogate
+  CHECK_THAT(config_error([&] { policy_toml(p); }), Contains("offload_dir"));
 }

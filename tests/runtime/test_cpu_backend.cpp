@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/backend/cpu/cpu_backend.h"
+#include "runtime/backend/rope.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 
@@ -259,13 +260,14 @@ TEST_CASE("cpu backend: rope is the expected rotation in both styles", "[cpu]") 
   std::mt19937 rng(13);
   const int64_t n_tok = 6, n_heads = 3, hd = 10, half = hd / 2;  // half is odd on purpose
   const float theta = 10000.0f;
+  const std::vector<float> inv_freq = rope_inv_freq(theta, {}, hd);
   const std::vector<int32_t> pos = {0, 1, 7, 100, 1234, 0};
   const auto x0 = randn(rng, n_tok * n_heads * hd);
   for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kHalf}) {
     INFO("style " << (style == RopeStyle::kHalf ? "half" : "interleaved"));
     Guarded x(n_tok * n_heads * hd);
     std::copy(x0.begin(), x0.end(), x.data());
-    be.rope(x.data(), n_tok, n_heads, hd, pos.data(), theta, style);
+    be.rope(x.data(), n_tok, n_heads, hd, pos.data(), inv_freq, style);
     CHECK(x.intact());
     int bad_norm = 0, bad_ref = 0, bad_id = 0;
     for (int64_t t = 0; t < n_tok; ++t)
@@ -301,8 +303,8 @@ TEST_CASE("cpu backend: rope is the expected rotation in both styles", "[cpu]") 
       xi[r * hd + 2 * i] = x0[r * hd + i];
       xi[r * hd + 2 * i + 1] = x0[r * hd + i + half];
     }
-  be.rope(xi.data(), n_tok, n_heads, hd, pos.data(), theta, RopeStyle::kInterleaved);
-  be.rope(xh.data(), n_tok, n_heads, hd, pos.data(), theta, RopeStyle::kHalf);
+  be.rope(xi.data(), n_tok, n_heads, hd, pos.data(), inv_freq, RopeStyle::kInterleaved);
+  be.rope(xh.data(), n_tok, n_heads, hd, pos.data(), inv_freq, RopeStyle::kHalf);
   int bad_perm = 0;
   for (int64_t r = 0; r < n_tok * n_heads; ++r)
     for (int64_t i = 0; i < half; ++i)

@@ -1,7 +1,5 @@
 // Unit tests for the GGUF reader: a well-formed file round-trips; every kind of corruption gives an
 // offgen::Error naming the field/tensor and the byte offset, never a crash.
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +13,7 @@
 #include "runtime/core/error.h"
 #include "runtime/loaders/gguf.h"
 #include "tests/runtime/gguf_writer.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 using offgen::test::GgufLayout;
@@ -85,11 +84,6 @@ void check_message(const std::string& msg, std::initializer_list<std::string> pa
 }
 
 std::string at(size_t offset) { return "offset " + std::to_string(offset); }
-
-std::filesystem::path temp_path(const std::string& stem) {
-  return std::filesystem::temp_directory_path() /
-         (stem + "_" + std::to_string(::getpid()) + ".gguf");
-}
 
 void write_file(const std::filesystem::path& p, const Bytes& b) {
   std::ofstream f(p, std::ios::binary);
@@ -238,7 +232,8 @@ TEST_CASE("gguf: version 2, no tensors, custom alignment", "[gguf]") {
 TEST_CASE("gguf: open maps a file; missing and empty files fail cleanly", "[gguf]") {
   GgufLayout L;
   const Bytes bytes = small_writer().build(&L);
-  const auto path = temp_path("offgen_test_gguf_ok");
+  const test::TempDir scratch;
+  const std::filesystem::path path = scratch.file("ok.gguf");
   write_file(path, bytes);
   {
     GgufFile f = GgufFile::open(path.string());
@@ -249,9 +244,8 @@ TEST_CASE("gguf: open maps a file; missing and empty files fail cleanly", "[gguf
     CHECK(Bytes(norm.data, norm.data + norm.bytes) == iota_bytes(20, 100));
     CHECK(moved.get_int("llama.block_count") == 2);
   }
-  std::filesystem::remove(path);
 
-  const auto missing = temp_path("offgen_test_gguf_missing");
+  const std::filesystem::path missing = scratch.file("missing.gguf");
   try {
     GgufFile::open(missing.string());
     FAIL("opened a missing file");
@@ -260,7 +254,7 @@ TEST_CASE("gguf: open maps a file; missing and empty files fail cleanly", "[gguf
     CHECK_THAT(e.what(), Catch::Contains(missing.string()));
   }
 
-  const auto empty = temp_path("offgen_test_gguf_empty");
+  const std::filesystem::path empty = scratch.file("empty.gguf");
   write_file(empty, {});
   try {
     GgufFile::open(empty.string());
@@ -269,10 +263,9 @@ TEST_CASE("gguf: open maps a file; missing and empty files fail cleanly", "[gguf
     CHECK(e.category() == ErrorCategory::kInput);
     CHECK_THAT(e.what(), Catch::Contains(empty.string()) && Catch::Contains("empty"));
   }
-  std::filesystem::remove(empty);
 
   // A directory is not a model file.
-  CHECK_THROWS_AS(GgufFile::open(std::filesystem::temp_directory_path().string()), Error);
+  CHECK_THROWS_AS(GgufFile::open(scratch.path()), Error);
 }
 
 TEST_CASE("gguf corrupt: every truncation throws cleanly", "[gguf]") {

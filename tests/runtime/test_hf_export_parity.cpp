@@ -17,6 +17,7 @@
 #include "runtime/model/decoder.h"
 #include "tests/model_path.h"
 #include "tests/runtime/last_logits.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 
@@ -100,9 +101,8 @@ void export_hf(const GgufFile& f, const ModelConfig& c, const std::filesystem::p
 TEST_CASE("SmolLM2: a safetensors export gives the GGUF's unit blobs and logits bitwise",
           "[model][hf]") {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / fs::path("offgen_hf_export_smollm2");
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const test::TempDir scratch;
+  const fs::path dir = scratch.path();
   GgufWeightSource gguf(GgufFile::open(test::default_model_path()));
   export_hf(gguf.file(), gguf.config(), dir);
   HfWeightSource hf(dir.string());

@@ -1,6 +1,10 @@
 // Hugging Face checkpoint parity: tiny random Llama / Mistral (bf16) / Qwen2 (fp16, QKV bias) / OPT
-// (pre- and post-norm, projected embeddings) checkpoints written by transformers' save_pretrained,
-// with golden logits at every prompt position and 16 greedy tokens (tools/gen_hf_golden.py).
+// (pre- and post-norm, projected embeddings) / Gemma 3 (bf16: sliding-window and global layers,
+// QK-norm, sandwich norms, GeGLU, linear-scaled global RoPE) / Gemma 2 (soft-capping, attention
+// scale from query_pre_attn_scalar) / Qwen3 (bf16, QK-norm) / Llama 3.1 RoPE scaling checkpoints
+// written by transformers' save_pretrained, with golden logits at every prompt position and 16
+// greedy tokens (tools/gen_hf_golden.py); and the same golden for the GGUF files llama.cpp's
+// converter made of the Gemma 3, Qwen3 and Llama 3.1 ones.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -14,6 +18,7 @@
 #include "runtime/loaders/model_loader.h"
 #include "runtime/model/decoder.h"
 #include "runtime/text/tokenizer.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 
@@ -78,58 +83,81 @@ int32_t argmax(const float* v, int64_t n) {
   return best;
 }
 
+// The model at `path` (checkpoint directory or GGUF) against golden entry `gm`: logits at every
+// prompt position within 1e-4 (relative to the largest |logit| where that exceeds 1) and the 16
+// greedy tokens, decoded one at a time through the KV cache.
+void check_against_golden(const std::string& path, const nlohmann::json& gm, Backend& be) {
+  OpenedModel om = open_model(path);
+  DecoderModel model(*om.source, be);
+  ResidentUnits units(model);
+  const ModelConfig& c = model.config();
+  REQUIRE(c.vocab_size == gm["vocab_size"].get<int64_t>());
+  Tokenizer tok(om.vocab);
+  double worst = 0;
+  for (const auto& cs : gm["cases"]) {
+    const auto ids = cs["ids"].get<std::vector<int32_t>>();
+    INFO(path << ": " << cs["text"].get<std::string>());
+    // The checkpoint's own tokenizer gives transformers' ids (BOS where the template adds it).
+    CHECK(tok.encode(cs["text"].get<std::string>()) == ids);
+    Runner run(model, units, static_cast<int64_t>(ids.size()) + 16);
+    const auto logits = run.feed(ids);
+    const auto& want = cs["logits"];
+    REQUIRE(want.size() == ids.size());
+    double max_diff = 0, max_abs = 0;
+    for (size_t p = 0; p < ids.size(); ++p)
+      for (int64_t v = 0; v < c.vocab_size; ++v) {
+        const double w = want[p][v].get<double>();
+        max_diff = std::max(max_diff, std::fabs(logits[p * c.vocab_size + v] - w));
+        max_abs = std::max(max_abs, std::fabs(w));
+      }
+    INFO("max |dlogit| = " << max_diff << " (max |logit| " << max_abs << ")");
+    CHECK(max_diff <= 1e-4 * std::max(1.0, max_abs));
+    worst = std::max(worst, max_diff);
+    // Greedy: one token at a time through the KV cache (the decode path).
+    std::vector<int32_t> greedy;
+    int32_t next = argmax(&logits[(ids.size() - 1) * c.vocab_size], c.vocab_size);
+    for (int i = 0; i < 16; ++i) {
+      greedy.push_back(next);
+      next = argmax(run.feed({next}).data(), c.vocab_size);
+    }
+    CHECK(greedy == cs["greedy"].get<std::vector<int32_t>>());
+  }
+  INFO(path << ": max |dlogit| over all cases " << worst);
+  CHECK(worst < 1e-3);  // reported with -s
+}
+
 }  // namespace
 
 TEST_CASE("HF checkpoints: logits at every position and 16 greedy tokens match transformers",
           "[model][hf]") {
   const auto g = golden();
   auto be = make_cpu_backend(2);
-  REQUIRE(g["models"].size() == 5);
+  REQUIRE(g["models"].size() == 9);
   for (const auto& gm : g["models"]) {
     const std::string name = gm["name"].get<std::string>();
-    SECTION(name) {
-      OpenedModel om = open_model(kDir + "/" + name);
-      DecoderModel model(*om.source, *be);
-      ResidentUnits units(model);
-      const ModelConfig& c = model.config();
-      REQUIRE(c.vocab_size == gm["vocab_size"].get<int64_t>());
-      Tokenizer tok(om.vocab);
-      for (const auto& cs : gm["cases"]) {
-        const auto ids = cs["ids"].get<std::vector<int32_t>>();
-        INFO(name << ": " << cs["text"].get<std::string>());
-        // The checkpoint's own tokenizer gives transformers' ids (BOS where the template adds it).
-        CHECK(tok.encode(cs["text"].get<std::string>()) == ids);
-        Runner run(model, units, static_cast<int64_t>(ids.size()) + 16);
-        const auto logits = run.feed(ids);
-        const auto& want = cs["logits"];
-        REQUIRE(want.size() == ids.size());
-        double max_diff = 0, max_abs = 0;
-        for (size_t p = 0; p < ids.size(); ++p)
-          for (int64_t v = 0; v < c.vocab_size; ++v) {
-            const double w = want[p][v].get<double>();
-            max_diff = std::max(max_diff, std::fabs(logits[p * c.vocab_size + v] - w));
-            max_abs = std::max(max_abs, std::fabs(w));
-          }
-        INFO("max |dlogit| = " << max_diff << " (max |logit| " << max_abs << ")");
-        CHECK(max_diff <= 1e-4 * std::max(1.0, max_abs));
-        // Greedy: one token at a time through the KV cache (the decode path).
-        std::vector<int32_t> greedy;
-        int32_t next = argmax(&logits[(ids.size() - 1) * c.vocab_size], c.vocab_size);
-        for (int i = 0; i < 16; ++i) {
-          greedy.push_back(next);
-          next = argmax(run.feed({next}).data(), c.vocab_size);
-        }
-        CHECK(greedy == cs["greedy"].get<std::vector<int32_t>>());
-      }
-    }
+    SECTION(name) { check_against_golden(kDir + "/" + name, gm, *be); }
   }
+}
+
+TEST_CASE("GGUF files made by llama.cpp's converter match the same transformers golden",
+          "[model][hf][gguf]") {
+  const auto g = golden();
+  auto be = make_cpu_backend(2);
+  int n = 0;
+  for (const auto& gm : g["models"]) {
+    if (!gm.contains("gguf")) continue;
+    ++n;
+    const std::string path = kDir + "/" + gm["gguf"].get<std::string>();
+    SECTION(path) { check_against_golden(path, gm, *be); }
+  }
+  CHECK(n == 3);  // gemma3, qwen3, llama3
 }
 
 TEST_CASE("HF checkpoints: an untied config without lm_head.weight is an error, not a tie",
           "[model][hf]") {
   namespace fs = std::filesystem;
-  const fs::path tmp = fs::temp_directory_path() / fs::path("offgen_hf_untied");
-  fs::remove_all(tmp);
+  const test::TempDir scratch;
+  const fs::path tmp = scratch.file("qwen2");
   fs::copy(kDir + "/qwen2", tmp, fs::copy_options::recursive);
   {
     std::ifstream in(tmp / "config.json");
@@ -146,14 +174,13 @@ TEST_CASE("HF checkpoints: an untied config without lm_head.weight is an error, 
     CHECK(e.category() == ErrorCategory::kInput);
     CHECK_THAT(e.what(), Catch::Contains("lm_head.weight"));
   }
-  fs::remove_all(tmp);
 }
 
 TEST_CASE("HF checkpoints: a damaged config names the file and field", "[model][hf]") {
   // config_from_hf is exercised through open_model on a copy with one field broken.
   namespace fs = std::filesystem;
-  const fs::path tmp = fs::temp_directory_path() / fs::path("offgen_hf_bad_config");
-  fs::remove_all(tmp);
+  const test::TempDir scratch;
+  const fs::path tmp = scratch.file("opt");
   fs::copy(kDir + "/opt", tmp, fs::copy_options::recursive);
   {
     std::ifstream in(tmp / "config.json");
@@ -197,5 +224,4 @@ TEST_CASE("HF checkpoints: a damaged config names the file and field", "[model][
   } catch (const Error& e) {
     CHECK_THAT(e.what(), Catch::Contains("pytorch_model.bin") && Catch::Contains("save_pretrained"));
   }
-  fs::remove_all(tmp);
 }

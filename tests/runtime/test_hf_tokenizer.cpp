@@ -1,8 +1,6 @@
 // Hugging Face tokenizer.json -> VocabData: every supported shape and rejection on hand-written
 // files, and id parity with the `tokenizers` library on three tiny trained tokenizers
 // (tests/data/hf_tokenizers, from tools/gen_hf_tokenizer_golden.py).
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +14,7 @@
 #include "runtime/text/pre_tokenizer.h"
 #include "runtime/text/tokenizer.h"
 #include "runtime/text/utf8.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 using nlohmann::json;
@@ -414,10 +413,8 @@ TEST_CASE("tokenizer_config.json errors name the config", "[hf_tokenizer]") {
 
 TEST_CASE("files: chat_template.jinja beside tokenizer.json, missing files", "[hf_tokenizer]") {
   namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::temp_directory_path() / ("offgen_test_hf_tokenizer." + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const test::TempDir scratch;
+  const fs::path dir = scratch.path();
   std::ofstream(dir / "tokenizer.json") << base_tokenizer().dump();
   std::ofstream(dir / "chat_template.jinja") << "{{ bos_token }}";
   const VocabData v = vocab_from_hf_tokenizer((dir / "tokenizer.json").string(), "");
@@ -430,7 +427,6 @@ TEST_CASE("files: chat_template.jinja beside tokenizer.json, missing files", "[h
     CHECK(e.category() == ErrorCategory::kIo);
     CHECK_THAT(e.what(), Catch::Contains("absent.json"));
   }
-  fs::remove_all(dir);
 }
 
 TEST_CASE("trained tokenizers encode exactly as Hugging Face tokenizers", "[hf_tokenizer]") {

@@ -234,7 +234,7 @@ TEST_CASE("cpu backend q4g64: matmul is the fp32 matmul over the dequantised wei
     INFO("n " << n << " k " << k);
     auto w = randn(rng, n * k, 0.05f);
     for (int64_t i = 0; i < k; ++i) w[(i % n) * k + i] = 3.0f;  // outliers in some groups
-    CHECK(bq.weight_bytes(n, k) == ((n + 63) / 64 * k * 36 + 63) / 64 * 64);
+    CHECK(bq.weight_bytes(DType::kQ4G64, n, k) == ((n + 63) / 64 * k * 36 + 63) / 64 * 64);
     const Weight wq = bq.prepare_weight(DType::kF32, w.data(), n, k);
     // The weight the GEMM multiplies by, unpacked; each element within the group bound of w.
     std::vector<float> wd(n * k);
@@ -291,7 +291,7 @@ TEST_CASE("cpu backend q4g64: any source type is quantised via its fp32 values",
   CpuBackend be(2, DType::kQ4G64);
   const Weight a = be.prepare_weight(DType::kF16, h.data(), n, k);
   const Weight b = be.prepare_weight(DType::kF32, hf.data(), n, k);
-  REQUIRE(a.bytes() == be.weight_bytes(n, k));
+  REQUIRE(a.bytes() == be.weight_bytes(DType::kQ4G64, n, k));
   CHECK(std::memcmp(a.data.data(), b.data.data(), a.bytes()) == 0);
 }
 

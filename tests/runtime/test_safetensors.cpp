@@ -3,9 +3,7 @@
 // the tensor/field; checkpoint directories resolve names across shards and report inconsistencies.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +16,7 @@
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "runtime/loaders/safetensors.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 namespace fs = std::filesystem;
@@ -343,31 +342,17 @@ TEST_CASE("safetensors: open() distinguishes I/O from malformed input", "[safete
 
 namespace {
 
-// A scratch directory under the system temp dir, removed with everything in it.
-class TempDir {
+// A scratch checkpoint directory (unique, removed with everything in it) and its file writers.
+class CheckpointDir : public test::TempDir {
  public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            fmt::format("offgen_st_test_{}_{}", ::getpid(), counter.fetch_add(1));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
+  std::string str() const { return path(); }
   void write(const std::string& name, const Bytes& b) const {
-    std::ofstream(path_ / name, std::ios::binary)
+    std::ofstream(file(name), std::ios::binary)
         .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
   }
   void write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name, std::ios::binary) << text;
+    std::ofstream(file(name), std::ios::binary) << text;
   }
-
- private:
-  fs::path path_;
 };
 
 const char* kShard1 = "model-00001-of-00002.safetensors";
@@ -375,7 +360,7 @@ const char* kShard2 = "model-00002-of-00002.safetensors";
 const char* kIndex = "model.safetensors.index.json";
 
 // Two shards: a, b (4 + 8 bytes) in shard 1; c (2 bytes) in shard 2.
-void write_shards(const TempDir& d) {
+void write_shards(const CheckpointDir& d) {
   d.write(kShard1,
           build({{"a", "F32", {1}, f32_bytes({1})}, {"b", "F32", {2}, f32_bytes({2, 3})}}));
   d.write(kShard2, build({{"c", "BF16", {1}, Bytes{0x80, 0x3f}}}));
@@ -399,7 +384,7 @@ void require_dir_error(const std::string& dir, ErrorCategory cat,
 }  // namespace
 
 TEST_CASE("safetensors checkpoint: index + two shards", "[safetensors]") {
-  TempDir d;
+  CheckpointDir d;
   write_shards(d);
   d.write(kIndex,
           index_json(fmt::format(R"("a": "{0}", "b": "{0}", "c": "{1}")", kShard1, kShard2)));
@@ -431,7 +416,7 @@ TEST_CASE("safetensors checkpoint: index + two shards", "[safetensors]") {
 }
 
 TEST_CASE("safetensors checkpoint: index inconsistencies are reported", "[safetensors]") {
-  TempDir d;
+  CheckpointDir d;
   write_shards(d);
   const std::string index = d.str() + "/" + kIndex;
   SECTION("missing shard") {
@@ -488,7 +473,7 @@ TEST_CASE("safetensors checkpoint: index inconsistencies are reported", "[safete
 }
 
 TEST_CASE("safetensors checkpoint: single file and directory fallback", "[safetensors]") {
-  TempDir d;
+  CheckpointDir d;
   SECTION("empty directory") {
     require_dir_error(d.str(), ErrorCategory::kInput, {d.str(), "no model.safetensors"});
   }

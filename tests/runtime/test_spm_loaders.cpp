@@ -2,8 +2,6 @@
 // llama.cpp's defaults, metadata-only reading past tensor types the loader cannot read) and the
 // tokenizer.json pipelines (normalizer / pre_tokenizer / decoder) offgen maps, and those it refuses
 // by JSON path.
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -17,6 +15,7 @@
 #include "runtime/loaders/hf_tokenizer.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/runtime/gguf_writer.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 using nlohmann::json;
@@ -163,20 +162,19 @@ TEST_CASE("GGUF llama vocabularies: keys and llama.cpp's defaults", "[spm][gguf]
 TEST_CASE("load_gguf_vocab reads the metadata of a file whose tensors it cannot read",
           "[spm][gguf]") {
   GgufWriter w = spm_gguf();
-  w.add_tensor("blk.0.attn_k.weight", {256}, /*Q4_K*/ 12, std::vector<uint8_t>(144, 0));
+  w.add_tensor("blk.0.attn_k.weight", {256}, /*IQ2_XXS*/ 16, std::vector<uint8_t>(66, 0));
   const auto bytes = w.build();
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("offgen_spm_vocab_" + std::to_string(::getpid()) + ".gguf");
+  const test::TempDir scratch;
+  const std::filesystem::path path = scratch.file("vocab.gguf");
   {
     std::ofstream out(path, std::ios::binary);
     out.write(reinterpret_cast<const char*>(bytes.data()),
               static_cast<std::streamsize>(bytes.size()));
   }
-  CHECK_THROWS_WITH(GgufFile::open(path.string()), Catch::Contains("unsupported ggml type 12"));
+  CHECK_THROWS_WITH(GgufFile::open(path.string()), Catch::Contains("unsupported ggml type 16"));
   const VocabData v = load_gguf_vocab(path.string());
   CHECK(v.tokens.size() == 3 + 256 + 5);
   CHECK(GgufFile::open_metadata(path.string()).tensors().empty());
-  std::filesystem::remove(path);
 }
 
 TEST_CASE("tokenizer.json SentencePiece pipelines map onto VocabData", "[spm][hf_tokenizer]") {

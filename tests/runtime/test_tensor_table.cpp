@@ -14,6 +14,7 @@
 #include "runtime/loaders/model_loader.h"
 #include "runtime/model/tensor_table.h"
 #include "tests/runtime/gguf_writer.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 namespace fs = std::filesystem;
@@ -22,10 +23,10 @@ namespace {
 
 const std::string kDir = std::string(OFFGEN_TEST_DATA) + "/hf_models";
 
-// A copy of an HF test checkpoint with one config.json field replaced.
-fs::path edited_checkpoint(const std::string& name, const std::string& key, nlohmann::json value) {
-  const fs::path tmp = fs::temp_directory_path() /
-                       fmt::format("offgen_tensor_table_{}_{}_{}", name, key, ::getpid());
+// A copy of an HF test checkpoint with one config.json field replaced, inside `scratch`.
+fs::path edited_checkpoint(const test::TempDir& scratch, const std::string& name,
+                           const std::string& key, nlohmann::json value) {
+  const fs::path tmp = scratch.file(fmt::format("{}_{}", name, key));
   fs::remove_all(tmp);
   fs::copy(kDir + "/" + name, tmp, fs::copy_options::recursive);
   std::ifstream in(tmp / "config.json");
@@ -88,20 +89,17 @@ TEST_CASE("tensor table: the test checkpoints and every dummy preset match it", 
 TEST_CASE("tensor table: a config that disagrees with the weights is refused before use",
           "[model][hf]") {
   // A vocabulary of 10^9 would have made the vocabulary padding allocate ~24 GB (OOM-kill).
-  const fs::path vocab = edited_checkpoint("mistral", "vocab_size", 1000000000);
+  test::TempDir scratch;
+  const fs::path vocab = edited_checkpoint(scratch, "mistral", "vocab_size", 1000000000);
   const std::string msg = open_error(vocab.string());
   CHECK_THAT(msg, Catch::Contains("token_embd.weight") && Catch::Contains("1000000000"));
-  fs::remove_all(vocab);
-  const fs::path layers = edited_checkpoint("llama", "num_hidden_layers", 3);
+  const fs::path layers = edited_checkpoint(scratch, "llama", "num_hidden_layers", 3);
   CHECK_THAT(open_error(layers.string()), Catch::Contains("blk.2.") && Catch::Contains("missing"));
-  fs::remove_all(layers);
-  const fs::path huge = edited_checkpoint("llama", "num_hidden_layers", 1000000000000);
+  const fs::path huge = edited_checkpoint(scratch, "llama", "num_hidden_layers", 1000000000000);
   CHECK_THAT(open_error(huge.string()),
              Catch::Contains("'num_hidden_layers' = 1000000000000 is out of range"));
-  fs::remove_all(huge);
-  const fs::path ffn = edited_checkpoint("qwen2", "intermediate_size", 4096);
+  const fs::path ffn = edited_checkpoint(scratch, "qwen2", "intermediate_size", 4096);
   CHECK_THAT(open_error(ffn.string()), Catch::Contains("ffn_gate.weight") && Catch::Contains("4096"));
-  fs::remove_all(ffn);
 }
 
 TEST_CASE("tensor table: GGUF metadata is checked against the tensors", "[model][gguf]") {

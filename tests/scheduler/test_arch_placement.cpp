@@ -1,6 +1,8 @@
 // Schedule invariance beyond Llama: the tiny OPT (post-norm, projected embeddings, learned
-// positions, biases) and Qwen2 (QKV bias, fp16) checkpoints give bitwise identical logits for every
-// placement and overlap setting, and identical greedy tokens across batch splits.
+// positions, biases), Qwen2 (QKV bias, fp16), Gemma 3 (sliding-window layers, QK-norm, sandwich
+// norms, GeGLU), Gemma 2 (soft-capping), Qwen3 (QK-norm) and Llama 3.1 (scaled RoPE) checkpoints
+// give bitwise identical logits for every placement and overlap setting, and identical greedy
+// tokens across batch splits.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -8,6 +10,8 @@
 #include <map>
 
 #include "scheduler/engine.h"
+#include "tests/engine_run.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 
@@ -15,16 +19,15 @@ namespace {
 
 struct Run {
   std::vector<Result> results;
-  std::map<std::pair<size_t, int64_t>, std::vector<float>> logits;
+  test::Logits logits;
 };
 
 Run run(const std::string& model, const Policy& p) {
-  const auto dir = std::filesystem::temp_directory_path() / "offgen-test-arch-placement";
-  std::filesystem::create_directories(dir);
+  const test::TempDir dir;
   EngineOptions eo;
   eo.model = model;
   eo.policy = p;
-  eo.policy.offload_dir = dir.string();
+  eo.policy.offload_dir = dir.path();
   Engine engine(eo);
   std::vector<Request> reqs;
   for (const char* prompt : {"Hello, the other day", "42 + 17 =", "ok", "haha 中中 😀!!"}) {
@@ -37,9 +40,7 @@ Run run(const std::string& model, const Policy& p) {
   }
   Run out;
   GenerateCallbacks cb;
-  cb.on_logits = [&](size_t i, int64_t step, std::span<const float> row) {
-    out.logits[{i, step}].assign(row.begin(), row.end());
-  };
+  test::record_logits(cb, out.logits);
   out.results = engine.generate(reqs, cb);
   return out;
 }
@@ -57,10 +58,10 @@ Policy placement(double wg, double wc, double cg, double cc, bool overlap, int g
 
 }  // namespace
 
-TEST_CASE("OPT and Qwen2 checkpoints: logits bitwise identical across placements, tokens across "
-          "splits",
+TEST_CASE("OPT, Qwen2/3, Gemma 2/3 and Llama 3.1 checkpoints: logits bitwise identical across "
+          "placements, tokens across splits",
           "[placement][hf]") {
-  for (const char* name : {"opt350", "opt", "qwen2"}) {
+  for (const char* name : {"opt350", "opt", "qwen2", "gemma3", "gemma2", "qwen3", "llama3"}) {
     const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/" + name;
     INFO(name);
     const Run ref = run(model, placement(100, 0, 100, 0, true));

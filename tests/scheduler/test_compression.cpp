@@ -9,19 +9,21 @@
 #include <map>
 
 #include "scheduler/engine.h"
+#include "tests/engine_run.h"
 #include "tests/model_path.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 
 namespace {
 
-using Logits = std::map<std::pair<size_t, int64_t>, std::vector<float>>;
+using test::Logits;
 
 struct Run {
   Logits logits;
   std::vector<Result> results;
   GenerationStats stats;
-  KvStoreStats kv;
+  EngineStats::Kv kv;
   int64_t weight_disk_bytes = 0, weight_bytes = 0;
 };
 
@@ -50,9 +52,8 @@ Policy placement(double wg, double cg, double cc, bool overlap, bool cw, bool cc
   p.num_gpu_batches = 2;
   p.compress_weight = cw;
   p.compress_cache = cc_compress;
-  const auto d = std::filesystem::temp_directory_path() / "offgen-test-compression";
-  std::filesystem::create_directories(d);
-  p.offload_dir = d.string();
+  static const test::TempDir dir;  // one per test process, removed at exit
+  p.offload_dir = dir.path();
   return p;
 }
 
@@ -63,14 +64,12 @@ Run run(const Policy& p, const std::vector<Request>& reqs) {
   Engine engine(eo);
   Run out;
   GenerateCallbacks cb;
-  cb.on_logits = [&](size_t i, int64_t step, std::span<const float> row) {
-    out.logits[{i, step}].assign(row.begin(), row.end());
-  };
+  test::record_logits(cb, out.logits);
   out.results = engine.generate(reqs, cb);
   for (const Result& r : out.results) REQUIRE(r.error.empty());
   out.stats = engine.last_stats();
-  out.kv = engine.kv_store().stats();
-  out.weight_disk_bytes = engine.weight_store().stats().disk_bytes;
+  out.kv = engine.stats().kv;
+  out.weight_disk_bytes = engine.stats().weights.disk_bytes;
   out.weight_bytes = engine.weight_bytes();
   return out;
 }

@@ -13,6 +13,7 @@
 #include "runtime/core/error.h"
 #include "scheduler/engine.h"
 #include "tests/engine_run.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 using offgen::test::EngineRun;
@@ -37,14 +38,13 @@ std::vector<Request> requests() {
 
 EngineRun run(const std::string& model, const std::string& backend, const Policy& p,
               const std::vector<Request>& reqs, bool record_logits = true) {
-  const auto dir = std::filesystem::temp_directory_path() / "offgen-test-emulated-device";
-  std::filesystem::create_directories(dir);
+  const test::TempDir dir;
   EngineOptions eo;
   eo.model = model;
   eo.backend = parse_backend_kind(backend);
   eo.threads = 2;
   eo.policy = p;
-  eo.policy.offload_dir = dir.string();
+  eo.policy.offload_dir = dir.path();
   return run_engine(eo, reqs, record_logits);
 }
 
@@ -64,7 +64,7 @@ Policy placement(double wg, double wc, double cg, double cc, bool overlap, int g
 
 TEST_CASE("emulated device: every weight placement, overlap and split is the CPU backend bitwise",
           "[emulated]") {
-  for (const char* name : {"llama", "opt", "qwen2"}) {
+  for (const char* name : {"llama", "opt", "qwen2", "gemma3"}) {
     const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/" + name;
     INFO("model " << name);
     for (const char* kv : {"full", "h2o"}) {

@@ -13,6 +13,9 @@
 #include "runtime/loaders/model_loader.h"
 #include "scheduler/context_prompt.h"
 #include "scheduler/engine.h"
+#include "tests/engine_run.h"
+#include "tests/temp_dir.h"
+#include "scheduler/shared_context.h"
 
 using namespace offgen;
 
@@ -26,7 +29,7 @@ const std::vector<std::string> kQuestions = {"Code of Ann?", "Code of Bo?", "Loc
 
 struct Run {
   std::vector<Result> results;
-  std::map<std::pair<size_t, int64_t>, std::vector<float>> logits;
+  test::Logits logits;
   GenerationStats stats;
   int64_t context_bytes = 0, kept_pairs = 0;
   int untouched_checks = 0, touched = 0;
@@ -35,8 +38,8 @@ struct Run {
 Policy base_policy() {
   Policy p;
   p.gpu_batch_size = 4;
-  p.offload_dir = (std::filesystem::temp_directory_path() / "offgen-test-engine-context").string();
-  std::filesystem::create_directories(p.offload_dir);
+  static const test::TempDir dir;  // one per test process, removed at exit
+  p.offload_dir = dir.path();
   return p;
 }
 
@@ -91,9 +94,7 @@ Run run(const Policy& p, const std::vector<Request>& reqs, bool one_context = tr
       out.touched += bytes_of(*held) != snapshot;
     }
   };
-  cb.on_logits = [&](size_t i, int64_t step, std::span<const float> row) {
-    out.logits[{i, step}].assign(row.begin(), row.end());
-  };
+  test::record_logits(cb, out.logits);
   out.results = engine.generate(reqs, cb);
   out.stats = engine.last_stats();
   return out;

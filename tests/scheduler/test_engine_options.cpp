@@ -64,15 +64,36 @@ TEST_CASE("engine options: placements a GPU backend does not support are refused
 
 TEST_CASE("engine options: weight storages follow the backend's list", "[engine_options]") {
   EngineOptions eo = options(BackendKind::kCpu);
+  CHECK(refusal(eo).empty());  // f32
+  eo.weight_dtype = WeightMode::native_mode();
+  CHECK(refusal(eo).empty());
+  eo.weight_dtype = DType::kQ4_K;  // a GGML block format the CPU quantises to
+  CHECK(refusal(eo).empty());
   eo.weight_dtype = DType::kF16;
   CHECK_THAT(refusal(eo), Contains("--weight-dtype f16 is a storage of --backend cuda") &&
-                              Contains("--backend cpu takes f32 or bf16"));
+                              Contains("--backend cpu takes native, f32, bf16") &&
+                              Contains("GGML block formats"));
   eo.backend = BackendKind::kCuda;
   CHECK(refusal(eo).empty());
   eo.policy.compress_weight = true;  // q4g64 groups for an fp16 matmul
   CHECK(refusal(eo).empty());
+  eo.weight_dtype = WeightMode::native_mode();
+  CHECK(refusal(eo).empty());
   eo.weight_dtype = DType::kBF16;
   CHECK_THAT(refusal(eo), Contains("--compress-weight"));
-  eo.weight_dtype = DType::kQ8_0;  // not a --weight-dtype
-  CHECK_THAT(refusal(eo), Contains("--weight-dtype q8_0: expected f32, bf16 or f16"));
+}
+
+TEST_CASE("engine options: --weight-dtype text is parsed once, with the flag's message",
+          "[engine_options]") {
+  CHECK(WeightMode::parse("native") == WeightMode::native_mode());
+  CHECK(WeightMode::parse("q8_0") == WeightMode(DType::kQ8_0));
+  CHECK(WeightMode::parse("f16").name() == "f16");
+  CHECK(WeightMode::native_mode().name() == "native");
+  try {
+    WeightMode::parse("q4_k_m");
+    FAIL("q4_k_m parsed");
+  } catch (const Error& e) {
+    CHECK(e.category() == ErrorCategory::kConfig);
+    CHECK_THAT(std::string(e.what()), Contains("--weight-dtype q4_k_m: expected native, f32"));
+  }
 }

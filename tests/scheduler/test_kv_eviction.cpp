@@ -7,13 +7,15 @@
 #include <map>
 
 #include "scheduler/engine.h"
+#include "tests/engine_run.h"
 #include "tests/model_path.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 
 namespace {
 
-using Logits = std::map<std::pair<size_t, int64_t>, std::vector<float>>;  // (request, step) -> row
+using test::Logits;
 
 std::vector<Request> requests() {
   const std::vector<std::string> prompts = {
@@ -39,9 +41,8 @@ Policy policy(const std::string& kv, double budget, double cache_ram = 100, bool
   p.cache_gpu_percent = cache_ram;
   p.overlap = overlap;
   p.gpu_batch_size = batch;
-  const auto d = std::filesystem::temp_directory_path() / "offgen-test-kv-eviction";
-  std::filesystem::create_directories(d);
-  p.offload_dir = d.string();
+  static const test::TempDir dir;  // one per test process, removed at exit
+  p.offload_dir = dir.path();
   return p;
 }
 
@@ -52,9 +53,7 @@ Logits run(const Policy& p, const std::vector<Request>& reqs) {
   Engine engine(eo);
   Logits out;
   GenerateCallbacks cb;
-  cb.on_logits = [&](size_t i, int64_t step, std::span<const float> row) {
-    out[{i, step}].assign(row.begin(), row.end());
-  };
+  test::record_logits(cb, out);
   for (const Result& r : engine.generate(reqs, cb)) REQUIRE(r.error.empty());
   return out;
 }

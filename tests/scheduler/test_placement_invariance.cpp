@@ -10,7 +10,9 @@
 #include <fmt/format.h>
 
 #include "scheduler/engine.h"
+#include "tests/engine_run.h"
 #include "tests/model_path.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 
@@ -18,15 +20,14 @@ namespace {
 
 struct Run {
   std::vector<Result> results;
-  std::map<std::pair<size_t, int64_t>, std::vector<float>> logits;  // (request, step) -> row
+  test::Logits logits;  // (request, step) -> row
   GenerationStats stats;
   int64_t weight_disk_bytes = 0;
 };
 
 std::string offload_dir() {
-  const auto d = std::filesystem::temp_directory_path() / "offgen-test-placement";
-  std::filesystem::create_directories(d);
-  return d.string();
+  static const test::TempDir dir;  // one per test process, removed at exit
+  return dir.path();
 }
 
 std::vector<Request> requests() {
@@ -53,13 +54,10 @@ Run run(const Policy& p, const std::vector<Request>& reqs, bool keep_logits = tr
   Engine engine(eo);
   Run out;
   GenerateCallbacks cb;
-  if (keep_logits)
-    cb.on_logits = [&](size_t i, int64_t step, std::span<const float> row) {
-      out.logits[{i, step}].assign(row.begin(), row.end());
-    };
+  if (keep_logits) test::record_logits(cb, out.logits);
   out.results = engine.generate(reqs, cb);
   out.stats = engine.last_stats();
-  out.weight_disk_bytes = engine.weight_store().stats().disk_bytes;
+  out.weight_disk_bytes = engine.stats().weights.disk_bytes;
   return out;
 }
 
@@ -223,10 +221,11 @@ TEST_CASE("finished sequences' disk KV space is reused", "[model][io]") {
   Engine engine(eo);
   const auto results = engine.generate(reqs);
   for (const auto& r : results) CHECK(r.finish_reason != FinishReason::kError);
-  REQUIRE(engine.nvme() != nullptr);
+  const EngineStats stats = engine.stats();
+  REQUIRE(stats.disk.used);
   const ModelConfig& c = engine.config();
   // Every sequence here needs well under 32 slots per layer; 24 sequences ran.
   const uint64_t one_seq_upper = static_cast<uint64_t>(c.n_layers) * 2 * 8 * 4096;
-  CHECK(engine.nvme()->allocated_bytes() <= 2 * one_seq_upper);
-  CHECK(engine.kv_store().stats().disk_bytes == 0);
+  CHECK(static_cast<uint64_t>(stats.disk.allocated_bytes) <= 2 * one_seq_upper);
+  CHECK(stats.kv.disk_bytes == 0);
 }

@@ -12,7 +12,10 @@
 #include <cstring>
 #include <vector>
 
+#include "runtime/backend/cpu/cpu_kernels.h"
 #include "runtime/backend/cpu/gemm.h"
+#include "runtime/backend/cpu/qgemm.h"
+#include "runtime/core/formats.h"
 #include "runtime/core/error.h"
 #include "runtime/core/argmax.h"
 
@@ -20,10 +23,10 @@ namespace offgen {
 
 BackendCaps cpu_backend_caps(bool emulate_device) {
   BackendCaps c;
-  c.matmul_storages = BackendCaps::storage_bit(DType::kF32) |
-                      BackendCaps::storage_bit(DType::kBF16) |
-                      BackendCaps::storage_bit(DType::kQ4G64);
-  c.default_weight_dtype = DType::kF32;
+  // Every format with an entry in the CPU kernel table (f32, bf16, q4g64, GGML block formats).
+  for (const FormatTraits& f : all_formats())
+    if (cpu::cpu_matmul_kernel(f.type) != nullptr)
+      c.matmul_storages |= BackendCaps::storage_bit(f.type);
   c.default_prefill_chunk = 2048;
   c.calibrated_profile = !emulate_device;
   c.device_is_host = !emulate_device;
@@ -34,26 +37,40 @@ BackendCaps cpu_backend_caps(bool emulate_device) {
   return c;
 }
 
-CpuBackend::CpuBackend(int threads, DType weight_dtype, bool emulate_device)
-    : ctx_(threads), weight_dtype_(weight_dtype), emulate_device_(emulate_device) {
-  OFFGEN_CHECK(cpu_backend_caps(emulate_device).takes(weight_dtype), kConfig,
-               "cpu backend: weight dtype {} is not supported (f32, bf16 or q4g64)",
-               dtype_name(weight_dtype));
-  OFFGEN_CHECK(weight_dtype != DType::kBF16 || cpu::bf16_supported(), kConfig,
+CpuBackend::CpuBackend(int threads, WeightMode weights, bool emulate_device)
+    : ctx_(threads), weights_(weights), emulate_device_(emulate_device) {
+  if (weights.native) return;
+  const cpu::CpuMatmulKernel* k = cpu::cpu_matmul_kernel(weights.storage);
+  OFFGEN_CHECK(k != nullptr, kConfig,
+               "cpu backend: --weight-dtype {} is not a matmul storage here (native, f32, bf16, "
+               "q4g64 or a GGML block format such as q8_0, q4_k)",
+               dtype_name(weights.storage));
+  OFFGEN_CHECK(weights.storage != DType::kBF16 || cpu::bf16_supported(), kConfig,
                "cpu backend: bf16 weights need a CPU with AVX512-BF16 (use --weight-dtype f32)");
+  OFFGEN_CHECK(k->source == DType::kF32 || format_traits(weights.storage).quantize != nullptr,
+               kConfig, "cpu backend: weights cannot be converted to {} (a load-only format)",
+               dtype_name(weights.storage));
 }
 
-std::unique_ptr<Backend> make_cpu_backend(int threads, DType weight_dtype) {
-  return std::make_unique<CpuBackend>(threads, weight_dtype);
+std::unique_ptr<Backend> make_cpu_backend(int threads, WeightMode weights) {
+  return std::make_unique<CpuBackend>(threads, weights);
 }
 
-std::unique_ptr<Backend> make_emulated_device_backend(int threads, DType weight_dtype) {
-  return std::make_unique<CpuBackend>(threads, weight_dtype, true);
+std::unique_ptr<Backend> make_emulated_device_backend(int threads, WeightMode weights) {
+  return std::make_unique<CpuBackend>(threads, weights, true);
 }
 
 namespace {
 
 void free_aligned(void* p, void*) { std::free(p); }
+
+// GELU with the tanh approximation, as PyTorch's approximate="tanh":
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+float gelu_tanh(float x) {
+  constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+  constexpr float kKappa = 0.044715f;
+  return 0.5f * x * (1.0f + std::tanh(kBeta * (x + kKappa * x * x * x)));
+}
 
 }  // namespace
 
@@ -116,45 +133,65 @@ void CpuBackend::argmax_rows(const float* logits, int64_t n, int64_t vocab, int3
     out[i] = argmax_checked({logits + i * vocab, static_cast<size_t>(vocab)});
 }
 
-int64_t CpuBackend::weight_bytes(int64_t rows, int64_t cols) const {
-  if (weight_dtype_ == DType::kQ4G64) return cpu::packed_q4g64_bytes(rows, cols);
-  return weight_dtype_ == DType::kBF16 ? cpu::packed_bf16_bytes(rows, cols)
-                                       : cpu::packed_f32_bytes(rows, cols);
+DType CpuBackend::matmul_storage(DType src, int64_t cols) const {
+  auto usable = [cols](DType t) {
+    const cpu::CpuMatmulKernel* k = cpu::cpu_matmul_kernel(t);
+    return k != nullptr && k->available() &&
+           (format_traits(t).ggml_type == kNoGgmlType || cols % dtype_block_elems(t) == 0);
+  };
+  if (weights_.native) {
+    // GGML blocks as the file holds them; bf16 stays bf16 where the CPU multiplies it; other
+    // plain floats (f16, f32) become f32, exactly.
+    if (src != DType::kF16 && usable(src)) return src;
+    return DType::kF32;
+  }
+  if (usable(weights_.storage)) return weights_.storage;
+  // A block format whose blocks do not divide the rows: q8_0 if it does, else f32.
+  return usable(DType::kQ8_0) && format_traits(weights_.storage).ggml_type != kNoGgmlType
+             ? DType::kQ8_0
+             : DType::kF32;
+}
+
+int64_t CpuBackend::weight_bytes(DType storage, int64_t rows, int64_t cols) const {
+  const cpu::CpuMatmulKernel* k = cpu::cpu_matmul_kernel(storage);
+  OFFGEN_CHECK(k != nullptr, kInternal, "cpu backend: no matmul storage {}", dtype_name(storage));
+  return (k->packed_bytes(storage, rows, cols) + 63) / 64 * 64;
 }
 
 WeightView CpuBackend::prepare_weight_into(DType src_type, const void* src, int64_t rows,
                                            int64_t cols, void* dst) {
-  // Dequantise 16-row panels and pack them; panels are independent, so threads split them.
-  const int64_t row_bytes = dtype_bytes(src_type, cols);
-  const auto* s = static_cast<const uint8_t*>(src);
-  if (weight_dtype_ == DType::kQ4G64) {  // 64-row chunks, quantised in the GEMM's packed order
-    ctx_.parallel_for((rows + 63) / 64, 1, [&](int64_t c0, int64_t c1) {
-      std::vector<float> tmp(64 * cols);
-      for (int64_t c = c0; c < c1; ++c) {
-        const int64_t r0 = c * 64, nr = std::min<int64_t>(64, rows - r0);
-        for (int64_t r = 0; r < nr; ++r)
-          dequantize_row(src_type, s + (r0 + r) * row_bytes, tmp.data() + r * cols, cols);
-        cpu::pack_q4g64(tmp.data(), nr, cols,
-                        static_cast<uint8_t*>(dst) + c * cols * kQ4G64Bytes);
-      }
-    });
-    return WeightView{rows, cols, src_type, dst};
+  const DType storage = matmul_storage(src_type, cols);
+  const cpu::CpuMatmulKernel* k = cpu::cpu_matmul_kernel(storage);
+  OFFGEN_CHECK(k != nullptr, kInternal, "cpu backend: no matmul storage {}", dtype_name(storage));
+  const WeightView view{rows, cols, storage, dst};
+  if (k->source == src_type) {  // the rows are already in the format the packer reads
+    k->pack(storage, src, rows, cols, dst);
+    return view;
   }
-  const int64_t panels = (rows + 15) / 16;
-  ctx_.parallel_for(panels, 4, [&](int64_t p0, int64_t p1) {
-    std::vector<float> tmp(16 * cols);
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t r0 = p * 16, nr = std::min<int64_t>(16, rows - r0);
+  // Converted chunk by chunk (independent, so threads split them): source rows -> fp32 -> the
+  // packer's row format (a quantiser when the storage is a block format) -> packed.
+  const int64_t row_bytes = dtype_bytes(src_type, cols);
+  const int64_t src_row = dtype_bytes(k->source, cols);
+  const int64_t cr = k->chunk_rows;
+  const int64_t chunk = k->chunk_bytes(storage, cols);
+  const auto* s = static_cast<const uint8_t*>(src);
+  ctx_.parallel_for((rows + cr - 1) / cr, cr >= 64 ? 1 : 4, [&](int64_t c0, int64_t c1) {
+    std::vector<float> tmp(cr * cols);
+    std::vector<uint8_t> conv(k->source == DType::kF32 ? 0 : cr * src_row);
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t r0 = c * cr, nr = std::min<int64_t>(cr, rows - r0);
       for (int64_t r = 0; r < nr; ++r)
         dequantize_row(src_type, s + (r0 + r) * row_bytes, tmp.data() + r * cols, cols);
-      if (weight_dtype_ == DType::kBF16)
-        cpu::pack_bf16(tmp.data(), nr, cols,
-                       static_cast<uint16_t*>(dst) + cpu::packed_bf16_bytes(16, cols) / 2 * p);
-      else
-        cpu::pack_f32(tmp.data(), nr, cols, static_cast<float*>(dst) + p * 16 * cols);
+      const void* rows_in = tmp.data();
+      if (!conv.empty()) {
+        for (int64_t r = 0; r < nr; ++r)
+          quantize_row(k->source, tmp.data() + r * cols, conv.data() + r * src_row, cols);
+        rows_in = conv.data();
+      }
+      k->pack(storage, rows_in, nr, cols, static_cast<uint8_t*>(dst) + c * chunk);
     }
   });
-  return WeightView{rows, cols, src_type, dst};
+  return view;
 }
 
 Weight CpuBackend::prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) {
@@ -168,16 +205,10 @@ Weight CpuBackend::prepare_table(DType src_type, const void* src, int64_t rows, 
   return w;
 }
 
-void CpuBackend::matmul(const float* x, int64_t m, const WeightView& w, float* y) {
-  if (weight_dtype_ == DType::kQ4G64)
-    cpu::gemm_q4g64(x, m, w.cols, static_cast<const uint8_t*>(w.data), w.rows, w.cols, y, w.rows,
-                    ctx_);
-  else if (weight_dtype_ == DType::kBF16)
-    cpu::gemm_bf16(x, m, w.cols, static_cast<const uint16_t*>(w.data), w.rows, w.cols, y, w.rows,
-                   ctx_);
-  else
-    cpu::gemm_f32(x, m, w.cols, static_cast<const float*>(w.data), w.rows, w.cols, y, w.rows,
-                  ctx_);
+void CpuBackend::matmul(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy) {
+  const cpu::CpuMatmulKernel* k = cpu::cpu_matmul_kernel(w.dtype);
+  OFFGEN_CHECK(k != nullptr, kInternal, "cpu backend: no matmul kernel for {}", dtype_name(w.dtype));
+  k->gemm(w.dtype, x, m, w.cols, w.data, w.rows, w.cols, y, ldy > 0 ? ldy : w.rows, ctx_);
 }
 
 void CpuBackend::rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
@@ -195,15 +226,29 @@ void CpuBackend::rms_norm(const float* x, const float* gamma, int64_t m, int64_t
   });
 }
 
+void CpuBackend::head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
+                               int64_t head_dim, float eps, int64_t token_stride) {
+  if (token_stride == 0) token_stride = n_heads * head_dim;
+  // Each head's vector as rms_norm normalises a row: the same arithmetic, in place.
+  ctx_.parallel_for(n_tokens * n_heads, 16, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      float* v = x + (r / n_heads) * token_stride + (r % n_heads) * head_dim;
+      float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+      for (int64_t i = 0; i < head_dim; ++i) ss += v[i] * v[i];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(head_dim) + eps);
+      for (int64_t i = 0; i < head_dim; ++i) v[i] = v[i] * inv * gamma[i];
+    }
+  });
+}
+
 void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-                      const int32_t* positions, float theta, RopeStyle style,
+                      const int32_t* positions, std::span<const float> inv_freq, RopeStyle style,
                       int64_t token_stride) {
   if (token_stride == 0) token_stride = n_heads * head_dim;
   const int64_t half = head_dim / 2;
-  std::vector<float> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i)
-    inv_freq[i] = static_cast<float>(1.0 / std::pow(static_cast<double>(theta),
-                                                    static_cast<double>(2 * i) / head_dim));
+  OFFGEN_CHECK(static_cast<int64_t>(inv_freq.size()) == half, kInternal,
+               "rope: {} inverse frequencies for head_dim {}", inv_freq.size(), head_dim);
   ctx_.parallel_for(n_tokens, 8, [&](int64_t b, int64_t e) {
     std::vector<float> cs(half), sn(half);
     for (int64_t t = b; t < e; ++t) {
@@ -234,6 +279,18 @@ void CpuBackend::swiglu(const float* gate, const float* up, int64_t m, int64_t n
       const float* u = up + r * stride;
       float* o = out + r * n;
       for (int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    }
+  });
+}
+
+void CpuBackend::geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
+                       float* out) {
+  ctx_.parallel_for(m, 4, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* g = gate + r * stride;
+      const float* u = up + r * stride;
+      float* o = out + r * n;
+      for (int64_t i = 0; i < n; ++i) o[i] = gelu_tanh(g[i]) * u[i];
     }
   });
 }
@@ -271,6 +328,16 @@ void CpuBackend::add(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+void CpuBackend::scale(float* x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void CpuBackend::softcap(float* x, float cap, int64_t n) {
+  ctx_.parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) x[i] = std::tanh(x[i] / cap) * cap;
+  });
+}
+
 void CpuBackend::add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride) {
   if (stride == 0) stride = n;
   for (int64_t r = 0; r < m; ++r) {
@@ -286,6 +353,23 @@ void CpuBackend::embedding(const WeightView& table, const int32_t* ids, int64_t 
     OFFGEN_CHECK(ids[i] >= 0 && ids[i] < table.rows, kInput, "token id {} outside vocabulary of {}",
                  ids[i], table.rows);
     dequantize_row(table.dtype, base + ids[i] * row_bytes, out + i * table.cols, table.cols);
+  }
+}
+
+bool CpuBackend::can_gather_weight_rows(DType storage) const {
+  return cpu::quant_gemm_supported(storage);  // GGML blocks: their packing is lossless
+}
+
+void CpuBackend::gather_weight_rows(const WeightView& w, const int32_t* ids, int64_t n,
+                                    float* out) {
+  OFFGEN_CHECK(can_gather_weight_rows(w.dtype), kInternal, "cpu backend: cannot gather rows of {}",
+               dtype_name(w.dtype));
+  std::vector<uint8_t> row(dtype_bytes(w.dtype, w.cols));
+  for (int64_t i = 0; i < n; ++i) {
+    OFFGEN_CHECK(ids[i] >= 0 && ids[i] < w.rows, kInput, "token id {} outside vocabulary of {}",
+                 ids[i], w.rows);
+    cpu::unpack_quant_rows(w.dtype, w.data, w.rows, w.cols, ids[i], 1, row.data());
+    dequantize_row(w.dtype, row.data(), out + i * w.cols, w.cols);
   }
 }
 
@@ -425,6 +509,13 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
   const int64_t hd = a.head_dim;
   const int64_t row_stride = a.n_heads * hd;
   const int64_t slot_stride = a.n_kv_heads * hd;
+  const int64_t window = a.window;
+  for (int64_t s = 0; s < n_seqs && window > 0; ++s) {
+    OFFGEN_CHECK(a.kv[s].prefix == nullptr, kConfig,
+                 "attention: a sliding window over a shared context is not supported");
+    OFFGEN_CHECK(a.kv[s].pos == nullptr || a.positions != nullptr, kInternal,
+                 "attention: a window over tables with metadata needs the rows' positions");
+  }
   // One task per (sequence, KV head): each key block is transposed once for the whole query
   // group. A task's arithmetic does not depend on the batch.
   ctx_.parallel_for(n_seqs * a.n_kv_heads, 1, [&](int64_t b, int64_t e) {
@@ -436,6 +527,12 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
       const KvSeqView& kv = a.kv[s];
       const float* kbase = kv.k + kvh * hd;
       const float* vbase = kv.v + kvh * hd;
+      // A window over a table with metadata masks by the keys' positions; over one without, row t
+      // sees slots from first_slot(t) on.
+      const int32_t* key_pos = window > 0 && kv.pos ? kv.pos + kvh * kv.capacity : nullptr;
+      auto first_slot = [&](int64_t t) {
+        return window > 0 && !key_pos ? std::max<int64_t>(0, sp.n_past + t + 1 - window) : 0;
+      };
       // A shared context's keys come first, visible to every row; then the sequence's slots.
       const int64_t n_pre = kv.prefix ? kv.prefix->len[kvh] : 0;
       const int64_t n_keys = sp.n_past + sp.n_new;
@@ -450,14 +547,19 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
           score_rows(q + sp.row_begin * row_stride + (kvh * group + g) * hd, row_stride, sp.n_new,
                      kt.data(), hd, a.scale, scores.data() + g * head_scores + j0, width);
       }
-      // Q·Kᵀ by blocks of 16 keys; row t (position n_past + t) needs keys [0, n_past + t].
-      for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
+      // Q·Kᵀ by blocks of 16 keys; row t (position n_past + t) needs keys [first_slot(t),
+      // n_past + t]: rows [t0, t1) need this block.
+      for (int64_t j0 = first_slot(0) / kKeyBlock * kKeyBlock; j0 < n_keys; j0 += kKeyBlock) {
         const int64_t nk = std::min(kKeyBlock, n_keys - j0);
-        transpose_keys(kbase + j0 * slot_stride, slot_stride, nk, hd, kt.data());
         const int64_t t0 = std::max<int64_t>(0, j0 - sp.n_past);
+        const int64_t t1 = window > 0 && !key_pos
+                               ? std::min(sp.n_new, j0 + nk + window - sp.n_past - 1)
+                               : sp.n_new;
+        if (t1 <= t0) continue;
+        transpose_keys(kbase + j0 * slot_stride, slot_stride, nk, hd, kt.data());
         for (int64_t g = 0; g < group; ++g)
           score_rows(q + (sp.row_begin + t0) * row_stride + (kvh * group + g) * hd, row_stride,
-                     sp.n_new - t0, kt.data(), hd, a.scale,
+                     t1 - t0, kt.data(), hd, a.scale,
                      scores.data() + g * head_scores + t0 * width + pre_width + j0, width);
       }
       for (int64_t g = 0; g < group; ++g) {
@@ -466,28 +568,39 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
           float* pre = scores.data() + g * head_scores + t * width;
           float* sc = pre + pre_width;
           const int64_t n_vis = sp.n_past + t + 1;
+          const int64_t lo = first_slot(t);
+          if (a.softcap > 0) {
+            for (int64_t j = 0; j < n_pre; ++j) pre[j] = std::tanh(pre[j] / a.softcap) * a.softcap;
+            for (int64_t j = lo; j < n_vis; ++j) sc[j] = std::tanh(sc[j] / a.softcap) * a.softcap;
+          }
+          if (key_pos) {
+            const int64_t oldest = static_cast<int64_t>(a.positions[sp.row_begin + t]) - window;
+            for (int64_t j = 0; j < n_vis; ++j)
+              if (key_pos[j] <= oldest) sc[j] = -INFINITY;
+          }
           float mx = -INFINITY;
           for (int64_t j = 0; j < n_pre; ++j) mx = std::max(mx, pre[j]);
-          for (int64_t j = 0; j < n_vis; ++j) mx = std::max(mx, sc[j]);
+          for (int64_t j = lo; j < n_vis; ++j) mx = std::max(mx, sc[j]);
           float sum = 0.0f;
           for (int64_t j = 0; j < n_pre; ++j) {
             pre[j] = std::exp(pre[j] - mx);
             sum += pre[j];
           }
-          for (int64_t j = 0; j < n_vis; ++j) {
+          for (int64_t j = lo; j < n_vis; ++j) {
             sc[j] = std::exp(sc[j] - mx);
             sum += sc[j];
           }
           const float inv = 1.0f / sum;
           float* o = out + (sp.row_begin + t) * row_stride + h * hd;
           if (n_pre > 0) weighted_sum(pre, inv, n_pre, kv.prefix->v[kvh], hd, hd, o);
-          weighted_sum(sc, inv, n_vis, vbase, slot_stride, hd, o, n_pre > 0);
+          weighted_sum(sc + lo, inv, n_vis - lo, vbase + lo * slot_stride, slot_stride, hd, o,
+                       n_pre > 0);
           if (!a.stats.empty() && a.stats[s].col_sum && t >= a.stats[s].first_row) {
             // Policy statistics of the sequence's own slots: this task owns (s, kvh)'s columns.
             const AttentionStats& st = a.stats[s];
             float* cs = st.col_sum + kvh * st.capacity;
             float* cm = st.col_max + kvh * st.capacity;
-            for (int64_t j = 0; j < n_vis; ++j) {
+            for (int64_t j = lo; j < n_vis; ++j) {
               const float p = sc[j] * inv;
               cs[j] += p;
               cm[j] = std::max(cm[j], p);

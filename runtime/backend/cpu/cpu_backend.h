@@ -13,10 +13,12 @@ BackendCaps cpu_backend_caps(bool emulate_device);
 
 class CpuBackend final : public Backend {
  public:
-  // weight_dtype: kF32 (exact, default) or kBF16 (half the bytes, ~2x GEMM; needs AVX512-BF16)
-  // or kQ4G64 (FlexGen 4-bit groups, ~1/7 of f32; dequantised to fp32 inside matmul, see gemm.h).
-  // emulate_device: see make_emulated_device_backend (backend.h).
-  explicit CpuBackend(int threads, DType weight_dtype = DType::kF32, bool emulate_device = false);
+  // weights: f32 (exact, default), bf16 (half the bytes, ~2x GEMM; needs AVX512-BF16), q4g64
+  // (FlexGen 4-bit groups; dequantised to fp32 inside matmul, see gemm.h), a GGML block format to
+  // quantise to (q8_0, q4_k, ...: the integer GEMM of qgemm.h), or native (GGML blocks as the file
+  // holds them, bf16 as bf16, other floats as f32). emulate_device: see
+  // make_emulated_device_backend (backend.h).
+  explicit CpuBackend(int threads, WeightMode weights = DType::kF32, bool emulate_device = false);
   BackendKind kind() const override {
     return emulate_device_ ? BackendKind::kCpuEmulatedDevice : BackendKind::kCpu;
   }
@@ -36,30 +38,38 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Event> make_event() override;
   void argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out) override;
 
-  int64_t weight_bytes(int64_t rows, int64_t cols) const override;
+  DType matmul_storage(DType src, int64_t cols) const override;
+  int64_t weight_bytes(DType storage, int64_t rows, int64_t cols) const override;
   WeightView prepare_weight_into(DType src_type, const void* src, int64_t rows, int64_t cols,
                                  void* dst) override;
   Weight prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) override;
-  void matmul(const float* x, int64_t m, const WeightView& w, float* y) override;
+  void matmul(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy = 0) override;
   void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
                 float* y) override;
-  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-            const int32_t* positions, float theta, RopeStyle style,
-            int64_t token_stride = 0) override;
+  void head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
+                     int64_t head_dim, float eps, int64_t token_stride = 0) override;
+  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+            std::span<const float> inv_freq, RopeStyle style, int64_t token_stride = 0) override;
   void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
               float* out) override;
+  void geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
+             float* out) override;
   void layer_norm(const float* x, const float* gamma, const float* beta, int64_t m, int64_t d,
                   float eps, float* y) override;
   void relu(float* x, int64_t n) override;
   void gelu(float* x, int64_t n) override;
   void add(float* y, const float* x, int64_t n) override;
+  void scale(float* x, float s, int64_t n) override;
+  void softcap(float* x, float cap, int64_t n) override;
   void add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride = 0) override;
   void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) override;
+  bool can_gather_weight_rows(DType storage) const override;
+  void gather_weight_rows(const WeightView& w, const int32_t* ids, int64_t n, float* out) override;
   void attention(const float* q, const AttentionArgs& args, float* out) override;
 
  private:
   ThreadContext ctx_;
-  DType weight_dtype_;
+  WeightMode weights_;
   bool emulate_device_;
   cpu::SyncStream compute_;
 };

@@ -19,7 +19,10 @@ void f32_gemm(DType, const float* x, int64_t m, int64_t ldx, const void* p, int6
   gemm_f32(x, m, ldx, static_cast<const float*>(p), n, k, y, ldy, ctx);
 }
 
+int64_t f32_chunk(DType, int64_t k) { return packed_f32_bytes(16, k); }
+
 int64_t bf16_bytes(DType, int64_t n, int64_t k) { return packed_bf16_bytes(n, k); }
+int64_t bf16_chunk(DType, int64_t k) { return packed_bf16_bytes(16, k); }
 void bf16_pack(DType, const void* w, int64_t n, int64_t k, void* dst) {
   pack_bf16(static_cast<const float*>(w), n, k, static_cast<uint16_t*>(dst));
 }
@@ -29,6 +32,8 @@ void bf16_gemm(DType, const float* x, int64_t m, int64_t ldx, const void* p, int
 }
 
 int64_t q4g64_bytes(DType, int64_t n, int64_t k) { return packed_q4g64_bytes(n, k); }
+// A 64-row chunk is k blocks; only the whole weight's size is rounded up to 64 bytes.
+int64_t q4g64_chunk(DType, int64_t k) { return k * kQ4G64Bytes; }
 void q4g64_pack(DType, const void* w, int64_t n, int64_t k, void* dst) {
   pack_q4g64(static_cast<const float*>(w), n, k, static_cast<uint8_t*>(dst));
 }
@@ -36,6 +41,8 @@ void q4g64_gemm(DType, const float* x, int64_t m, int64_t ldx, const void* p, in
                 float* y, int64_t ldy, ThreadContext& ctx) {
   gemm_q4g64(x, m, ldx, static_cast<const uint8_t*>(p), n, k, y, ldy, ctx);
 }
+
+int64_t quant_chunk(DType t, int64_t k) { return packed_quant_bytes(t, 16, k); }
 
 void quant_gemm(DType t, const float* x, int64_t m, int64_t ldx, const void* p, int64_t n,
                 int64_t k, float* y, int64_t ldy, ThreadContext& ctx) {
@@ -46,12 +53,14 @@ struct Table {
   CpuMatmulKernel rows[kDTypeCount] = {};
   bool present[kDTypeCount] = {};
   Table() {
-    add({DType::kF32, DType::kF32, always, f32_bytes, f32_pack, f32_gemm});
-    add({DType::kBF16, DType::kF32, bf16_supported, bf16_bytes, bf16_pack, bf16_gemm});
-    add({DType::kQ4G64, DType::kF32, always, q4g64_bytes, q4g64_pack, q4g64_gemm});
+    add({DType::kF32, DType::kF32, always, f32_bytes, f32_pack, 16, f32_chunk, f32_gemm});
+    add({DType::kBF16, DType::kF32, bf16_supported, bf16_bytes, bf16_pack, 16, bf16_chunk,
+         bf16_gemm});
+    add({DType::kQ4G64, DType::kF32, always, q4g64_bytes, q4g64_pack, 64, q4g64_chunk,
+         q4g64_gemm});
     for (const FormatTraits& f : all_formats())
       if (quant_gemm_supported(f.type))
-        add({f.type, f.type, always, packed_quant_bytes, pack_quant, quant_gemm});
+        add({f.type, f.type, always, packed_quant_bytes, pack_quant, 16, quant_chunk, quant_gemm});
   }
   void add(const CpuMatmulKernel& k) {
     rows[static_cast<int>(k.type)] = k;

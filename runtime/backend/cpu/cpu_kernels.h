@@ -19,6 +19,10 @@ struct CpuMatmulKernel {
   int64_t (*packed_bytes)(DType t, int64_t n, int64_t k);
   // n rows of k elements in `source` format (row r at r * dtype_bytes(source, k)) -> dst.
   void (*pack)(DType t, const void* rows, int64_t n, int64_t k, void* dst);
+  // Packing is independent per chunk of `chunk_rows` rows: rows [c * chunk_rows, ...) pack to
+  // dst + c * chunk_bytes(t, k) (so a large conversion can go chunk by chunk, in parallel).
+  int64_t chunk_rows;
+  int64_t (*chunk_bytes)(DType t, int64_t k);
   // y[m][ldy] = x[m][ldx] · Wᵀ, batch-invariant (gemm.h, qgemm.h).
   void (*gemm)(DType t, const float* x, int64_t m, int64_t ldx, const void* packed, int64_t n,
                int64_t k, float* y, int64_t ldy, ThreadContext& ctx);

@@ -199,8 +199,11 @@ std::string_view quant_path_name(QuantPath p) {
 
 bool quant_path_available(QuantPath p) { return p == QuantPath::kAuto || kernels(p) != nullptr; }
 
-QuantPath quant_path_auto(int64_t m) {
-  if (m >= 16 && quant_path_available(QuantPath::kAmx)) return QuantPath::kAmx;
+QuantPath quant_path_auto(DType t, int64_t m) {
+  const FormatTraits& f = format_traits(t);
+  if (m >= 32 && f.sub_elems == 32 && f.min_kind != MinKind::kInt &&
+      quant_path_available(QuantPath::kAmx))
+    return QuantPath::kAmx;
   for (QuantPath p : {QuantPath::kAvx512Vnni, QuantPath::kAvxVnni, QuantPath::kAvx2})
     if (quant_path_available(p)) return p;
   return QuantPath::kScalar;
@@ -268,7 +271,7 @@ void gemm_quant(DType t, const float* x, int64_t m, int64_t ldx, const void* pac
                 int64_t k, float* y, int64_t ldy, ThreadContext& ctx, QuantPath path) {
   if (m <= 0 || n <= 0) return;
   const Geometry g = geometry(t, n, k);
-  if (path == QuantPath::kAuto) path = quant_path_auto(m);
+  if (path == QuantPath::kAuto) path = quant_path_auto(t, m);
   const QRunFn* table = kernels(path);
   OFFGEN_CHECK(table != nullptr, kConfig, "quantised GEMM path {} is not available here",
                quant_path_name(path));

@@ -20,8 +20,11 @@ enum class QuantPath { kAuto, kScalar, kAvx2, kAvxVnni, kAvx512Vnni, kAmx };
 std::string_view quant_path_name(QuantPath p);
 // Compiled in and supported by this CPU (kAmx: also permitted by the kernel). kAuto: always.
 bool quant_path_available(QuantPath p);
-// The path kAuto takes for m rows (AMX tiles for m >= 16 where available, else the widest VNNI).
-QuantPath quant_path_auto(int64_t m);
+// The path kAuto takes for m rows of format t, by measurement (bench/gemm/RESULTS_gemm.md): AMX
+// tiles for m >= 32 where available and t has 32-element sub-blocks without integer mins (Q4_0,
+// Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS: one tile product per epilogue of 16 x 16 outputs), else
+// the widest VNNI (AVX-512, AVX-VNNI, AVX2, scalar).
+QuantPath quant_path_auto(DType t, int64_t m);
 
 // t has an integer kernel here (the GGML weight formats above; not Q8_K, plain floats or q4g64).
 bool quant_gemm_supported(DType t);
@@ -41,7 +44,7 @@ void unpack_quant_rows(DType t, const void* packed, int64_t n, int64_t k, int64_
 
 // y[m][ldy] = x[m][ldx] · Wᵀ for the packed W (n output columns). Threads split the panels (and
 // the rows for large m); results do not depend on the split. Non-finite activations make their
-// block's products NaN. path kAuto picks quant_path_auto(m); another path must be available.
+// block's products NaN. path kAuto picks quant_path_auto(t, m); another path must be available.
 void gemm_quant(DType t, const float* x, int64_t m, int64_t ldx, const void* packed, int64_t n,
                 int64_t k, float* y, int64_t ldy, ThreadContext& ctx,
                 QuantPath path = QuantPath::kAuto);

@@ -7,6 +7,9 @@
 // shared memory once for all the block's pairs; each warp scores one key per lane, folds the tile
 // into its pairs' online softmax (running max and sum) and accumulates the outputs, lane i owning
 // dimensions i, i + 32, ... Prefill (many rows) and decode (one row) use the same kernel.
+// Scores may be soft-capped, and a sliding window hides the keys a row is too far from (by slot
+// for tables of consecutive positions, whose earlier key tiles are skipped; by the keys' recorded
+// positions for tables that evict).
 //
 // Statistics kernel (KV policies): the softmax probability each own slot received, summed and
 // maxed over the head's query group and the rows from first_row on, as the CPU backend defines
@@ -34,6 +37,19 @@ __device__ float warp_sum(float v) {
   return v;
 }
 
+// Whether own slot `s` is outside row t's sliding window (see AttnMask, AttnSeq::key_pos).
+__device__ bool outside_window(const AttnMask& mask, const AttnSeq& sd, int kvh, int64_t t,
+                               int64_t s) {
+  if (mask.window <= 0) return false;
+  if (sd.key_pos == nullptr) return s + mask.window <= sd.n_past + t;
+  const int64_t oldest = static_cast<int64_t>(mask.q_pos[sd.row_begin + t]) - mask.window;
+  return sd.key_pos[kvh * sd.pos_capacity + s] <= oldest;
+}
+
+__device__ float shape_score(const AttnMask& mask, float s) {
+  return mask.softcap > 0.0f ? tanhf(s / mask.softcap) * mask.softcap : s;
+}
+
 size_t main_smem(int64_t hd) {
   return static_cast<size_t>(kKeys * (hd + 1) + kKeys * hd + kAttnPairs * hd) * sizeof(float);
 }
@@ -45,7 +61,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     attention_kernel(const float* __restrict__ q, float* __restrict__ out, float2* __restrict__ ml,
                      const AttnTile* __restrict__ tiles, const AttnSeq* __restrict__ seqs,
                      const PrefixHead* __restrict__ prefix, int n_heads, int n_kv, int hd,
-                     float scale) {
+                     float scale, AttnMask mask) {
   extern __shared__ float smem[];
   const int kstride = hd + 1;
   float* ks = smem;                   // [kKeys][hd + 1]
@@ -80,7 +96,11 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     for (int i = 0; i < DPL; ++i) o[pp][i] = 0.0f;
   }
 
-  for (int64_t j0 = 0; j0 < n_total; j0 += kKeys) {
+  // Keys before the first row's window (slot tables of consecutive positions) are skipped.
+  int64_t j_begin = 0;
+  if (mask.window > 0 && sd.key_pos == nullptr)
+    j_begin = max(int64_t{0}, sd.n_past + tile.t0 + 1 - mask.window) / kKeys * kKeys;
+  for (int64_t j0 = j_begin; j0 < n_total; j0 += kKeys) {
     __syncthreads();  // the previous tile is consumed (and, first, the queries are in place)
     for (int idx = threadIdx.x; idx < kKeys * hd; idx += blockDim.x) {
       const int j = idx / hd, d = idx % hd;
@@ -104,14 +124,15 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       if (p < pairs) {  // uniform across the warp
         const int64_t t = tile.t0 + p / tile.ng;
         const int64_t J = j0 + lane;
-        const bool visible = J < n_pre || (J < n_total && J - n_pre <= sd.n_past + t);
+        const bool visible = J < n_pre || (J < n_total && J - n_pre <= sd.n_past + t &&
+                                           !outside_window(mask, sd, kvh, t, J - n_pre));
         float s = -INFINITY;
         if (visible) {
           const float* qp = qs + p * hd;
           const float* kp = ks + lane * kstride;
           float acc = 0.0f;
           for (int d = 0; d < hd; ++d) acc = fmaf(qp[d], kp[d], acc);
-          s = acc * scale;
+          s = shape_score(mask, acc * scale);
         }
         const float tile_max = warp_max(s);
         if (tile_max != -INFINITY) {
@@ -155,7 +176,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
 __global__ void __launch_bounds__(kStatCols)
     attention_stats_kernel(const float* __restrict__ q, const float2* __restrict__ ml,
                            const StatTile* __restrict__ tiles, const AttnSeq* __restrict__ seqs,
-                           int n_heads, int n_kv, int hd, float scale) {
+                           int n_heads, int n_kv, int hd, float scale, AttnMask mask) {
   extern __shared__ float smem[];
   const int kstride = hd + 1;
   float* ks = smem;                      // [kStatCols][hd + 1]
@@ -185,12 +206,12 @@ __global__ void __launch_bounds__(kStatCols)
       for (int d = threadIdx.x; d < hd; d += blockDim.x)
         qv[d] = q[(sd.row_begin + t) * row_stride + static_cast<int64_t>(h) * hd + d];
       __syncthreads();
-      if (j < n_keys && j <= sd.n_past + t) {
+      if (j < n_keys && j <= sd.n_past + t && !outside_window(mask, sd, kvh, t, j)) {
         const float* kp = ks + threadIdx.x * kstride;
         float acc = 0.0f;
         for (int d = 0; d < hd; ++d) acc = fmaf(qv[d], kp[d], acc);
         const float2 r = ml[(sd.row_begin + t) * n_heads + h];
-        const float p = expf(acc * scale - r.x) / r.y;
+        const float p = expf(shape_score(mask, acc * scale) - r.x) / r.y;
         sum += p;
         mx = fmaxf(mx, p);
         any = true;
@@ -208,11 +229,11 @@ __global__ void __launch_bounds__(kStatCols)
 template <int DPL>
 void launch_main(const float* q, float* out, float* ml, const AttnTile* tiles, int64_t n_tiles,
                  const AttnSeq* seqs, const PrefixHead* prefix, int64_t n_heads, int64_t n_kv,
-                 int64_t hd, float scale, cudaStream_t stream) {
+                 int64_t hd, float scale, const AttnMask& mask, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_kv));
   attention_kernel<DPL><<<grid, kAttnWarps * 32, main_smem(hd), stream>>>(
       q, out, reinterpret_cast<float2*>(ml), tiles, seqs, prefix, static_cast<int>(n_heads),
-      static_cast<int>(n_kv), static_cast<int>(hd), scale);
+      static_cast<int>(n_kv), static_cast<int>(hd), scale, mask);
   OFFGEN_CUDA_LAUNCHED();
 }
 
@@ -250,27 +271,27 @@ int64_t attention_init(int device) {
 
 void attention(const float* q, float* out, float* ml, const AttnTile* tiles, int64_t n_tiles,
                const AttnSeq* seqs, const PrefixHead* prefix, int64_t n_heads, int64_t n_kv_heads,
-               int64_t head_dim, float scale, cudaStream_t stream) {
+               int64_t head_dim, float scale, const AttnMask& mask, cudaStream_t stream) {
   if (n_tiles == 0) return;  // head_dim in 1..256: checked by the caller
   if (head_dim <= 64)
     launch_main<2>(q, out, ml, tiles, n_tiles, seqs, prefix, n_heads, n_kv_heads, head_dim, scale,
-                   stream);
+                   mask, stream);
   else if (head_dim <= 128)
     launch_main<4>(q, out, ml, tiles, n_tiles, seqs, prefix, n_heads, n_kv_heads, head_dim, scale,
-                   stream);
+                   mask, stream);
   else
     launch_main<8>(q, out, ml, tiles, n_tiles, seqs, prefix, n_heads, n_kv_heads, head_dim, scale,
-                   stream);
+                   mask, stream);
 }
 
 void attention_stats(const float* q, const float* ml, const StatTile* tiles, int64_t n_tiles,
                      const AttnSeq* seqs, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                     float scale, cudaStream_t stream) {
+                     float scale, const AttnMask& mask, cudaStream_t stream) {
   if (n_tiles == 0) return;
   const dim3 grid(static_cast<unsigned>(n_tiles), static_cast<unsigned>(n_kv_heads));
   attention_stats_kernel<<<grid, kStatCols, stats_smem(head_dim), stream>>>(
       q, reinterpret_cast<const float2*>(ml), tiles, seqs, static_cast<int>(n_heads),
-      static_cast<int>(n_kv_heads), static_cast<int>(head_dim), scale);
+      static_cast<int>(n_kv_heads), static_cast<int>(head_dim), scale, mask);
   OFFGEN_CUDA_LAUNCHED();
 }
 

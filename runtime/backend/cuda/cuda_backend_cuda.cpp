@@ -6,6 +6,8 @@
 
 #include "runtime/backend/cuda/cuda_backend.h"
 #include "runtime/backend/cuda/cuda_backend_cuda.h"
+#include "runtime/backend/cuda/cuda_quant_cuda.h"
+#include "runtime/core/formats.h"
 #include "runtime/backend/cuda/cuda_common_cuda.h"
 #include "runtime/core/error.h"
 
@@ -35,19 +37,23 @@ bool cuda_available(std::string* why, int device) {
   return true;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device, int threads, DType weight_dtype) {
+std::unique_ptr<Backend> make_cuda_backend(int device, int threads, WeightMode weights) {
   std::string why;
   OFFGEN_CHECK(cuda_available(&why, device), kResource, "--backend cuda: {}", why);
-  return std::make_unique<cuda::CudaBackend>(device, threads, weight_dtype);
+  return std::make_unique<cuda::CudaBackend>(device, threads, weights);
 }
 
 namespace cuda {
 
-CudaBackend::CudaBackend(int device, int threads, DType weight_dtype)
-    : device_(device), weight_dtype_(weight_dtype) {
-  OFFGEN_CHECK(cuda_backend_caps().takes(weight_dtype), kConfig,
-               "cuda backend: weight dtype {} is not supported (f32, f16, bf16 or q4g64)",
-               dtype_name(weight_dtype));
+CudaBackend::CudaBackend(int device, int threads, WeightMode weights)
+    : device_(device), weights_(weights) {
+  const DType t = weights.storage;
+  OFFGEN_CHECK(weights.native || t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 ||
+                   t == DType::kQ4G64 || (dequant_supported(t) && format_traits(t).quantize),
+               kConfig,
+               "cuda backend: --weight-dtype {} is not supported (native, f32, f16, bf16, q4g64 "
+               "or a GGML block format with a quantiser)",
+               weights.name());
   OFFGEN_CUDA_CHECK(cudaSetDevice(device_));
   compute_ = std::make_unique<CudaStream>(device_);
   cublas_.reset(cublas_create(stream()));
@@ -85,18 +91,16 @@ const int32_t* CudaBackend::device_positions(const int32_t* host, int64_t n) {
   return dst;
 }
 
-const float* CudaBackend::device_inv_freq(float theta, int64_t head_dim) {
-  if (inv_freq_theta_ == theta && inv_freq_dim_ == head_dim) return inv_freq_.as<float>();
-  const int64_t half = head_dim / 2;
-  std::vector<float> f(half);
-  for (int64_t i = 0; i < half; ++i)  // as the CPU backend computes them
-    f[i] = static_cast<float>(1.0 / std::pow(static_cast<double>(theta),
-                                             static_cast<double>(2 * i) / head_dim));
-  compute_->synchronize();
-  inv_freq_ = upload(f.data(), half * 4);
-  inv_freq_theta_ = theta;
-  inv_freq_dim_ = head_dim;
-  return inv_freq_.as<float>();
+const float* CudaBackend::device_inv_freq(std::span<const float> inv_freq) {
+  for (const InvFreq& e : inv_freq_)
+    if (std::equal(e.host.begin(), e.host.end(), inv_freq.begin(), inv_freq.end()))
+      return e.device.as<float>();
+  // A new table (once per model and attention kind): uploaded, and kept for the backend's life.
+  InvFreq e;
+  e.host.assign(inv_freq.begin(), inv_freq.end());
+  e.device = upload(inv_freq.data(), static_cast<int64_t>(inv_freq.size()) * 4);
+  inv_freq_.push_back(std::move(e));
+  return inv_freq_.back().device.as<float>();
 }
 
 void CudaBackend::rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
@@ -104,12 +108,20 @@ void CudaBackend::rms_norm(const float* x, const float* gamma, int64_t m, int64_
   cuda::rms_norm(x, gamma, m, d, eps, y, stream());
 }
 
+void CudaBackend::head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
+                                int64_t head_dim, float eps, int64_t token_stride) {
+  if (token_stride == 0) token_stride = n_heads * head_dim;
+  cuda::head_rms_norm(x, gamma, n_tokens, n_heads, head_dim, eps, token_stride, stream());
+}
+
 void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-                       const int32_t* positions, float theta, RopeStyle style,
+                       const int32_t* positions, std::span<const float> inv_freq, RopeStyle style,
                        int64_t token_stride) {
+  OFFGEN_CHECK(static_cast<int64_t>(inv_freq.size()) == head_dim / 2, kInternal,
+               "rope: {} inverse frequencies for head_dim {}", inv_freq.size(), head_dim);
   if (n_tokens == 0) return;
   if (token_stride == 0) token_stride = n_heads * head_dim;
-  const float* inv = device_inv_freq(theta, head_dim);
+  const float* inv = device_inv_freq(inv_freq);
   cuda::rope(x, n_tokens, n_heads, head_dim, device_positions(positions, n_tokens), inv, style,
              token_stride, stream());
 }
@@ -117,6 +129,11 @@ void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head
 void CudaBackend::swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
                          float* out) {
   cuda::swiglu(gate, up, m, n, stride, out, stream());
+}
+
+void CudaBackend::geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
+                        float* out) {
+  cuda::geglu(gate, up, m, n, stride, out, stream());
 }
 
 void CudaBackend::layer_norm(const float* x, const float* gamma, const float* beta, int64_t m,
@@ -127,6 +144,8 @@ void CudaBackend::layer_norm(const float* x, const float* gamma, const float* be
 void CudaBackend::relu(float* x, int64_t n) { cuda::relu(x, n, stream()); }
 void CudaBackend::gelu(float* x, int64_t n) { cuda::gelu(x, n, stream()); }
 void CudaBackend::add(float* y, const float* x, int64_t n) { cuda::add(y, x, n, stream()); }
+void CudaBackend::scale(float* x, float s, int64_t n) { cuda::scale(x, s, n, stream()); }
+void CudaBackend::softcap(float* x, float cap, int64_t n) { cuda::softcap(x, cap, n, stream()); }
 
 void CudaBackend::add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride) {
   cuda::add_bias(y, bias, m, n, stride == 0 ? n : stride, stream());
@@ -145,12 +164,38 @@ void CudaBackend::embedding(const WeightView& table, const int32_t* ids, int64_t
   cuda::embedding(table.data, table.dtype, table.cols, dev_ids, n, out, stream());
 }
 
+bool CudaBackend::can_gather_weight_rows(DType storage) const {
+  // Weights are row-major on the GPU: plain floats, or GGML blocks as the file holds them.
+  return storage == DType::kF32 || storage == DType::kF16 || storage == DType::kBF16 ||
+         (format_traits(storage).ggml_type != kNoGgmlType && dequant_supported(storage));
+}
+
+void CudaBackend::gather_weight_rows(const WeightView& w, const int32_t* ids, int64_t n,
+                                     float* out) {
+  OFFGEN_CHECK(can_gather_weight_rows(w.dtype), kInternal, "cuda backend: cannot gather rows of {}",
+               dtype_name(w.dtype));
+  if (w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16)
+    return embedding(w, ids, n, out);
+  for (int64_t i = 0; i < n; ++i)
+    OFFGEN_CHECK(ids[i] >= 0 && ids[i] < w.rows, kInput, "token id {} outside vocabulary of {}",
+                 ids[i], w.rows);
+  if (n == 0) return;
+  const auto* dev_ids = static_cast<const int32_t*>(ring_.put(ids, static_cast<size_t>(n) * 4, stream()));
+  cuda::gather_dequantize_f32(w.dtype, w.data, w.cols, dev_ids, n, out, stream());
+}
+
 void CudaBackend::attention(const float* q, const AttentionArgs& a, float* out) {
   OFFGEN_CHECK(a.head_dim >= 1 && a.head_dim <= max_head_dim_, kConfig,
                "cuda attention: head size {} is outside 1..{} (this GPU's shared memory)",
                a.head_dim, max_head_dim_);
   std::vector<size_t> on_device, on_host;
-  for (size_t s = 0; s < a.seqs.size(); ++s) (a.kv[s].host ? on_host : on_device).push_back(s);
+  for (size_t s = 0; s < a.seqs.size(); ++s) {
+    OFFGEN_CHECK(a.window == 0 || a.kv[s].prefix == nullptr, kConfig,
+                 "attention: a sliding window over a shared context is not supported");
+    OFFGEN_CHECK(a.window == 0 || a.kv[s].pos == nullptr || a.positions != nullptr, kInternal,
+                 "attention: a window over tables with metadata needs the rows' positions");
+    (a.kv[s].host ? on_host : on_device).push_back(s);
+  }
   // Host-resident tables: their queries go to the host first, so the CPU attention overlaps the
   // device's.
   if (!on_host.empty()) stage_host_queries(q, a, on_host);
@@ -177,6 +222,7 @@ void CudaBackend::attention_on_device(const float* q, const AttentionArgs& a,
     AttnSeq d;
     d.row_begin = sp.row_begin, d.n_new = sp.n_new, d.n_past = sp.n_past;
     d.k = kv.k, d.v = kv.v;
+    if (a.window > 0 && kv.pos) d.pos_capacity = kv.capacity;  // key_pos: uploaded below
     if (kv.prefix) {
       d.prefix_at = static_cast<int64_t>(prefix.size());
       for (int64_t h = 0; h < a.n_kv_heads; ++h)
@@ -198,21 +244,42 @@ void CudaBackend::attention_on_device(const float* q, const AttentionArgs& a,
     rows_end = std::max(rows_end, sp.row_begin + sp.n_new);
   }
   if (tiles.empty()) return;
+  AttnMask mask;
+  mask.softcap = a.softcap;
+  mask.window = a.window;
+  // A window over tables with metadata compares positions: the rows' (all of the batch's, as the
+  // model's rope uploaded them: usually no copy) and the keys' (host metadata, some of it in
+  // pageable memory: copied through the ring with the descriptors).
+  size_t pos_bytes = 0;
+  for (const AttnSeq& d : seqs)
+    if (d.pos_capacity > 0)
+      pos_bytes += UploadRing::rounded(static_cast<size_t>(a.n_kv_heads * d.pos_capacity) * 4);
+  if (pos_bytes > 0) {
+    int64_t all_rows = 0;
+    for (const SeqSpan& sp : a.seqs) all_rows = std::max(all_rows, sp.row_begin + sp.n_new);
+    mask.q_pos = device_positions(a.positions, all_rows);
+  }
   float* ml = stat_tiles.empty()
                   ? nullptr
                   : static_cast<float*>(scratch(ml_, rows_end * a.n_heads * 2 * 4));
   // All descriptors uploaded together: none of them may move before both kernels ran.
   auto size_of = [](const auto& v) { return UploadRing::rounded(v.size() * sizeof(v[0])); };
-  ring_.reserve(size_of(seqs) + size_of(prefix) + size_of(tiles) + size_of(stat_tiles), stream());
+  ring_.reserve(size_of(seqs) + size_of(prefix) + size_of(tiles) + size_of(stat_tiles) + pos_bytes,
+                stream());
+  for (size_t si = 0; si < idx.size(); ++si)
+    if (seqs[si].pos_capacity > 0)
+      seqs[si].key_pos = static_cast<const int32_t*>(
+          ring_.put(a.kv[idx[si]].pos,
+                    static_cast<size_t>(a.n_kv_heads * seqs[si].pos_capacity) * 4, stream()));
   const auto* d_seqs = ring_.put(seqs, stream());
   const auto* d_prefix = prefix.empty() ? nullptr : ring_.put(prefix, stream());
   const auto* d_tiles = ring_.put(tiles, stream());
   const auto* d_stat = stat_tiles.empty() ? nullptr : ring_.put(stat_tiles, stream());
   cuda::attention(q, out, ml, d_tiles, static_cast<int64_t>(tiles.size()), d_seqs, d_prefix,
-                  a.n_heads, a.n_kv_heads, a.head_dim, a.scale, stream());
+                  a.n_heads, a.n_kv_heads, a.head_dim, a.scale, mask, stream());
   if (d_stat)
-    cuda::attention_stats(q, ml, d_stat, static_cast<int64_t>(stat_tiles.size()), d_seqs,
-                          a.n_heads, a.n_kv_heads, a.head_dim, a.scale, stream());
+    cuda::attention_stats(q, ml, d_stat, static_cast<int64_t>(stat_tiles.size()), d_seqs, a.n_heads,
+                          a.n_kv_heads, a.head_dim, a.scale, mask, stream());
 }
 
 void CudaBackend::stage_host_queries(const float* q, const AttentionArgs& a,
@@ -244,12 +311,16 @@ void CudaBackend::attention_on_host(const AttentionArgs& a, std::span<const size
   std::vector<SeqSpan> spans;
   std::vector<KvSeqView> views;
   std::vector<AttentionStats> stats;
+  std::vector<int32_t> positions;  // the staged rows' positions (the rows are renumbered)
   int64_t r = 0;
   for (size_t s : idx) {
     const SeqSpan& sp = a.seqs[s];
     spans.push_back({r, sp.n_new, sp.n_past});
     views.push_back(a.kv[s]);
     if (!a.stats.empty()) stats.push_back(a.stats[s]);
+    if (a.positions)
+      positions.insert(positions.end(), a.positions + sp.row_begin,
+                       a.positions + sp.row_begin + sp.n_new);
     r += sp.n_new;
   }
   host_ready_->synchronize();
@@ -257,6 +328,7 @@ void CudaBackend::attention_on_host(const AttentionArgs& a, std::span<const size
   h.seqs = spans;
   h.kv = views;
   h.stats = stats;
+  h.positions = a.positions ? positions.data() : nullptr;
   cpu_->attention(hq, h, ho);
   r = 0;
   for (size_t s : idx) {

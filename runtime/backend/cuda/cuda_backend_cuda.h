@@ -78,7 +78,7 @@ cudaError_t probe_kernels(int device);
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, int threads, DType weight_dtype);
+  CudaBackend(int device, int threads, WeightMode weights);
   ~CudaBackend() override;
   BackendKind kind() const override { return BackendKind::kCuda; }
   ThreadContext& threads() override { return cpu_->threads(); }
@@ -96,25 +96,33 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Stream> make_stream() override;
   std::unique_ptr<Event> make_event() override;
 
-  int64_t weight_bytes(int64_t rows, int64_t cols) const override;
+  DType matmul_storage(DType src, int64_t cols) const override;
+  int64_t weight_bytes(DType storage, int64_t rows, int64_t cols) const override;
   WeightView prepare_weight_into(DType src_type, const void* src, int64_t rows, int64_t cols,
                                  void* dst) override;
   Weight prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) override;
-  void matmul(const float* x, int64_t m, const WeightView& w, float* y) override;
+  void matmul(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy = 0) override;
   void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,
                 float* y) override;
-  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-            const int32_t* positions, float theta, RopeStyle style,
-            int64_t token_stride = 0) override;
+  void head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
+                     int64_t head_dim, float eps, int64_t token_stride = 0) override;
+  void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+            std::span<const float> inv_freq, RopeStyle style, int64_t token_stride = 0) override;
   void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
               float* out) override;
+  void geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
+             float* out) override;
   void layer_norm(const float* x, const float* gamma, const float* beta, int64_t m, int64_t d,
                   float eps, float* y) override;
   void relu(float* x, int64_t n) override;
   void gelu(float* x, int64_t n) override;
   void add(float* y, const float* x, int64_t n) override;
+  void scale(float* x, float s, int64_t n) override;
+  void softcap(float* x, float cap, int64_t n) override;
   void add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride = 0) override;
   void embedding(const WeightView& table, const int32_t* ids, int64_t n, float* out) override;
+  bool can_gather_weight_rows(DType storage) const override;
+  void gather_weight_rows(const WeightView& w, const int32_t* ids, int64_t n, float* out) override;
   void attention(const float* q, const AttentionArgs& args, float* out) override;
   void argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out) override;
 
@@ -127,14 +135,14 @@ class CudaBackend final : public Backend {
   // Device scratch grown on demand (contents not kept); only the compute stream uses it.
   void* scratch(Buffer& b, int64_t bytes, Tier tier = Tier::kDevice);
   const int32_t* device_positions(const int32_t* host, int64_t n);
-  const float* device_inv_freq(float theta, int64_t head_dim);
+  const float* device_inv_freq(std::span<const float> inv_freq);
   void attention_on_device(const float* q, const AttentionArgs& a, std::span<const size_t> seqs,
                            float* out);
   void stage_host_queries(const float* q, const AttentionArgs& a, std::span<const size_t> seqs);
   void attention_on_host(const AttentionArgs& a, std::span<const size_t> seqs, float* out);
 
   int device_;
-  DType weight_dtype_;
+  WeightMode weights_;
   std::unique_ptr<CudaStream> compute_;
   struct CublasDeleter {
     void operator()(cublasContext* h) const;
@@ -146,9 +154,13 @@ class CudaBackend final : public Backend {
   // The last uploaded positions (the model passes the same ones to every unit of a forward).
   Buffer positions_;
   std::vector<int32_t> positions_host_;
-  Buffer inv_freq_;
-  float inv_freq_theta_ = 0;
-  int64_t inv_freq_dim_ = 0;
+  // Device copies of the inverse-frequency tables seen so far (a model has one or two: global and
+  // sliding-window layers), by content.
+  struct InvFreq {
+    std::vector<float> host;
+    Buffer device;
+  };
+  std::vector<InvFreq> inv_freq_;
   int64_t max_head_dim_ = 0;  // what the device's shared memory allows (attention_init)
   std::unique_ptr<CudaEvent> host_ready_;  // cpu_cache_compute: queries staged / outputs sent
 };

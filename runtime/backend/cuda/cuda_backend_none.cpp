@@ -11,7 +11,7 @@ constexpr const char* kWhy =
     "rebuild with the CUDA toolkit installed";
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int, int, DType) { OFFGEN_THROW(kConfig, "{}", kWhy); }
+std::unique_ptr<Backend> make_cuda_backend(int, int, WeightMode) { OFFGEN_THROW(kConfig, "{}", kWhy); }
 
 bool cuda_available(std::string* why, int) {
   if (why) *why = kWhy;

@@ -10,6 +10,8 @@
 
 #include "runtime/backend/cuda/cuda_backend_cuda.h"
 #include "runtime/backend/cuda/cuda_common_cuda.h"
+#include "runtime/backend/cuda/cuda_quant_cuda.h"
+#include "runtime/core/formats.h"
 #include "runtime/core/error.h"
 
 #define OFFGEN_CUBLAS_CHECK(call)                                                            \
@@ -46,31 +48,50 @@ cublasHandle_t cublas_create(cudaStream_t stream) {
 
 void CudaBackend::CublasDeleter::operator()(cublasContext* h) const { cublasDestroy(h); }
 
-int64_t CudaBackend::weight_bytes(int64_t rows, int64_t cols) const {
-  // Rows padded to whole blocks of the storage type (f32, f16, bf16: 1 element; q4g64: 64).
-  const int64_t blk = dtype_block_elems(weight_dtype_);
-  return round64(rows * dtype_bytes(weight_dtype_, (cols + blk - 1) / blk * blk));
+DType CudaBackend::matmul_storage(DType src, int64_t cols) const {
+  if (weights_.native) {
+    // GGML blocks as the file holds them (dequantised to f16 before each GEMM); bf16 stays bf16;
+    // other floats become f16, the GPU's default.
+    if (format_traits(src).ggml_type != kNoGgmlType && dequant_supported(src)) return src;
+    return src == DType::kBF16 ? DType::kBF16 : DType::kF16;
+  }
+  const DType t = weights_.storage;
+  if (format_traits(t).ggml_type == kNoGgmlType || t == DType::kF32 || t == DType::kF16 ||
+      t == DType::kBF16 || cols % dtype_block_elems(t) == 0)
+    return t;
+  return cols % dtype_block_elems(DType::kQ8_0) == 0 ? DType::kQ8_0 : DType::kF16;
+}
+
+int64_t CudaBackend::weight_bytes(DType storage, int64_t rows, int64_t cols) const {
+  // Rows padded to whole blocks of the storage type (plain floats: 1 element; q4g64: 64; GGML
+  // block formats divide the rows exactly).
+  const int64_t blk = dtype_block_elems(storage);
+  return round64(rows * dtype_bytes(storage, (cols + blk - 1) / blk * blk));
 }
 
 WeightView CudaBackend::prepare_weight_into(DType src_type, const void* src, int64_t rows,
                                             int64_t cols, void* dst) {
+  const DType storage = matmul_storage(src_type, cols);
   const int64_t row_bytes = dtype_bytes(src_type, cols);
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
-  const int64_t g = groups_of(cols);
+  if (storage == src_type) {  // kept as it is (GGML blocks, f16, bf16)
+    std::memcpy(d, s, rows * row_bytes);
+    return WeightView{rows, cols, storage, dst};
+  }
+  const int64_t blk = dtype_block_elems(storage);
+  const int64_t padded = (cols + blk - 1) / blk * blk;
   cpu_->threads().parallel_for(rows, 16, [&](int64_t r0, int64_t r1) {
-    std::vector<float> tmp(g * kQ4G64Block);
+    std::vector<float> tmp(padded);
     for (int64_t r = r0; r < r1; ++r) {
       dequantize_row(src_type, s + r * row_bytes, tmp.data(), cols);
       // Into the storage type by its quantiser (f32, f16, bf16: per element). A partial last
       // block repeats its own first value (so the pad widens nothing).
-      const int64_t blk = dtype_block_elems(weight_dtype_);
-      const int64_t padded = (cols + blk - 1) / blk * blk;
       std::fill(tmp.begin() + cols, tmp.begin() + padded, tmp[(cols - 1) / blk * blk]);
-      quantize_row(weight_dtype_, tmp.data(), d + r * dtype_bytes(weight_dtype_, padded), padded);
+      quantize_row(storage, tmp.data(), d + r * dtype_bytes(storage, padded), padded);
     }
   });
-  return WeightView{rows, cols, src_type, dst};
+  return WeightView{rows, cols, storage, dst};
 }
 
 Weight CudaBackend::prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) {
@@ -95,29 +116,34 @@ Weight CudaBackend::prepare_table(DType src_type, const void* src, int64_t rows,
   return w;
 }
 
-void CudaBackend::matmul(const float* x, int64_t m, const WeightView& w, float* y) {
+void CudaBackend::matmul(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy) {
   if (m == 0) return;
   const float alpha = 1.0f, beta = 0.0f;
   const int M = static_cast<int>(w.rows), N = static_cast<int>(m), K = static_cast<int>(w.cols);
-  // Row-major y[m][rows] = x[m][cols] W^T is, column-major, C (M x N) = A^T B with A = W read as
-  // a column-major K x M matrix and B = x read as a column-major K x N matrix.
-  if (weight_dtype_ == DType::kF32) {
+  const int ldc = static_cast<int>(ldy > 0 ? ldy : w.rows);
+  // Row-major y[m][ldc] = x[m][cols] W^T is, column-major, C (M x N, leading dimension ldc) =
+  // A^T B with A = W read as a column-major K x M matrix and B = x as a column-major K x N matrix.
+  if (w.dtype == DType::kF32) {
     OFFGEN_CUBLAS_CHECK(cublasSgemm(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &alpha,
-                                    static_cast<const float*>(w.data), K, x, K, &beta, y, M));
+                                    static_cast<const float*>(w.data), K, x, K, &beta, y, ldc));
     return;
   }
-  const DType half = weight_dtype_ == DType::kBF16 ? DType::kBF16 : DType::kF16;
+  const DType half = w.dtype == DType::kBF16 ? DType::kBF16 : DType::kF16;
   void* xh = scratch(gemm_x_, m * w.cols * 2);
   cast_f32(x, m * w.cols, half, xh, stream());
   const void* wh = w.data;
-  if (weight_dtype_ == DType::kQ4G64) {
+  if (w.dtype == DType::kQ4G64) {
     void* deq = scratch(gemm_w_, w.rows * w.cols * 2);
     dequantize_q4g64_f16(w.data, w.rows, w.cols, deq, stream());
+    wh = deq;
+  } else if (w.dtype != DType::kF16 && w.dtype != DType::kBF16) {  // GGML blocks -> f16
+    void* deq = scratch(gemm_w_, w.rows * w.cols * 2);
+    dequantize_rows_f16(w.dtype, w.data, 0, w.rows, w.cols, deq, stream());
     wh = deq;
   }
   OFFGEN_CUBLAS_CHECK(cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &alpha, wh,
                                    cuda_type(half), K, xh, cuda_type(half), K, &beta, y, CUDA_R_32F,
-                                   M, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                   ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace offgen::cuda

@@ -1,5 +1,5 @@
 // Element-wise, normalisation, RoPE, gather/copy, cast, dequantisation and argmax kernels of the
-// CUDA backend. fp32 arithmetic throughout (accurate expf/erff/cosf/sinf, no fast-math).
+// CUDA backend. fp32 arithmetic throughout (accurate expf/erff/tanhf/cosf/sinf, no fast-math).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -40,6 +40,18 @@ __global__ void rms_norm_kernel(const float* x, const float* gamma, int64_t d, f
   ss = block_sum(ss, red);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = xr[i] * inv * gamma[i];
+}
+
+// One block per head vector r (token r / n_heads, head r % n_heads), in place.
+__global__ void head_rms_norm_kernel(float* x, const float* gamma, int64_t n_heads, int64_t hd,
+                                     float eps, int64_t token_stride) {
+  __shared__ float red[kThreads / 32];
+  float* v = x + (blockIdx.x / n_heads) * token_stride + (blockIdx.x % n_heads) * hd;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) ss = fmaf(v[i], v[i], ss);
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(hd) + eps);
+  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) v[i] = v[i] * inv * gamma[i];
 }
 
 __global__ void layer_norm_kernel(const float* x, const float* gamma, const float* beta, int64_t d,
@@ -91,6 +103,34 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t m, int
     const float g = gate[r * stride + i];
     out[idx] = g / (1.0f + expf(-g)) * up[r * stride + i];
   }
+}
+
+// PyTorch's GELU with approximate="tanh".
+__device__ float gelu_tanh(float x) {
+  constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+  constexpr float kKappa = 0.044715f;
+  return 0.5f * x * (1.0f + tanhf(kBeta * (x + kKappa * x * x * x)));
+}
+
+__global__ void geglu_kernel(const float* gate, const float* up, int64_t m, int64_t n,
+                             int64_t stride, float* out) {
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < m * n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / n, i = idx % n;
+    out[idx] = gelu_tanh(gate[r * stride + i]) * up[r * stride + i];
+  }
+}
+
+__global__ void scale_kernel(float* x, float s, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] *= s;
+}
+
+__global__ void softcap_kernel(float* x, float cap, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] = tanhf(x[i] / cap) * cap;
 }
 
 __global__ void relu_kernel(float* x, int64_t n) {
@@ -231,6 +271,15 @@ void layer_norm(const float* x, const float* gamma, const float* beta, int64_t m
   OFFGEN_CUDA_LAUNCHED();
 }
 
+void head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
+                   int64_t head_dim, float eps, int64_t token_stride, cudaStream_t stream) {
+  const int64_t n = n_tokens * n_heads;
+  if (n == 0) return;
+  head_rms_norm_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+      x, gamma, n_heads, head_dim, eps, token_stride);
+  OFFGEN_CUDA_LAUNCHED();
+}
+
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
           const float* inv_freq, RopeStyle style, int64_t token_stride, cudaStream_t stream) {
   const int64_t n = n_tokens * n_heads * (head_dim / 2);
@@ -245,6 +294,25 @@ void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t st
             cudaStream_t stream) {
   if (m * n == 0) return;
   swiglu_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(gate, up, m, n, stride, out);
+  OFFGEN_CUDA_LAUNCHED();
+}
+
+void geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride, float* out,
+           cudaStream_t stream) {
+  if (m * n == 0) return;
+  geglu_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(gate, up, m, n, stride, out);
+  OFFGEN_CUDA_LAUNCHED();
+}
+
+void scale(float* x, float s, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  scale_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, s, n);
+  OFFGEN_CUDA_LAUNCHED();
+}
+
+void softcap(float* x, float cap, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  softcap_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, cap, n);
   OFFGEN_CUDA_LAUNCHED();
 }
 

@@ -17,11 +17,18 @@ void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float ep
               cudaStream_t stream);
 void layer_norm(const float* x, const float* gamma, const float* beta, int64_t m, int64_t d,
                 float eps, float* y, cudaStream_t stream);
+// In place over the n_tokens * n_heads head vectors of x (token t at x + t * token_stride).
+void head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
+                   int64_t head_dim, float eps, int64_t token_stride, cudaStream_t stream);
 // positions: device int32 [n_tokens]; inv_freq: device fp32 [head_dim / 2].
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
           const float* inv_freq, RopeStyle style, int64_t token_stride, cudaStream_t stream);
 void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride, float* out,
             cudaStream_t stream);
+void geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride, float* out,
+           cudaStream_t stream);
+void scale(float* x, float s, int64_t n, cudaStream_t stream);
+void softcap(float* x, float cap, int64_t n, cudaStream_t stream);
 void relu(float* x, int64_t n, cudaStream_t stream);
 void gelu(float* x, int64_t n, cudaStream_t stream);
 void add(float* y, const float* x, int64_t n, cudaStream_t stream);
@@ -53,6 +60,17 @@ struct AttnSeq {
   float* col_sum = nullptr;  // statistics [n_kv_heads][capacity] (null: none)
   float* col_max = nullptr;
   int64_t capacity = 0, first_row = 0;
+  // Sliding window over a table with metadata: the keys' positions [n_kv_heads][pos_capacity]
+  // (mapped host memory); null: slots hold consecutive positions (the window is a slot range).
+  const int32_t* key_pos = nullptr;
+  int64_t pos_capacity = 0;
+};
+// Score shaping shared by the attention kernels: soft-capping (0: none) and the sliding window
+// (0: none); q_pos: device int32 per row (the rows' positions; needed for key_pos tables).
+struct AttnMask {
+  float softcap = 0.0f;
+  int64_t window = 0;
+  const int32_t* q_pos = nullptr;
 };
 struct PrefixHead {
   const float* k = nullptr;  // [len][head_dim]
@@ -78,10 +96,10 @@ int64_t attention_init(int device);
 // head_dim must be in 1..256.
 void attention(const float* q, float* out, float* ml, const AttnTile* tiles, int64_t n_tiles,
                const AttnSeq* seqs, const PrefixHead* prefix, int64_t n_heads, int64_t n_kv_heads,
-               int64_t head_dim, float scale, cudaStream_t stream);
+               int64_t head_dim, float scale, const AttnMask& mask, cudaStream_t stream);
 // Accumulates col_sum (+=) and col_max (max=) of the sequences' own slots from q and ml.
 void attention_stats(const float* q, const float* ml, const StatTile* tiles, int64_t n_tiles,
                      const AttnSeq* seqs, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                     float scale, cudaStream_t stream);
+                     float scale, const AttnMask& mask, cudaStream_t stream);
 
 }  // namespace offgen::cuda

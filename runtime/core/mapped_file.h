@@ -1,0 +1,41 @@
+// A whole file mapped read-only into memory (open + fstat + mmap), unmapped when the object goes:
+// the GGUF and safetensors readers hand out tensor pointers into it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace offgen {
+
+// Move-only; moving keeps the mapping's address, so pointers into bytes() stay valid. Immutable,
+// so concurrent readers are safe.
+class MappedFile {
+ public:
+  MappedFile() = default;  // maps nothing: bytes() is empty
+  // Maps the regular file `path`. Throws offgen::Error(kIo) naming the path: "cannot open `what`"
+  // (e.g. "model file") with the system's reason, "not a regular file", or "mmap failed". An
+  // empty file is not mapped (mmap cannot map 0 bytes): bytes() is empty.
+  static MappedFile open(const std::string& path, std::string_view what);
+
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile& operator=(MappedFile&& o) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+
+  const std::string& path() const { return path_; }
+  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  size_t size() const { return size_; }
+
+ private:
+  void unmap();
+
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace offgen

@@ -1,0 +1,128 @@
+// Placement: how weight blobs, KV tables and activation buffers divide over the device, host and
+// disk tiers by a policy's percentages, in the byte and slot extents the stores allocate (cuts at
+// 4 KiB, so every disk part starts a page). The stores and the planner both read their splits here.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace offgen {
+
+// Every cut between tiers and every disk extent of a placement is a multiple of this (O_DIRECT's
+// alignment; offload/aligned_buffer.h's kDiskAlign).
+inline constexpr int64_t kPlacementAlign = 4096;
+
+// Bytes on each tier.
+struct TierBytes {
+  int64_t device = 0, host = 0, disk = 0;
+  TierBytes& operator+=(const TierBytes& o) {
+    device += o.device, host += o.host, disk += o.disk;
+    return *this;
+  }
+  TierBytes operator*(int64_t n) const { return {device * n, host * n, disk * n}; }
+  TierBytes operator+(const TierBytes& o) const {
+    return {device + o.device, host + o.host, disk + o.disk};
+  }
+  bool operator==(const TierBytes&) const = default;
+  int64_t memory() const { return device + host; }
+};
+
+// Percent of one kind of data on the device and on the host tier; the disk holds the rest.
+struct TierShare {
+  double device = 100, host = 0;
+  double memory() const { return device + host; }
+};
+
+// All unit weight blobs of a model under a placement: their parts, and the buffers the weight
+// store adds to assemble blobs that are not computed on where they live.
+struct WeightSplit {
+  TierBytes blobs;                  // every blob's parts by tier (see Placement::weight_blob)
+  int64_t staging_slots = 0;        // device staging slots (0 when every blob is used in place)
+  int64_t staging_slot_bytes = 0;   // each: the largest blob
+  int64_t bounce_buffers = 0;       // host buffers disk reads land in before a copy to the device
+  int64_t bounce_buffer_bytes = 0;  // each: the largest disk part
+  // Everything the store allocates: blobs, staging on the device tier, bounce buffers on host.
+  TierBytes total() const {
+    return {blobs.device + staging_slots * staging_slot_bytes,
+            blobs.host + bounce_buffers * bounce_buffer_bytes, blobs.disk};
+  }
+};
+
+// One KV table's layout: a K and a V row per layer and slot, and optionally slot metadata (a
+// position and two fp32 statistics per KV head) for an eviction policy, always in RAM.
+struct KvTableLayout {
+  int64_t n_layers = 0;
+  int64_t row_bytes = 0;    // one slot's K (or V) row of one layer as homed (encoded if compressed)
+  bool compressed = false;  // rows are staged apart from their disk image: any slot may start disk
+  int64_t n_kv_heads = 0;
+  bool with_meta = false;
+  // Slots per step of the memory / disk cut, so that the first disk slot starts a page of the
+  // staged rows (1 when compressed); also the period of the disk part's page layout for rows of
+  // row_bytes (page_period).
+  int64_t granule() const { return compressed ? 1 : page_period(); }
+  int64_t page_period() const;
+  int64_t meta_bytes(int64_t capacity) const {
+    return with_meta ? n_layers * 3 * n_kv_heads * capacity * 4 : 0;
+  }
+};
+
+// A KV table of `capacity` slots: slots [0, memory_slots) homed in memory — one buffer of
+// [layer][K|V][memory_slots] rows, rounded up to 4 KiB — and the rest on disk, one 4 KiB-rounded
+// segment per layer and K/V.
+struct KvTableSplit {
+  int64_t capacity = 0;
+  int64_t memory_slots = 0;  // a multiple of the granule, or the capacity
+  int64_t device_slots = 0;  // of those, the ones on the device tier (the rest on host)
+  int64_t memory_bytes = 0;  // the memory home
+  int64_t disk_segment = 0;  // one layer's K (or V) disk part
+  int64_t disk_bytes = 0;    // 2 x layers x disk_segment
+  int64_t meta_bytes = 0;    // slot metadata
+  // By tier: the memory home (the device slots' rows on the device tier, the rest with the
+  // rounding on host; all of it where every memory slot is a device slot), the metadata (with the
+  // larger of the cache's device / host shares where device memory is host memory, else in host
+  // memory) and the disk part.
+  TierBytes tiers;
+};
+
+class Placement {
+ public:
+  Placement() = default;  // everything on the device tier; device memory is host memory
+  // Throws Error(kConfig) naming the kind when a share is negative or device + host exceeds 100.
+  Placement(TierShare weights, TierShare cache, TierShare activations, bool device_is_host);
+
+  const TierShare& weights() const { return weights_; }
+  const TierShare& cache() const { return cache_; }
+  const TierShare& activations() const { return activations_; }
+  // Whether the backend's device memory is host memory (the CPU): device parts are then RAM.
+  bool device_is_host() const { return device_is_host_; }
+
+  // A unit weight blob of `bytes` (a 4 KiB multiple) by tier: [0, d) on the device, [d, m) on the
+  // host and [m, bytes) on disk, d = round_down(bytes x device%), m = round_down(bytes x
+  // (device + host)%), rounded down to 4 KiB.
+  TierBytes weight_blob(int64_t bytes) const;
+  // Where those parts are homed: the same, except that where device memory is host memory the
+  // device and host parts are one host (RAM) part.
+  TierBytes weight_home(int64_t bytes) const;
+  // Whether a blob with these homes is computed on where it lives — wholly in device memory, or,
+  // where device memory is host memory, with no disk part — rather than assembled into staging.
+  bool weight_in_place(const TierBytes& home) const;
+  // Every blob of unit_bytes, plus `staging_slots` staging slots when any blob is not used in
+  // place and, where device memory is not host memory, two bounce buffers for disk parts.
+  WeightSplit weight_blobs(std::span<const int64_t> unit_bytes, int64_t staging_slots = 2) const;
+
+  // A KV table of `capacity` slots: memory_slots = capacity when the cache's memory share is
+  // 100%, else round_down(capacity x memory%) to a multiple of the granule (device_slots the same
+  // with the device share).
+  KvTableSplit kv_table(const KvTableLayout& layout, int64_t capacity) const;
+
+  // An activation buffer of `bytes` held between units while the activation share is below 100%
+  // (at 100% activations stay in the compute tier's memory): `bytes` rounded up to 4 KiB, its
+  // first round_down(size x (device + host)%) in host memory and the rest on disk.
+  TierBytes activation(int64_t bytes) const;
+
+ private:
+  TierShare weights_, cache_, activations_;
+  bool device_is_host_ = true;
+};
+
+}  // namespace offgen
