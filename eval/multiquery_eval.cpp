@@ -63,7 +63,12 @@ std::string normalize_answer(const std::string& s) {
 
 bool answer_matches(const std::string& output, const std::string& gold) {
   const std::string g = normalize_answer(gold);
-  return !g.empty() && (" " + normalize_answer(output) + " ").find(" " + g + " ") != std::string::npos;
+  if (g.empty()) return false;
+  // Whole words: the answer between spaces inside the padded output.
+  std::string padded_out(1, ' '), padded_gold(1, ' ');
+  padded_out.append(normalize_answer(output)).push_back(' ');
+  padded_gold.append(g).push_back(' ');
+  return padded_out.find(padded_gold) != std::string::npos;
 }
 
 std::vector<MultiqueryContext> load_multiquery_contexts(const std::string& path) {
