@@ -13,7 +13,7 @@
 int main(int argc, char** argv) {
   using namespace offgen;
   CLI::App app{"bench_generate: prefill/decode throughput vs batch size"};
-  std::string model, json_path;
+  std::string model, json_path, weight_dtype = "native";
   std::vector<int64_t> batches = {1, 8, 32, 64};
   int64_t prompt_len = 128, gen_len = 32;
   int threads = 0;
@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   app.add_option("--gen-len", gen_len, "Generated tokens")->check(CLI::Range(2, 1 << 20));
   app.add_option("--threads", threads, "Threads (0 = all)");
   app.add_option("--json", json_path, "Write results as JSON");
+  app.add_option("--weight-dtype", weight_dtype,
+                 "Weight storage: native (the file's formats), f32, bf16, q8_0, q4_k, ...");
   CLI11_PARSE(app, argc, argv);
   try {
     int64_t max_batch = 1;
@@ -30,6 +32,7 @@ int main(int argc, char** argv) {
     EngineOptions eo;
     eo.model = model;
     eo.threads = threads;
+    eo.weight_dtype = WeightMode::parse(weight_dtype);
     eo.policy.gpu_batch_size = max_batch;
     eo.prefill_chunk = std::max<int64_t>(2048, prompt_len * max_batch);
     Engine engine(eo);

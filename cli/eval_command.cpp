@@ -49,29 +49,33 @@ int EvalPplCommand::run() const {
   EngineOptions eo;
   eo.model = model;
   eo.threads = threads;
-  eo.weight_dtype = weight_dtype;
+  eo.weight_dtype = WeightMode::parse(weight_dtype);
   eo.policy.compress_weight = compress_weight;
   eo.policy.compress_cache = compress_cache;
   EvalPplOptions o;
   for (const std::string& t : texts)
     for (const std::string& one : split_list(t)) o.texts.push_back(one);
-  o.policies = split_list(policies);
+  for (const std::string& name : split_list(policies)) o.policies.push_back(parse_kv_policy(name));
   o.budgets = parse_number_list(budgets, "--kv-budget");
   o.tokens = tokens;
   o.prefix = prefix;
-  o.scope = scope;
+  o.scope = parse_kv_scope(scope);
   const auto rows = run_eval_ppl(eo, o, [](const std::string& line) {
     std::fprintf(stderr, "offgen: eval: %s\n", line.c_str());
   });
 
-  // Table over the pooled texts: one line per policy, ppl and agreement per budget.
+  // Table over the pooled texts: one line per policy but the reference (full), by name, ppl and
+  // agreement per budget.
   std::map<std::string, std::map<double, std::pair<double, double>>> all;
   double full_ppl = 0;
   for (const EvalRow& r : rows) {
     if (r.text != "all") continue;
-    auto& cell = all[r.policy][r.budget];
+    if (r.policy == KvPolicyKind::kFull) {
+      if (r.metric == "ppl") full_ppl = r.value;
+      continue;
+    }
+    auto& cell = all[std::string(kv_policy_name(r.policy))][r.budget];
     (r.metric == "ppl" ? cell.first : cell.second) = r.value;
-    if (r.policy == "full" && r.metric == "ppl") full_ppl = r.value;
   }
   std::printf("perplexity (top-1 agreement with full) over %zu text(s), %lld scored tokens each, "
               "budget scope %s; full cache: ppl %.4f\n",
@@ -80,7 +84,6 @@ int EvalPplCommand::run() const {
   for (double b : o.budgets) std::printf(" %18s", fmt::format("budget {:g}", b).c_str());
   std::printf("\n");
   for (const auto& [policy, cells] : all) {
-    if (policy == "full") continue;
     std::printf("%-8s", policy.c_str());
     for (double b : o.budgets)
       std::printf(" %18s",
@@ -98,9 +101,9 @@ int EvalPplCommand::run() const {
     lp.log_y = true;
     double lo = o.budgets.front(), hi = lo;
     for (double b : o.budgets) lo = std::min(lo, b), hi = std::max(hi, b);
-    lp.series.push_back({"full", {{lo, full_ppl}, {hi, full_ppl}}});
+    lp.series.push_back(
+        {std::string(kv_policy_name(KvPolicyKind::kFull)), {{lo, full_ppl}, {hi, full_ppl}}});
     for (const auto& [policy, cells] : all) {
-      if (policy == "full") continue;
       PlotSeries s{policy, {}};
       for (const auto& [b, cell] : cells) s.points.push_back({b, cell.first});
       lp.series.push_back(s);

@@ -31,16 +31,23 @@ using namespace offgen;
 struct CommonFlags {
   std::string model;
   int threads = 0;
-  std::string weight_dtype = "native";  // GGML blocks as the file holds them
-  std::string backend = "cpu";
+  std::string weight_dtype_text = "native";  // GGML blocks as the file holds them
+  std::string backend_text{backend_name(BackendKind::kCpu)};
+  // Parsed by resolve() after the command line.
+  BackendKind backend = BackendKind::kCpu;
+  WeightMode weight_dtype = WeightMode::native_mode();
+  void resolve() {
+    backend = parse_backend_kind(backend_text);
+    weight_dtype = WeightMode::parse(weight_dtype_text);
+  }
 };
 
 void add_common(CLI::App* app, CommonFlags& f) {
   app->add_option("--model", f.model, "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET")->required();
   app->add_option("--threads", f.threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
-  app->add_option("--backend", f.backend, "Compute backend: cpu (default) or cuda (GPU 0)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  add_weight_dtype(app, f.weight_dtype);
+  app->add_option("--backend", f.backend_text, "Compute backend: cpu (default) or cuda (GPU 0)")
+      ->check(CLI::IsMember(backend_flag_names()));
+  add_weight_dtype(app, f.weight_dtype_text);
 }
 
 void add_sampling(CLI::App* app, SamplingParams& s) {
@@ -58,10 +65,10 @@ void add_sampling(CLI::App* app, SamplingParams& s) {
 
 // The planner's hardware profile is the CPU backend's (offgen calibrate).
 void check_auto_backend(const CommonFlags& f, const PolicyFlags& pf) {
-  OFFGEN_CHECK(!pf.auto_policy() || f.backend == "cpu", kConfig,
+  OFFGEN_CHECK(!pf.auto_policy() || backend_caps(f.backend).calibrated_profile, kConfig,
                "--policy auto plans with the CPU backend's calibrated profile; on "
                "--backend {} give the placement (--percent, --gpu-batch-size, ...) yourself",
-               f.backend);
+               backend_name(f.backend));
 }
 
 // `generate --policy auto`: plans for the job's longest prompt and largest max_tokens (every
@@ -148,8 +155,9 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
               const std::string& json_path, bool predict_flag) {
   // One run per KV variant (--kv-policy full,h2o ...), in one process so ratios share conditions.
   check_auto_backend(f, pf);
-  OFFGEN_CHECK(!predict_flag || f.backend == "cpu", kConfig,
-               "--predict uses the CPU backend's calibrated profile (not --backend {})", f.backend);
+  OFFGEN_CHECK(!predict_flag || backend_caps(f.backend).calibrated_profile, kConfig,
+               "--predict uses the CPU backend's calibrated profile (not --backend {})",
+               backend_name(f.backend));
   nlohmann::json runs = nlohmann::json::array();
   const std::vector<Policy> variants = pf.resolve_variants();
   Workload w;
@@ -218,7 +226,16 @@ int cmd_shared_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOpt
   o.question_len = bo.prompt_len;
   o.gen_len = bo.gen_len;
   o.questions = bo.batch_size > 0 ? bo.batch_size : 64;
-  o.policy = pf.kv_policy_text().empty() ? "full" : pf.kv_policy_text();
+  if (!pf.kv_policy_text().empty()) {
+    const KvPolicyInfo* p = find_kv_policy(pf.kv_policy_text());
+    OFFGEN_CHECK(
+        p != nullptr && p->compresses_context(), kConfig,
+        "bench --shared-context: --kv-policy {} cannot compress a context (use one of: {})",
+        pf.kv_policy_text(), fmt::join(context_policy_names(), ", "));
+    o.policy = p->kind;
+  } else {
+    o.policy = KvPolicyKind::kFull;
+  }
   o.ratio = pf.kv_budget_text().empty() ? 1.0
                                         : parse_number_list(pf.kv_budget_text(), "--kv-budget")[0];
   o.separate = separate;
@@ -229,7 +246,9 @@ int cmd_shared_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOpt
   return 0;
 }
 
-int cmd_inspect(const CommonFlags& f) { return run_inspect(f.model, f.threads, f.weight_dtype); }
+int cmd_inspect(const CommonFlags& f) {
+  return run_inspect(f.model, f.threads, f.weight_dtype_text);
+}
 
 }  // namespace
 
@@ -260,8 +279,12 @@ int main(int argc, char** argv) {
   gen->add_flag("--quiet,-q", quiet, "No progress output");
   gen->add_flag("--overwrite", job.overwrite,
                 "Start afresh when the output exists (default: resume it, skipping written ids)");
-  gen->add_option("--fsync", job.fsync, "Durability of output records: always, periodic, never")
-      ->check(CLI::IsMember({"always", "periodic", "never"}));
+  std::string fsync_text(fsync_policy_name(job.fsync));
+  std::vector<std::string> fsync_names;
+  for (FsyncPolicy p : kFsyncPolicies) fsync_names.emplace_back(fsync_policy_name(p));
+  gen->add_option("--fsync", fsync_text,
+                  fmt::format("Durability of output records: {}", fmt::join(fsync_names, ", ")))
+      ->check(CLI::IsMember(fsync_names));
   add_sampling(gen, job.defaults);
   gen->add_option("--report", job.report,
                   "Write a JSON report (times, throughput, memory, I/O, request and error counts)");
@@ -318,6 +341,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    for (CommonFlags* f : {&gen_common, &ins_common, &bench_common}) f->resolve();
+    job.fsync = parse_fsync_policy(fsync_text);
     if (gen->parsed()) return cmd_generate(gen_common, job, gen_policy, max_context, quiet);
     if (ins->parsed()) return cmd_inspect(ins_common);
     if (bench->parsed() && shared_context > 0)

@@ -10,6 +10,7 @@
 #include "cli/policy_flags.h"
 #include "cli/flag_checks.h"
 #include "runtime/core/atomic_file.h"
+#include "runtime/core/error.h"
 #include "eval/multiquery_eval.h"
 
 namespace offgen {
@@ -27,9 +28,12 @@ void EvalMultiqueryCommand::add_to(CLI::App* eval) {
   cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
   add_weight_dtype(cmd_, weight_dtype);
+  std::vector<std::string> context;  // the registry's context policies but the reference
+  for (const KvPolicyInfo& p : kv_policies())
+    if (p.compresses_context() && p.kind != KvPolicyKind::kFull) context.emplace_back(p.name);
   cmd_->add_option("--kv-policy", policies,
-                   "Policies, comma-separated: kvzip, kvzip-uniform, h2o, snapkv, sinks (full "
-                   "always runs as the reference)");
+                   fmt::format("Policies, comma-separated: {} (full always runs as the reference)",
+                               fmt::join(context, ", ")));
   cmd_->add_option("--kv-budget", budgets, "Retained fractions of the context, comma-separated");
   cmd_->add_option("--max-tokens", max_tokens, "Greedy answer length limit (24)")
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
@@ -46,10 +50,16 @@ int EvalMultiqueryCommand::run() const {
   EngineOptions eo;
   eo.model = model;
   eo.threads = threads;
-  eo.weight_dtype = weight_dtype;
+  eo.weight_dtype = WeightMode::parse(weight_dtype);
   EvalMultiqueryOptions o;
   o.contexts = contexts;
-  o.policies = split_list(policies);
+  for (const std::string& name : split_list(policies)) {
+    const KvPolicyInfo* p = find_kv_policy(name);
+    OFFGEN_CHECK(p != nullptr && p->compresses_context(), kConfig,
+                 "eval multiquery: unknown policy '{}' ({})", name,
+                 fmt::join(context_policy_names(), ", "));
+    o.policies.push_back(p->kind);
+  }
   o.ratios = parse_number_list(budgets, "--kv-budget");
   o.max_answer_tokens = max_tokens;
   o.max_contexts = max_contexts;
@@ -57,10 +67,16 @@ int EvalMultiqueryCommand::run() const {
   const auto rows = run_eval_multiquery(eo, o, [](const std::string& line) {
     std::fprintf(stderr, "offgen: eval: %s\n", line.c_str());
   });
-  // policy -> ratio -> (agreement, accuracy or -1)
-  std::map<std::string, std::map<double, std::pair<double, double>>> table;
+  // policy (by name) -> its kind, and ratio -> (agreement, accuracy or -1)
+  struct Line {
+    KvPolicyKind kind = KvPolicyKind::kFull;
+    std::map<double, std::pair<double, double>> cells;
+  };
+  std::map<std::string, Line> table;
   for (const EvalRow& r : rows) {
-    auto& cell = table[r.policy].try_emplace(r.budget, 0.0, -1.0).first->second;
+    Line& line = table[std::string(kv_policy_name(r.policy))];
+    line.kind = r.policy;
+    auto& cell = line.cells.try_emplace(r.budget, 0.0, -1.0).first->second;
     if (r.metric == "agreement") cell.first = r.value;
     if (r.metric == "accuracy") cell.second = r.value;
   }
@@ -68,12 +84,13 @@ int EvalMultiqueryCommand::run() const {
   std::printf("%-14s", "policy");
   for (double b : o.ratios) std::printf(" %16s", fmt::format("ratio {:g}", b).c_str());
   std::printf("\n");
-  for (const auto& [policy, cells] : table) {
+  for (const auto& [policy, line] : table) {
     std::printf("%-14s", policy.c_str());
     for (double b : o.ratios) {
-      auto it = cells.find(policy == "full" ? 1.0 : b);
+      // The reference ran once, at ratio 1.
+      auto it = line.cells.find(line.kind == KvPolicyKind::kFull ? 1.0 : b);
       std::string cell = "-";
-      if (it != cells.end())
+      if (it != line.cells.end())
         cell = it->second.second >= 0
                    ? fmt::format("{:.3f} ({:.3f})", it->second.first, it->second.second)
                    : fmt::format("{:.3f}", it->second.first);
@@ -87,10 +104,10 @@ int EvalMultiqueryCommand::run() const {
     lp.title = "Multi-query answers over a context compressed once";
     lp.x_label = "context KV retained (fraction)";
     lp.y_label = "agreement with the full cache";
-    for (const auto& [policy, cells] : table) {
-      if (policy == "full") continue;
+    for (const auto& [policy, line] : table) {
+      if (line.kind == KvPolicyKind::kFull) continue;
       PlotSeries s{policy, {}};
-      for (const auto& [b, cell] : cells) s.points.push_back({b, cell.first});
+      for (const auto& [b, cell] : line.cells) s.points.push_back({b, cell.first});
       lp.series.push_back(s);
     }
     write_line_plot_png(lp, plot);

@@ -118,12 +118,10 @@ void PlanCommand::add_to(CLI::App* app) {
 
 int PlanCommand::run() const {
   const Policy base = policy.resolve();
-  PlanningContext ctx{model, base.weight_storage(weight_dtype), threads, profile, base.offload_dir,
-                      progress};
+  const WeightMode storage = base.weight_storage(WeightMode::parse(weight_dtype));
+  PlanningContext ctx{model, storage, threads, profile, base.offload_dir, progress};
   const PlanningInputs in = planning_inputs(ctx);
-  PlanOptions o;
-  o.workload = workload;
-  o.base = base;
+  PlanOptions o = calibrated_plan_options(workload, base);
   o.max_batch = max_batch;
   const PlanResult r = plan(in.facts, in.compute, in.hw, o);
   const Prediction& pr = r.prediction;

@@ -1,6 +1,8 @@
 // Policy flag parsing.
 #include "cli/policy_flags.h"
 
+#include <fmt/format.h>
+
 #include "runtime/core/error.h"
 
 namespace offgen {
@@ -36,9 +38,14 @@ void PolicyFlags::add_to(CLI::App* app) {
   app->add_option("--gpu-mem", gpu_mem_, "Device tier capacity (e.g. 16G)");
   app->add_option("--cpu-mem", cpu_mem_, "Host RAM tier capacity (e.g. 64G)");
   app->add_option("--disk-mem", disk_mem_, "Disk tier capacity (e.g. 500G)");
+  std::vector<std::string> slot;  // the registry's slot policies, the default marked
+  for (const KvPolicyInfo& p : kv_policies())
+    if (p.make != nullptr)
+      slot.push_back(
+          fmt::format("{}{}", p.name, p.kind == KvPolicyConfig{}.kind ? " (default)" : ""));
   app->add_option("--kv-policy", kv_policy_,
-                  "KV eviction policy: full (default), window, sinks, h2o, tova, snapkv; for shared "
-                  "contexts also kvzip, kvzip-uniform");
+                  fmt::format("KV eviction policy: {}; for shared contexts also {}",
+                              fmt::join(slot, ", "), fmt::join(context_only_policy_names(), ", ")));
   app->add_option("--kv-budget", kv_budget_,
                   "KV kept per sequence: a fraction of prompt + generated tokens in (0, 1], or a "
                   "token count (default 1 = everything)");
@@ -77,18 +84,21 @@ std::vector<Policy> PolicyFlags::resolve_variants() const {
   one.kv_policy_.clear();
   one.kv_budget_.clear();
   const Policy base = one.resolve();
-  const std::vector<std::string> names =
-      kv_policy_.empty() ? std::vector<std::string>{base.kv.name} : split_list(kv_policy_);
+  std::vector<KvPolicyKind> kinds{base.kv.kind};
+  if (!kv_policy_.empty()) {
+    kinds.clear();
+    for (const std::string& name : split_list(kv_policy_)) kinds.push_back(parse_kv_policy(name));
+  }
   const std::vector<double> budgets =
       kv_budget_.empty() ? std::vector<double>{base.kv.budget}
                          : parse_number_list(kv_budget_, "--kv-budget");
-  OFFGEN_CHECK(budgets.size() == 1 || budgets.size() == names.size(), kConfig,
+  OFFGEN_CHECK(budgets.size() == 1 || budgets.size() == kinds.size(), kConfig,
                "--kv-budget lists {} values for {} policies: give one, or one per policy",
-               budgets.size(), names.size());
+               budgets.size(), kinds.size());
   std::vector<Policy> out;
-  for (size_t i = 0; i < names.size(); ++i) {
+  for (size_t i = 0; i < kinds.size(); ++i) {
     Policy p = base;
-    p.kv.name = names[i];
+    p.kv.kind = kinds[i];
     p.kv.budget = budgets[budgets.size() == 1 ? 0 : i];
     p.validate();
     out.push_back(p);

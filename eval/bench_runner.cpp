@@ -76,7 +76,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.h2d = s.h2d_bytes;
   r.d2h = s.d2h_bytes;
   r.backend = engine.backend().name();
-  r.weight_dtype = engine.options().weight_dtype;
+  r.weight_dtype = engine.options().weight_dtype.name();
   r.lanes = s.lanes;
   const double busiest = std::max({s.lanes.load, s.lanes.compute, s.lanes.store});
   r.overlap_efficiency = s.lanes.wall > 0 ? busiest / s.lanes.wall : 0.0;

@@ -161,7 +161,7 @@ ComputeProfile measure_compute(const DecoderModel& model, const std::string& wei
   }
   size_t next_blob[2] = {0, 0};
   DecoderScratch scratch;
-  const auto kv_policy = make_kv_policy(KvPolicyConfig{.name = "h2o"});
+  const auto kv_policy = make_kv_policy(KvPolicyConfig{.kind = KvPolicyKind::kH2o});
   const int reps = o.quick ? 1 : 3;
   const double budget = o.quick ? 0.0 : 0.3;
   std::mt19937 rng(11);

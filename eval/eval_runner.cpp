@@ -64,10 +64,10 @@ void EvalPplOptions::validate() const {
   OFFGEN_CHECK(prefix >= 1 && prefix < tokens, kConfig,
                "--prefix {} must be in [1, --tokens {}) so that some tokens are scored", prefix,
                tokens);
-  for (const std::string& p : policies)
+  for (KvPolicyKind p : policies)
     for (double b : budgets) {
       KvPolicyConfig c;
-      c.name = p, c.budget = b, c.scope = scope;
+      c.kind = p, c.budget = b, c.scope = scope;
       c.validate();
     }
 }
@@ -106,7 +106,7 @@ std::vector<EvalRow> run_eval_ppl(const EngineOptions& base, const EvalPplOption
   }
   const int64_t scored = o.tokens - o.prefix;
   std::vector<EvalRow> rows;
-  auto add_rows = [&](const std::string& policy, double budget, const std::vector<Scored>& s,
+  auto add_rows = [&](KvPolicyKind policy, double budget, const std::vector<Scored>& s,
                       const std::vector<Scored>& ref) {
     double nll_all = 0;
     int64_t agree_all = 0;
@@ -128,16 +128,17 @@ std::vector<EvalRow> run_eval_ppl(const EngineOptions& base, const EvalPplOption
         {policy, budget, "top1_agreement", static_cast<double>(agree_all) / n, n, "all"});
     if (log)
       log(fmt::format(
-          "{}@{:g}: ppl {:.4f}, top-1 agreement {:.4f} ({} tokens, {:.1f} s)", policy, budget,
+          "{}@{:g}: ppl {:.4f}, top-1 agreement {:.4f} ({} tokens, {:.1f} s)",
+          kv_policy_name(policy), budget,
           rows[rows.size() - 2].value, rows.back().value, n,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
   };
-  add_rows("full", 1.0, full, full);
-  for (const std::string& p : o.policies) {
-    if (p == "full") continue;
+  add_rows(KvPolicyKind::kFull, 1.0, full, full);
+  for (KvPolicyKind p : o.policies) {
+    if (p == KvPolicyKind::kFull) continue;
     for (double b : o.budgets) {
       t0 = std::chrono::steady_clock::now();
-      eo.policy.kv.name = p;
+      eo.policy.kv.kind = p;
       eo.policy.kv.budget = b;
       eo.policy.kv.scope = o.scope;
       Engine engine(eo);
@@ -150,7 +151,7 @@ std::vector<EvalRow> run_eval_ppl(const EngineOptions& base, const EvalPplOption
 nlohmann::json eval_rows_json(const std::vector<EvalRow>& rows) {
   nlohmann::json out = nlohmann::json::array();
   for (const EvalRow& r : rows)
-    out.push_back({{"policy", r.policy},
+    out.push_back({{"policy", std::string(kv_policy_name(r.policy))},
                    {"budget", r.budget},
                    {"metric", r.metric},
                    {"value", r.value},

@@ -19,15 +19,15 @@ struct EvalPplOptions {
   std::vector<std::string> texts;     // text files
   int64_t tokens = 2048;              // leading tokens of each text that are evaluated
   int64_t prefix = 512;               // prefilled in one chunk; scored tokens = tokens - prefix
-  std::vector<std::string> policies;  // KV policies (full is always run as the reference)
-  std::vector<double> budgets;        // fractions in (0, 1] or token counts
-  std::string scope = "all";          // KvPolicyConfig::scope
+  std::vector<KvPolicyKind> policies;  // KV policies (full is always run as the reference)
+  std::vector<double> budgets;         // fractions in (0, 1] or token counts
+  KvScope scope = KvScope::kAll;       // KvPolicyConfig::scope
   void validate() const;              // throws Error(kConfig)
 };
 
 // One result, DESIGN.md §3's eval row plus the text it is about ("all" = every text pooled).
 struct EvalRow {
-  std::string policy;
+  KvPolicyKind policy = KvPolicyKind::kFull;
   double budget = 1.0;
   std::string metric;  // "ppl" or "top1_agreement"
   double value = 0;

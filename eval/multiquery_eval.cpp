@@ -63,7 +63,12 @@ std::string normalize_answer(const std::string& s) {
 
 bool answer_matches(const std::string& output, const std::string& gold) {
   const std::string g = normalize_answer(gold);
-  return !g.empty() && (" " + normalize_answer(output) + " ").find(" " + g + " ") != std::string::npos;
+  if (g.empty()) return false;
+  // Whole words: the answer between spaces inside the padded output.
+  std::string padded_out(1, ' '), padded_gold(1, ' ');
+  padded_out.append(normalize_answer(output)).push_back(' ');
+  padded_gold.append(g).push_back(' ');
+  return padded_out.find(padded_gold) != std::string::npos;
 }
 
 std::vector<MultiqueryContext> load_multiquery_contexts(const std::string& path) {
@@ -108,8 +113,9 @@ std::vector<MultiqueryContext> load_multiquery_contexts(const std::string& path)
 
 void EvalMultiqueryOptions::validate() const {
   OFFGEN_CHECK(!contexts.empty(), kConfig, "eval multiquery: give --contexts FILE");
-  for (const auto& p : policies)
-    OFFGEN_CHECK(is_context_policy(p), kConfig, "eval multiquery: unknown policy '{}' ({})", p,
+  for (KvPolicyKind p : policies)
+    OFFGEN_CHECK(kv_policy_info(p).compresses_context(), kConfig,
+                 "eval multiquery: unknown policy '{}' ({})", kv_policy_name(p),
                  fmt::join(context_policy_names(), ", "));
   for (double r : ratios)
     OFFGEN_CHECK(r > 0 && r <= 1, kConfig, "--kv-budget {} must be a retained fraction in (0, 1]",
@@ -125,7 +131,7 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
     contexts.resize(o.max_contexts);
   OpenedModel om = open_model(base.model);
   const Tokenizer tok(om.vocab);
-  auto backend = make_cpu_backend(base.threads, WeightMode::parse(base.weight_dtype));
+  auto backend = make_cpu_backend(base.threads, base.weight_dtype);
   const DecoderModel model(*om.source, *backend);
   const ResidentUnits units(model);
   const ModelConfig& c = model.config();
@@ -141,7 +147,8 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
   struct Tally {
     int64_t questions = 0, agree = 0, graded = 0, correct = 0, kept = 0, pairs = 0;
   };
-  std::map<std::pair<std::string, double>, Tally> tally;
+  // By (policy name, ratio): the rows come out in that order.
+  std::map<std::pair<std::string, double>, std::pair<KvPolicyKind, Tally>> tally;
   std::ofstream answers_out;
   if (!o.answers.empty()) {
     answers_out.open(o.answers, std::ios::trunc);
@@ -162,18 +169,20 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
                        shared.kept_pairs()};
     };
     ContextCompressor compressor(runner, cache, p, repeat);
-    const auto full_run = answers_for(compressor.keep("full", 1.0));
+    const auto full_run = answers_for(compressor.keep(KvPolicyKind::kFull, 1.0));
     const std::vector<std::vector<int32_t>>& full = full_run.first;
     const int64_t full_pairs = full_run.second;
-    auto score = [&](const std::string& policy, double ratio,
+    auto score = [&](KvPolicyKind policy, double ratio,
                      const std::vector<std::vector<int32_t>>& got, int64_t kept) {
-      Tally& t = tally[{policy, ratio}];
+      const std::string name(kv_policy_name(policy));
+      auto& [kind, t] = tally[{name, ratio}];
+      kind = policy;
       t.kept += kept, t.pairs += full_pairs;
       for (size_t i = 0; i < got.size(); ++i) {
         if (answers_out.is_open())
           answers_out << json{{"context", mc.id},
                               {"question", mc.questions[i].q},
-                              {"policy", policy},
+                              {"policy", name},
                               {"ratio", ratio},
                               {"answer", tok.decode(got[i], true)},
                               {"full_answer", tok.decode(full[i], true)},
@@ -188,9 +197,9 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
         }
       }
     };
-    score("full", 1.0, full, full_pairs);
-    for (const auto& policy : o.policies) {
-      if (policy == "full") continue;
+    score(KvPolicyKind::kFull, 1.0, full, full_pairs);
+    for (KvPolicyKind policy : o.policies) {
+      if (policy == KvPolicyKind::kFull) continue;
       for (double r : o.ratios) {
         const auto run = answers_for(compressor.keep(policy, r));
         score(policy, r, run.first, run.second);
@@ -202,8 +211,9 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
   }
   std::vector<EvalRow> rows;
-  for (const auto& [key, t] : tally) {
-    const auto& [policy, ratio] = key;
+  for (const auto& [key, entry] : tally) {
+    const double ratio = key.second;
+    const auto& [policy, t] = entry;
     rows.push_back({policy, ratio, "agreement", static_cast<double>(t.agree) / t.questions,
                     t.questions, "all"});
     if (t.graded > 0)

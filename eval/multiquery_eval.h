@@ -36,7 +36,7 @@ std::vector<MultiqueryContext> load_multiquery_contexts(const std::string& path)
 
 struct EvalMultiqueryOptions {
   std::string contexts;               // JSONL file
-  std::vector<std::string> policies;  // kvzip, kvzip-uniform, h2o, snapkv, sinks (full always)
+  std::vector<KvPolicyKind> policies;  // context policies (the registry's; full always runs)
   std::vector<double> ratios;         // retained fractions of the context, (0, 1]
   int64_t max_answer_tokens = 24;
   int64_t max_contexts = 0;           // 0 = all

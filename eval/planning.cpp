@@ -69,15 +69,16 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
     in.hw = measure_transfers(co, std::move(in.hw));
     changed = true;
   }
-  auto backend = make_cpu_backend(ctx.threads, WeightMode::parse(ctx.weight_dtype));
+  auto backend = make_cpu_backend(ctx.threads, ctx.weight_dtype);
   OpenedModel opened = open_model(ctx.model);
   DecoderModel model(*opened.source, *backend);
-  in.facts = model_facts(model, ctx.weight_dtype);
+  const std::string storage = ctx.weight_dtype.name();  // part of the profile's keys
+  in.facts = model_facts(model, storage);
   const int threads = backend->threads().threads();
   if (const ComputeProfile* c = in.hw.find_compute(in.facts.key, threads)) {
     in.compute = *c;
   } else {
-    in.compute = measure_compute(model, ctx.weight_dtype, co);
+    in.compute = measure_compute(model, storage, co);
     in.hw.put_compute(in.compute);
     changed = true;
   }
@@ -85,10 +86,16 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
   return in;
 }
 
-PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base) {
+PlanOptions calibrated_plan_options(const Workload& w, const Policy& base) {
   PlanOptions o;
   o.workload = w;
   o.base = base;
+  o.device_is_host = backend_caps(BackendKind::kCpu).device_is_host;
+  return o;
+}
+
+PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base) {
+  const PlanOptions o = calibrated_plan_options(w, base);
   PlanResult r = plan(in.facts, in.compute, in.hw, o);
   const Policy& p = r.policy;
   std::fprintf(stderr,

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "policies/planner.h"
+#include "runtime/backend/backend_caps.h"
 #include "eval/calibrate.h"
 #include "runtime/text/tokenizer.h"
 #include "scheduler/request.h"
@@ -21,7 +22,7 @@ void save_profile(const std::string& path, const HardwareProfile& p);  // atomic
 
 struct PlanningContext {
   std::string model;                // as EngineOptions::model
-  std::string weight_dtype = "f32";  // matmul storage: f32, bf16 or q4g64 (Policy::weight_storage)
+  WeightMode weight_dtype;          // matmul storage (Policy::weight_storage)
   int threads = 0;
   std::string profile_path;         // empty: default_profile_path(), re-measured when outdated
   std::string offload_dir;          // where to measure the disk when the profile lacks it
@@ -37,6 +38,8 @@ struct PlanningInputs {
 };
 PlanningInputs planning_inputs(const PlanningContext& ctx);
 
+// The planner's options for the backend the calibrated profile describes (the CPU's).
+PlanOptions calibrated_plan_options(const Workload& w, const Policy& base);
 // Plans `base` (capacities, KV policy) for the workload; prints a one-line summary to stderr.
 // `--policy auto` of generate and bench, and the Python API's policy="auto".
 PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base);

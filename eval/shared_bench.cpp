@@ -71,10 +71,15 @@ double time_attention(Backend& be, const ModelConfig& c, const SharedContext& ct
 void SharedBenchOptions::validate() const {
   OFFGEN_CHECK(context_len >= 1 && question_len >= 1 && gen_len >= 1 && questions >= 1, kConfig,
                "--shared-context, --prompt-len, --gen-len and --num-prompts must be positive");
-  OFFGEN_CHECK(is_context_policy(policy), kConfig,
+  OFFGEN_CHECK(kv_policy_info(policy).compresses_context(), kConfig,
                "bench --shared-context: --kv-policy {} cannot compress a context (use one of: {})",
-               policy, fmt::join(context_policy_names(), ", "));
+               kv_policy_name(policy), fmt::join(context_policy_names(), ", "));
   OFFGEN_CHECK(ratio > 0 && ratio <= 1, kConfig, "--kv-budget {} must be in (0, 1]", ratio);
+}
+
+std::string SharedBenchOptions::describe() const {
+  if (!kv_policy_info(policy).takes(KvParam::kBudget)) return std::string(kv_policy_name(policy));
+  return fmt::format("{}@{:g}", kv_policy_name(policy), ratio);
 }
 
 SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchOptions& o) {
@@ -87,7 +92,7 @@ SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchO
   eo.policy.gpu_batch_size = o.questions;
   eo.policy.num_gpu_batches = 1;
   eo.policy.batch_given = true;
-  eo.policy.kv.name = o.policy;
+  eo.policy.kv.kind = o.policy;
   eo.policy.kv.budget = o.ratio;
   eo.max_context = o.context_len + o.question_len + o.gen_len;
   Engine engine(eo);
@@ -137,11 +142,11 @@ SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchO
   r.retained = static_cast<double>(kept) / static_cast<double>(c.n_layers * c.n_kv_heads * o.context_len);
   r.context_bytes_full = c.kv_bytes_per_token() * o.context_len;
   // The same attention over the whole context: one question through a full-context engine.
-  if (o.policy == "full" || o.ratio >= 1) {
+  if (!kv_policy_info(o.policy).takes(KvParam::kBudget) || o.ratio >= 1) {
     r.attention_full_seconds = r.attention_seconds;
   } else {
     EngineOptions full = eo;
-    full.policy.kv.name = "full";
+    full.policy.kv.kind = KvPolicyKind::kFull;
     Engine whole(full);
     std::vector<Request> one(1, shared[0]);
     one[0].sampling.max_tokens = 1;
@@ -173,9 +178,7 @@ nlohmann::json SharedBenchReport::to_json() const {
           {"questions", options.questions},
           {"question_len", options.question_len},
           {"gen_len", options.gen_len},
-          {"kv_policy", options.policy == "full" ? std::string("full")
-                                                  : fmt::format("{}@{:g}", options.policy,
-                                                                options.ratio)},
+          {"kv_policy", options.describe()},
           {"retained", retained},
           {"shared_prefill_seconds", shared_prefill_seconds},
           {"shared_score_seconds", shared_score_seconds},
@@ -196,8 +199,7 @@ std::string SharedBenchReport::summary() const {
       "{:.3f})\n  shared:   prefill {:.2f} s, scoring {:.2f} s, answers {:.2f} s -> {:.1f} tok/s; "
       "context KV held once: {:.1f} MiB (whole {:.1f} MiB)\n",
       options.questions, options.question_len, options.gen_len, options.context_len,
-      options.policy == "full" ? std::string("full")
-                               : fmt::format("{}@{:g}", options.policy, options.ratio),
+      options.describe(),
       retained,
       shared_prefill_seconds, shared_score_seconds, shared_answer_seconds, shared_throughput,
       context_bytes / 1048576.0, context_bytes_full / 1048576.0);

@@ -19,11 +19,12 @@ struct SharedBenchOptions {
   int64_t question_len = 32;
   int64_t gen_len = 32;
   int64_t questions = 64;
-  std::string policy = "kvzip";  // a context policy (context_compression.h)
+  KvPolicyKind policy = KvPolicyKind::kKvzip;  // a context policy (kv_registry.h)
   double ratio = 0.3;            // retained fraction of the context (kvzip)
   bool separate = true;          // also run the separate-prefill baseline
   uint64_t seed = 1234;
   void validate() const;         // throws Error(kConfig)
+  std::string describe() const;  // the policy and ratio, e.g. "kvzip@0.3", or "full"
 };
 
 struct SharedBenchReport {

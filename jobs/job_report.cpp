@@ -38,7 +38,7 @@ nlohmann::json job_report(const Engine& engine, const GenerateJobOptions& job,
   }
   return json{
       {"model", engine.options().model},
-      {"backend", engine.options().backend},
+      {"backend", engine.backend().name()},
       {"input", job.input},
       {"output", job.output},
       {"requests",

@@ -66,14 +66,14 @@ nlohmann::json job_fingerprint(const EngineOptions& eo, const std::string& model
       {"input_fnv1a64", fnv_hex(input.bytes)},
       {"context_fnv1a64", input.context.empty() ? std::string() : fnv_hex(input.context)},
       {"model", model_id},
-      {"backend", eo.backend},
-      {"weight_storage", eo.policy.weight_storage(eo.weight_dtype)},
+      {"backend", std::string(backend_name(eo.backend))},
+      {"weight_storage", eo.policy.weight_storage(eo.weight_dtype).name()},
       {"compress_cache", eo.policy.compress_cache},
       {"cpu_cache_compute", eo.policy.cpu_cache_compute},
       {"kv_policy",
-       {{"name", kv.name},
+       {{"name", std::string(kv.name())},
         {"budget", kv.budget},
-        {"scope", kv.scope},
+        {"scope", std::string(kv_scope_name(kv.scope))},
         {"recent_fraction", kv.recent_fraction},
         {"sinks", kv.sinks},
         {"window", kv.window},
@@ -91,7 +91,7 @@ JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts, cons
   OutputJournal out(opts.output,
                     job_fingerprint(engine.options(), engine.model_id(), engine.max_context(), opts,
                                     input),
-                    opts.overwrite, parse_fsync_policy(opts.fsync));
+                    opts.overwrite, opts.fsync);
   JobSummary summary;
   summary.lines = static_cast<int64_t>(lines.size());
   summary.resumed = out.resumed();
@@ -122,7 +122,7 @@ JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts, cons
   if (engine.options().policy.kv.context_only() && without > 0)
     log_info("{} of {} requests have no context: --kv-policy {} compresses shared contexts only, "
              "so they run with the full cache",
-             without, requests.size(), engine.options().policy.kv.name);
+             without, requests.size(), engine.options().policy.kv.name());
   ProgressReporter progress(opts.progress);
   const std::string model_name = engine.config().name.empty() ? engine.options().model
                                                               : engine.config().name;

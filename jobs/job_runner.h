@@ -13,6 +13,7 @@
 
 #include "scheduler/engine.h"
 #include "jobs/job_io.h"
+#include "jobs/output_journal.h"
 
 namespace offgen {
 
@@ -23,7 +24,7 @@ struct GenerateJobOptions {
   bool chat = false;
   bool progress = true;
   bool overwrite = false;          // start afresh instead of resuming an existing output
-  std::string fsync = "periodic";  // always | periodic (at most once a second) | never
+  FsyncPolicy fsync = FsyncPolicy::kPeriodic;  // periodic: at most once a second
   std::string report;              // --report FILE.json (written by the caller: job_report.h)
   std::string context_file;        // --context FILE: the shared context of every request that
                                    // has no "context" of its own ("" = none)

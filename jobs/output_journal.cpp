@@ -30,10 +30,18 @@ void write_sidecar(const std::string& path, const nlohmann::json& fingerprint) {
 
 }  // namespace
 
-FsyncPolicy parse_fsync_policy(const std::string& s) {
-  if (s == "always") return FsyncPolicy::kAlways;
-  if (s == "periodic") return FsyncPolicy::kPeriodic;
-  if (s == "never") return FsyncPolicy::kNever;
+std::string_view fsync_policy_name(FsyncPolicy p) {
+  switch (p) {
+    case FsyncPolicy::kAlways: return "always";
+    case FsyncPolicy::kPeriodic: return "periodic";
+    case FsyncPolicy::kNever: return "never";
+  }
+  OFFGEN_THROW(kInternal, "fsync policy {} is not known", static_cast<int>(p));
+}
+
+FsyncPolicy parse_fsync_policy(std::string_view s) {
+  for (FsyncPolicy p : kFsyncPolicies)
+    if (fsync_policy_name(p) == s) return p;
   OFFGEN_THROW(kConfig, "--fsync {}: expected always, periodic or never", s);
 }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 
 #include <nlohmann/json.hpp>
@@ -15,8 +16,12 @@
 
 namespace offgen {
 
+// When appended records are fdatasync'ed: after each, at most once a second, or never.
 enum class FsyncPolicy { kAlways, kPeriodic, kNever };
-FsyncPolicy parse_fsync_policy(const std::string& s);  // throws kConfig
+inline constexpr FsyncPolicy kFsyncPolicies[] = {FsyncPolicy::kAlways, FsyncPolicy::kPeriodic,
+                                                 FsyncPolicy::kNever};
+std::string_view fsync_policy_name(FsyncPolicy p);  // "always", "periodic", "never"
+FsyncPolicy parse_fsync_policy(std::string_view s);  // throws kConfig
 
 class OutputJournal {
  public:

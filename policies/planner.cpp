@@ -34,7 +34,7 @@ void PlanOptions::validate() const {
 
 std::string plan_overflow(const PlanOptions& o, const TierBytes& need) {
   const Policy& p = o.base;
-  if (o.cpu_backend) {
+  if (o.device_is_host) {
     const int64_t ram = p.gpu_mem + p.cpu_mem;  // the device tier is host RAM
     if (ram > 0 && need.device + need.host > ram) return p.cpu_mem > 0 ? "--cpu-mem" : "--gpu-mem";
   } else {
@@ -52,12 +52,12 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
   const int64_t cap_batch =
       w.num_requests > 0 ? std::min(o.max_batch, w.num_requests) : o.max_batch;
   const int64_t capacity = o.base.kv.table_slots(w.prompt_len, w.gen_len);
-  // Tier shares: on the CPU backend the RAM share goes on the host tier (both are RAM).
+  // Tier shares: where device memory is host memory the RAM share goes on the host tier.
   auto place = [&](Policy& p, double w_ram, double c_ram) {
-    (o.cpu_backend ? p.weight_cpu_percent : p.weight_gpu_percent) = w_ram;
-    (o.cpu_backend ? p.weight_gpu_percent : p.weight_cpu_percent) = 0;
-    (o.cpu_backend ? p.cache_cpu_percent : p.cache_gpu_percent) = c_ram;
-    (o.cpu_backend ? p.cache_gpu_percent : p.cache_cpu_percent) = 0;
+    (o.device_is_host ? p.weight_cpu_percent : p.weight_gpu_percent) = w_ram;
+    (o.device_is_host ? p.weight_gpu_percent : p.weight_cpu_percent) = 0;
+    (o.device_is_host ? p.cache_cpu_percent : p.cache_gpu_percent) = c_ram;
+    (o.device_is_host ? p.cache_gpu_percent : p.cache_cpu_percent) = 0;
   };
   auto need_of = [&](const Policy& p) { return block_need(m, p, capacity, p.block_size()); };
   const int steps = static_cast<int>(std::lround(100 / o.percent_step));

@@ -17,7 +17,9 @@ struct PlanOptions {
   Policy base;
   int64_t max_batch = 4096;       // largest block (sequences) considered
   double percent_step = 10;       // grid step of the RAM shares (divides 100)
-  bool cpu_backend = true;        // device and host tiers are both RAM: one combined RAM limit
+  // The backend's BackendCaps::device_is_host: the device and host tiers are both RAM, under one
+  // combined RAM limit.
+  bool device_is_host = true;
   void validate() const;          // throws Error(kConfig)
 };
 

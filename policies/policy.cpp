@@ -52,13 +52,14 @@ void Policy::validate() const {
   kv.validate();
 }
 
-std::string Policy::weight_storage(const std::string& weight_dtype) const {
+WeightMode Policy::weight_storage(WeightMode weight_dtype) const {
   if (!compress_weight) return weight_dtype;
-  OFFGEN_CHECK(weight_dtype == "f32" || weight_dtype == "f16" || weight_dtype == "native",
+  OFFGEN_CHECK(weight_dtype.native || weight_dtype.storage == DType::kF32 ||
+                   weight_dtype.storage == DType::kF16,
                kConfig,
                "--compress-weight stores 4-bit groups, dequantised for an fp32 (CPU) or fp16 (GPU) "
-               "matmul: it does not combine with --weight-dtype {}", weight_dtype);
-  return "q4g64";
+               "matmul: it does not combine with --weight-dtype {}", weight_dtype.name());
+  return DType::kQ4G64;
 }
 
 Placement Policy::placement(bool device_is_host) const {
@@ -171,6 +172,14 @@ Policy parse_policy_toml(std::string_view text, const std::string& path, const P
     OFFGEN_CHECK(n.is_string(), kConfig, "{} must be a size such as \"8G\"", where(n, key));
     return parse_size(*n.value<std::string>(), where(n, key));
   };
+  // A registry name: its error is prefixed with the file, as validate()'s are below.
+  auto parse_in_file = [&](auto parse, const std::string& text) {
+    try {
+      return parse(text);
+    } catch (const Error& e) {
+      OFFGEN_THROW(kConfig, "{}: {}", path, e.what());
+    }
+  };
   auto get_percent = [&](const toml::node& n, const std::string& key) -> std::array<double, 2> {
     const toml::array* a = n.as_array();
     OFFGEN_CHECK(a && a->size() == 2 && (*a)[0].is_number() && (*a)[1].is_number(), kConfig,
@@ -186,7 +195,7 @@ Policy parse_policy_toml(std::string_view text, const std::string& path, const P
         const std::string k2 = "kv." + std::string(kk.str());
         if (kk == "policy") {
           OFFGEN_CHECK(kn.is_string(), kConfig, "{} must be a string", where(kn, k2));
-          p.kv.name = *kn.value<std::string>();
+          p.kv.kind = parse_in_file(parse_kv_policy, *kn.value<std::string>());
         } else if (kk == "budget") p.kv.budget = get_num(kn, k2);
         else if (kk == "recent_fraction") p.kv.recent_fraction = get_num(kn, k2);
         else if (kk == "sinks") p.kv.sinks = get_int(kn, k2);
@@ -194,7 +203,7 @@ Policy parse_policy_toml(std::string_view text, const std::string& path, const P
         else if (kk == "kernel") p.kv.kernel = get_int(kn, k2);
         else if (kk == "scope") {
           OFFGEN_CHECK(kn.is_string(), kConfig, "{} must be a string", where(kn, k2));
-          p.kv.scope = *kn.value<std::string>();
+          p.kv.scope = parse_in_file(parse_kv_scope, *kn.value<std::string>());
         } else OFFGEN_THROW(kConfig, "{} is not a [kv] key (policy, budget, scope, "
                             "recent_fraction, sinks, window, kernel)", where(kn, k2));
       }
@@ -295,8 +304,8 @@ std::string policy_toml(const Policy& p) {
   if (p.cpu_mem > 0) out += fmt::format("cpu_mem = \"{}\"\n", size(p.cpu_mem));
   if (p.disk_mem > 0) out += fmt::format("disk_mem = \"{}\"\n", size(p.disk_mem));
   const KvPolicyConfig& kv = p.kv;
-  out += fmt::format("\n[kv]\npolicy = \"{}\"\nbudget = {}\nscope = \"{}\"\n", kv.name, kv.budget,
-                     kv.scope);
+  out += fmt::format("\n[kv]\npolicy = \"{}\"\nbudget = {}\nscope = \"{}\"\n", kv.name(), kv.budget,
+                     kv_scope_name(kv.scope));
   const KvPolicyConfig d;
   if (kv.recent_fraction != d.recent_fraction)
     out += fmt::format("recent_fraction = {}\n", kv.recent_fraction);

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "policies/kv/kv_policy.h"
+#include "runtime/backend/backend_caps.h"
 #include "runtime/core/placement.h"
 
 namespace offgen {
@@ -41,9 +42,10 @@ struct Policy {
   double cache_disk_percent() const { return 100.0 - cache_gpu_percent - cache_cpu_percent; }
   double act_disk_percent() const { return 100.0 - act_gpu_percent - act_cpu_percent; }
   int64_t block_size() const { return gpu_batch_size * num_gpu_batches; }
-  // The matmul weight storage ("f32", "bf16" or "q4g64") for a --weight-dtype: compress_weight
-  // stores q4g64 groups and computes in fp32, so it combines with f32 only (bf16 throws kConfig).
-  std::string weight_storage(const std::string& weight_dtype) const;
+  // The matmul weight storage for a --weight-dtype: compress_weight stores q4g64 groups,
+  // dequantised for an fp32 (CPU) or fp16 (GPU) matmul, so it combines with native, f32 or f16
+  // only (bf16 throws kConfig); otherwise the --weight-dtype itself.
+  WeightMode weight_storage(WeightMode weight_dtype) const;
   bool uses_disk() const {
     return weight_disk_percent() > 0 || cache_disk_percent() > 0 || act_disk_percent() > 0;
   }

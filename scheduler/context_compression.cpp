@@ -37,17 +37,6 @@ std::vector<std::vector<int32_t>> keep_per_head(const ModelConfig& c, int64_t n,
 
 }  // namespace
 
-const std::vector<std::string>& context_policy_names() {
-  static const std::vector<std::string> names = {"full",   "kvzip",  "kvzip-uniform",
-                                                 "h2o",    "snapkv", "sinks"};
-  return names;
-}
-
-bool is_context_policy(const std::string& name) {
-  const auto& n = context_policy_names();
-  return std::find(n.begin(), n.end(), name) != n.end();
-}
-
 KvzipRepeat KvzipRepeat::from(const Tokenizer& tok) {
   return {tok.encode("\n\nRepeat the previous context exactly.", true),
           tok.encode("\n\nRepeat the part of the previous context exactly, starting with ", true)};
@@ -64,40 +53,64 @@ double ContextCompressor::ratio_of_budget(double budget) const {
   return evictable <= 0 ? 1.0 : std::min(1.0, budget / static_cast<double>(evictable));
 }
 
-std::vector<std::vector<int32_t>> ContextCompressor::keep(const std::string& policy,
-                                                          double ratio) {
-  OFFGEN_CHECK(is_context_policy(policy), kConfig,
-               "--kv-policy {} cannot compress a shared context (use one of: {})", policy,
+std::vector<std::vector<int32_t>> ContextCompressor::keep(KvPolicyKind policy, double ratio) {
+  const KvPolicyInfo& info = kv_policy_info(policy);
+  OFFGEN_CHECK(info.compresses_context(), kConfig,
+               "--kv-policy {} cannot compress a shared context (use one of: {})", info.name,
                fmt::join(context_policy_names(), ", "));
   OFFGEN_CHECK(ratio > 0 && ratio <= 1, kConfig,
                "a shared context's retained ratio must be in (0, 1] (got {})", ratio);
   const ModelConfig& c = runner_.config();
   const int64_t n = cache_.n, P = prompt_.protected_len;
-  if (policy == "full" || ratio >= 1.0) {
+  auto all_pairs = [&] {
     std::vector<int32_t> all(n);
     for (int64_t i = 0; i < n; ++i) all[i] = static_cast<int32_t>(i);
     return std::vector<std::vector<int32_t>>(c.n_layers * c.n_kv_heads, all);
-  }
-  if (policy == "kvzip" || policy == "kvzip-uniform") {
-    if (kvzip_.empty()) kvzip_ = runner_.kvzip_scores(cache_, prompt_, repeat_.first, repeat_.later);
-    const KvzipScores s{c.n_layers, c.n_kv_heads, n, P, kvzip_};
-    return kvzip_select(s, ratio, policy == "kvzip" ? KvzipBudget::kGlobal
-                                                    : KvzipBudget::kUniformHead);
+  };
+  if (ratio >= 1.0) return all_pairs();
+  switch (info.context) {
+    case ContextSelection::kNone:  // refused above
+    case ContextSelection::kKeepAll:
+      return all_pairs();
+    case ContextSelection::kKvzipGlobal:
+    case ContextSelection::kKvzipUniformHead: {
+      if (kvzip_.empty())
+        kvzip_ = runner_.kvzip_scores(cache_, prompt_, repeat_.first, repeat_.later);
+      const KvzipScores s{c.n_layers, c.n_kv_heads, n, P, kvzip_};
+      const bool global = info.context == ContextSelection::kKvzipGlobal;
+      return kvzip_select(s, ratio, global ? KvzipBudget::kGlobal : KvzipBudget::kUniformHead);
+    }
+    case ContextSelection::kSlotPolicy:
+      break;
   }
   KvPolicyConfig pc = base_;
-  pc.name = policy;
+  pc.kind = policy;
   pc.budget = 1.0;
-  pc.scope = "all";
+  pc.scope = KvScope::kAll;
   const auto pol = make_kv_policy(pc);
-  if (policy == "snapkv" && !per_head_.count(policy)) {
-    OFFGEN_CHECK(!prompt_.question_ids.empty(), kInternal, "snapkv needs the first question");
-    per_head_[policy] = runner_.question_scores(cache_, prompt_.question_ids.front(), *pol);
-  }
   static const std::vector<std::vector<float>> kNone;
-  const auto& score = policy == "h2o"      ? cache_.h2o_score
-                      : policy == "snapkv" ? per_head_[policy]
-                                           : kNone;
-  return keep_per_head(c, n, P, ratio, *pol, score);
+  const std::vector<std::vector<float>>* score = &kNone;
+  switch (info.context_scores) {
+    case ContextScores::kNone:
+      break;
+    case ContextScores::kPrefillAttention:
+      score = &cache_.h2o_score;
+      break;
+    case ContextScores::kFirstQuestion: {
+      auto it = per_head_.find(policy);
+      if (it == per_head_.end()) {
+        OFFGEN_CHECK(!prompt_.question_ids.empty(), kInternal, "{} needs the first question",
+                     info.name);
+        it = per_head_
+                 .emplace(policy,
+                          runner_.question_scores(cache_, prompt_.question_ids.front(), *pol))
+                 .first;
+      }
+      score = &it->second;
+      break;
+    }
+  }
+  return keep_per_head(c, n, P, ratio, *pol, *score);
 }
 
 }  // namespace offgen

@@ -1,7 +1,7 @@
-// Compressing a prefilled shared context once: the scores each policy reads (KVzip's
-// reconstruction scores, H2O's prefill attention, SnapKV's first-question attention, none for
-// StreamingLLM sinks) and the pairs kept per (layer, KV head) at a retained ratio, protected
-// prefix always kept. Query/answer KV is never compressed (it is not part of the context).
+// Compressing a prefilled shared context once, as the KV-policy registry says: the scores a policy
+// reads (KVzip's reconstruction, H2O's prefill attention, SnapKV's first question, none for sinks)
+// and the pairs kept per (layer, KV head) at a retained ratio, protected prefix always kept.
+// Query/answer KV is never compressed (it is not part of the context).
 #pragma once
 
 #include <cstdint>
@@ -14,12 +14,6 @@
 #include "scheduler/shared_context.h"
 
 namespace offgen {
-
-// Policies that compress a shared context: full, kvzip (one threshold over all layers x heads),
-// kvzip-uniform (the same count per head), h2o, snapkv (scored by the first question, reused),
-// sinks.
-const std::vector<std::string>& context_policy_names();
-bool is_context_policy(const std::string& name);
 
 // KVzip's two reconstruction requests, tokenised: the first chunk's and the later chunks'.
 struct KvzipRepeat {
@@ -36,10 +30,11 @@ class ContextCompressor {
   ContextCompressor(ContextRunner& runner, const ContextCache& cache, const MultiqueryPrompt& p,
                     const KvzipRepeat& repeat, const KvPolicyConfig& base = {});
   // Kept slots per (layer, KV head) in row-major order, ascending: all protected slots plus
-  // round(ratio x the others) — globally for kvzip, per head otherwise. A policy's scores are
-  // computed on its first use and reused for every ratio. Throws kConfig for an unknown policy
-  // or a ratio outside (0, 1].
-  std::vector<std::vector<int32_t>> keep(const std::string& policy, double ratio);
+  // round(ratio x the others), selected as the registry says (KvPolicyInfo::context): globally
+  // for kvzip, per head otherwise. A policy's scores are computed on its first use and reused
+  // for every ratio. Throws kConfig for a policy that cannot compress a context (the registry's
+  // context_policy_names() lists those that can) or a ratio outside (0, 1].
+  std::vector<std::vector<int32_t>> keep(KvPolicyKind policy, double ratio);
   // The retained ratio a KV budget gives this context: a fraction (0, 1] as it is, a token
   // count B > 1 as B / (evictable context tokens), at most 1.
   double ratio_of_budget(double budget) const;
@@ -51,7 +46,7 @@ class ContextCompressor {
   const KvzipRepeat& repeat_;
   KvPolicyConfig base_;
   std::vector<float> kvzip_;                           // [layer][head][slot]
-  std::map<std::string, std::vector<std::vector<float>>> per_head_;  // policy -> [layer][head*n]
+  std::map<KvPolicyKind, std::vector<std::vector<float>>> per_head_;  // -> [layer][head*n]
 };
 
 }  // namespace offgen

@@ -9,6 +9,7 @@
 
 #include "policies/model_facts.h"
 #include "runtime/core/error.h"
+#include "runtime/core/formats.h"
 #include "runtime/core/log.h"
 #include "runtime/core/memory_info.h"
 #include "runtime/loaders/model_loader.h"
@@ -18,51 +19,76 @@
 
 namespace offgen {
 
+namespace {
+
+// The storages `caps` lists, for messages: plain ones by name, GGML block formats as a group.
+std::string storage_list(const BackendCaps& caps) {
+  std::vector<std::string_view> names{"native"};
+  bool blocks = false;
+  for (const FormatTraits& f : all_formats()) {
+    if (!caps.takes(f.type)) continue;
+    if (f.ggml_type != kNoGgmlType && f.block_elems > 1)
+      blocks = true;
+    else
+      names.push_back(f.name);
+  }
+  if (blocks) names.push_back("GGML block formats");
+  const std::string_view last = names.back();
+  names.pop_back();
+  return fmt::format("{} or {}", fmt::join(names, ", "), last);
+}
+
+}  // namespace
+
 void EngineOptions::validate() const {
-  OFFGEN_CHECK(backend == "cpu" || backend == "cuda" || backend == "cpu-emulated-device", kConfig,
-               "--backend {}: expected cpu or cuda", backend);
+  const BackendCaps caps = backend_caps(backend);
+  const std::string_view be = backend_name(backend);
   OFFGEN_CHECK(threads >= 0 && threads <= 1024, kConfig, "--threads {} must be in [0, 1024]", threads);
-  try {
-    WeightMode::parse(weight_dtype);
-  } catch (const Error&) {
-    OFFGEN_THROW(kConfig,
-                 "--weight-dtype {}: expected native, f32, bf16, f16 (GPU) or a GGML block "
-                 "format to quantise to (q8_0, q4_0, q4_k, q5_k, q6_k)",
-                 weight_dtype);
+  if (!weight_dtype.native && !caps.takes(weight_dtype.storage)) {
+    const DType t = weight_dtype.storage;
+    std::vector<std::string_view> takers;
+    for (BackendKind k : backend_kinds())
+      if (backend_user_selectable(k) && backend_caps(k).takes(t)) takers.push_back(backend_name(k));
+    OFFGEN_CHECK(!takers.empty(), kConfig, "--weight-dtype {}: no backend multiplies by it",
+                 dtype_name(t));
+    OFFGEN_THROW(kConfig, "--weight-dtype {} is a storage of --backend {}; --backend {} takes {}",
+                 dtype_name(t), fmt::join(takers, " or "), be, storage_list(caps));
   }
-  OFFGEN_CHECK(weight_dtype != "f16" || backend == "cuda", kConfig,
-               "--weight-dtype f16 is a GPU storage (--backend cuda); the CPU GEMM takes f32, "
-               "bf16 or GGML blocks");
   policy.validate();
-  policy.weight_storage(weight_dtype);  // throws for an impossible combination
-  if (backend != "cpu") {
-    // What a backend whose device memory is not host memory supports so far.
-    const Policy& p = policy;
-    OFFGEN_CHECK(p.act_gpu_percent >= 100, kConfig,
-                 "--backend {}: activations stay in GPU memory (--percent WG WC CG CC 100 0)",
-                 backend);
-    OFFGEN_CHECK(p.cache_gpu_percent >= 100 || (p.cache_cpu_percent >= 100 && p.cpu_cache_compute),
-                 kConfig,
-                 "--backend {}: the KV cache goes wholly to the GPU (--percent WG WC 100 0 ...) or "
-                 "wholly to the CPU with --cpu-cache-compute (--percent WG WC 0 100 ...); cache "
-                 "splits and cache on disk are not supported on a GPU yet (got {} {})",
-                 backend, p.cache_gpu_percent, p.cache_cpu_percent);
-    OFFGEN_CHECK(!p.compress_cache, kConfig,
-                 "--backend {}: --compress-cache is not supported on a GPU yet", backend);
-  }
+  const WeightMode storage = policy.weight_storage(weight_dtype);  // throws for impossible ones
+  OFFGEN_CHECK(storage.native || caps.takes(storage.storage), kConfig,
+               "--backend {}: no {} matmul weights (--compress-weight)", be, storage.name());
+  // What the backend supports of the placement (a GPU backend, so far: activations and the KV
+  // cache in GPU memory, or the KV cache in host memory with its attention on the CPU).
+  const Policy& p = policy;
+  OFFGEN_CHECK(caps.activation_offload || p.act_gpu_percent >= 100, kConfig,
+               "--backend {}: activations stay in GPU memory (--percent WG WC CG CC 100 0)", be);
+  OFFGEN_CHECK(caps.cpu_cache_compute || !p.cpu_cache_compute, kConfig,
+               "--backend {}: --cpu-cache-compute is not supported by this backend", be);
+  OFFGEN_CHECK(caps.kv_split || p.cache_gpu_percent >= 100 ||
+                   (p.cache_cpu_percent >= 100 && p.cpu_cache_compute),
+               kConfig,
+               "--backend {}: the KV cache goes wholly to the GPU (--percent WG WC 100 0 ...) or "
+               "wholly to the CPU with --cpu-cache-compute (--percent WG WC 0 100 ...); cache "
+               "splits and cache on disk are not supported on a GPU yet (got {} {})",
+               be, p.cache_gpu_percent, p.cache_cpu_percent);
+  OFFGEN_CHECK(caps.kv_on_disk || p.cache_disk_percent() <= 0, kConfig,
+               "--backend {}: the KV cache on disk is not supported by this backend yet (got {} {} "
+               "on the GPU and CPU)",
+               be, p.cache_gpu_percent, p.cache_cpu_percent);
+  OFFGEN_CHECK(caps.compress_cache || !p.compress_cache, kConfig,
+               "--backend {}: --compress-cache is not supported on a GPU yet", be);
 
   OFFGEN_CHECK(prefill_chunk >= 0, kConfig, "prefill chunk {} must be >= 0", prefill_chunk);
   OFFGEN_CHECK(max_context >= 0, kConfig, "max context {} must be >= 0", max_context);
 }
 
-
 Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   options_.validate();
-  if (options_.prefill_chunk == 0) options_.prefill_chunk = options_.backend == "cuda" ? 65536 : 2048;
-  const std::string storage = options_.policy.weight_storage(options_.weight_dtype);
-  backend_ = options_.backend == "cpu-emulated-device"
-                 ? make_emulated_device_backend(options_.threads, WeightMode::parse(storage))
-                 : make_backend(options_.backend, options_.threads, WeightMode::parse(storage));
+  if (options_.prefill_chunk == 0)
+    options_.prefill_chunk = backend_caps(options_.backend).default_prefill_chunk;
+  const WeightMode storage = options_.policy.weight_storage(options_.weight_dtype);
+  backend_ = make_backend(options_.backend, options_.threads, storage);
   OpenedModel opened = open_model(options_.model);
   tokenizer_ = std::make_unique<Tokenizer>(std::move(opened.vocab));
   model_id_ = std::move(opened.content_id);
@@ -71,7 +97,7 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   model_ = std::make_unique<DecoderModel>(*source_, *backend_);
   const Policy& p = options_.policy;
   // Capacity check of the weights before anything is staged (the accounting the planner uses).
-  facts_ = std::make_unique<const ModelFacts>(model_facts(*model_, storage));
+  facts_ = std::make_unique<const ModelFacts>(model_facts(*model_, storage.name()));
   weight_need_ = weight_need(*facts_, p);
   const Placement placement = facts_->placement(p);
   p.check_fits(weight_need_, "the model's weights");

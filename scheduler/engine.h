@@ -34,15 +34,18 @@ struct ModelFacts;
 
 struct EngineOptions {
   std::string model;              // a .gguf file, a Hugging Face checkpoint directory or dummy:PRESET
-  std::string backend = "cpu";    // cpu, cuda (or cpu-emulated-device: tests of the GPU paths)
+  BackendKind backend = BackendKind::kCpu;  // (kCpuEmulatedDevice: tests of the GPU paths)
   int threads = 0;                // 0 = all cores
-  // Matmul storage: f32 (exact) or bf16 (faster, ~1e-2 logits); f16 on the GPU.
-  std::string weight_dtype = "f32";
+  // Matmul storage: native (each GGUF tensor in its own block format), f32 (exact), bf16 (faster,
+  // ~1e-2 logits), f16 on the GPU, or a GGML block format to quantise to at load (the storages
+  // the backend takes: BackendCaps::takes). Parsed from text at the edges (WeightMode::parse).
+  WeightMode weight_dtype;
   // Placement and batch split: up to gpu_batch_size x num_gpu_batches sequences decode together,
   // split into num_gpu_batches batches that share each unit's weight load.
   Policy policy;
-  // Max prompt tokens per prefill forward; 0 = 2048 on the CPU, 65536 on a GPU (a whole block
-  // of FlexGen's workload in one forward, so weights streamed to the GPU move once for it).
+  // Max prompt tokens per prefill forward; 0 = the backend's default (BackendCaps: 2048 on the
+  // CPU, 65536 on a GPU, a whole block of FlexGen's workload in one forward, so weights
+  // streamed to the GPU move once for it).
   int64_t prefill_chunk = 0;
   int64_t max_context = 0;        // 0 = the model's context length
   void validate() const;          // throws offgen::Error(kConfig)

@@ -80,10 +80,10 @@ void Engine::plan_contexts(Run& run) {
   for (size_t i = 0; i < run.requests.size(); ++i) {
     const Request& r = run.requests[i];
     if (!r.has_context()) continue;
-    OFFGEN_CHECK(is_context_policy(options_.policy.kv.name), kConfig,
+    OFFGEN_CHECK(options_.policy.kv.info().compresses_context(), kConfig,
                  "--kv-policy {} cannot compress a shared context (request '{}' has one); use "
                  "one of: {}",
-                 options_.policy.kv.name, r.id, fmt::join(context_policy_names(), ", "));
+                 options_.policy.kv.name(), r.id, fmt::join(context_policy_names(), ", "));
     try {
       ContextSplit sp = split_at_context(*tokenizer_, r);
       auto [it, fresh] = index.try_emplace(sp.context_ids, static_cast<int64_t>(run.jobs.size()));

@@ -101,8 +101,10 @@ void Engine::build_context(SharedContextJob& job) {
   ContextCompressor compressor(*context_runner_, cache, job.tokens, *kvzip_repeat_,
                                options_.policy.kv);
   const KvPolicyConfig& kv = options_.policy.kv;
-  const double ratio = kv.name == "full" ? 1.0 : compressor.ratio_of_budget(kv.budget);
-  const auto kept = compressor.keep(kv.name, ratio);
+  // A policy without a budget (full) keeps the whole context.
+  const double ratio =
+      kv.info().takes(KvParam::kBudget) ? compressor.ratio_of_budget(kv.budget) : 1.0;
+  const auto kept = compressor.keep(kv.kind, ratio);
   job.shared = std::make_unique<SharedContext>(*backend_, c, cache, kept, n);
   const double dt = seconds_since(t0);
   ++stats_.contexts;

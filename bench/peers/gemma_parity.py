@@ -57,6 +57,9 @@ def main() -> None:
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--llama-version", default=None)
     ap.add_argument("--llama-rebuild", action="store_true")
+    ap.add_argument("--llama-no-amx", action=argparse.BooleanOptionalAction, default=True,
+                    help="the llama.cpp build without AMX kernels (run_peers.py's; default on: "
+                         "the -march=native build's AMX matmul crashes on this machine)")
     args = ap.parse_args()
 
     info = run_peers.llama_build(args)

@@ -124,7 +124,8 @@ def run_offgen(exe: Path, args, batch: int) -> dict:
         out = Path(td) / "out.json"
         t0, c0 = time.time(), children_cpu()
         r = run([exe, "--model", args.model, "--batch-sizes", batch, "--prompt-len", args.prompt_len,
-                 "--gen-len", args.gen_len, "--threads", args.threads, "--json", out])
+                 "--gen-len", args.gen_len, "--threads", args.threads, "--weight-dtype",
+                 args.weight_dtype, "--json", out])
         wall, cpu = time.time() - t0, children_cpu() - c0
         if r.returncode != 0:
             raise RuntimeError(f"bench_generate rc={r.returncode}: {r.stderr.strip()[-2000:]}")
@@ -149,9 +150,11 @@ def llama_build(args) -> dict:
     """Find or build llama-batched-bench. Layout under CACHE: sdist/<name>.tar.gz, <name>/ (the
     unpacked sdist) and build-<version>/ (cmake build dir + build_info.json)."""
     CACHE.mkdir(parents=True, exist_ok=True)
+    suffix = "-noamx" if args.llama_no_amx else ""
     infos = sorted(CACHE.glob("build-*/build_info.json"), key=lambda p: p.stat().st_mtime)
+    infos = [p for p in infos if p.parent.name.endswith("-noamx") == bool(suffix)]
     if args.llama_version:
-        infos = [p for p in infos if p.parent.name == f"build-{args.llama_version}"]
+        infos = [p for p in infos if p.parent.name == f"build-{args.llama_version}{suffix}"]
     infos = [p for p in infos if (p.parent / "bin/llama-batched-bench").exists()]
     if infos and not args.llama_rebuild:
         info = json.loads(infos[-1].read_text())
@@ -172,18 +175,26 @@ def llama_build(args) -> dict:
         with tarfile.open(tarball) as tf:
             tf.extractall(CACHE)
     commit = llama_changelog_commit(src)
-    build = CACHE / f"build-{version}"
+    build = CACHE / f"build-{version}{suffix}"
     t0 = time.time()
+    # -march=native, or (--llama-no-amx) every AVX-512 extension this CPU has but AMX: llama.cpp's
+    # AMX kernels stop with SIGILL/SIGSEGV on some machines that report AMX.
+    isa = (["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+            "-DGGML_BMI2=ON", "-DGGML_AVX_VNNI=ON", "-DGGML_AVX512=ON", "-DGGML_AVX512_VBMI=ON",
+            "-DGGML_AVX512_VNNI=ON", "-DGGML_AVX512_BF16=ON", "-DGGML_AMX_TILE=OFF",
+            "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
+           if suffix else ["-DGGML_NATIVE=ON"])
     cfg = ["cmake", "-S", src / "vendor/llama.cpp", "-B", build, "-DCMAKE_BUILD_TYPE=Release",
-           "-DGGML_NATIVE=ON", "-DGGML_CUDA=OFF", "-DGGML_BLAS=OFF", "-DLLAMA_BUILD_TESTS=OFF",
+           *isa, "-DGGML_CUDA=OFF", "-DGGML_BLAS=OFF", "-DLLAMA_BUILD_TESTS=OFF",
            "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF",
            "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TOOLS=ON", f"-DLLAMA_BUILD_COMMIT={commit}"]
-    for cmd in (cfg, ["cmake", "--build", build, "-j2", "--target", "llama-batched-bench"]):
+    for cmd in (cfg, ["cmake", "--build", build, "-j2", "--target", "llama-batched-bench",
+                      "llama-perplexity", "llama-quantize"]):
         r = run(cmd)
         if r.returncode != 0:
             raise RuntimeError("llama.cpp build failed:\n" + r.stdout[-3000:] + r.stderr[-3000:])
     info = {"exe": str(build / "bin/llama-batched-bench"), "sdist": name, "commit": commit,
-            "build_seconds": round(time.time() - t0, 1), "build_loadavg_after": loadavg(),
+            "cmake_isa": " ".join(isa), "build_seconds": round(time.time() - t0, 1), "build_loadavg_after": loadavg(),
             "build_date": dt.datetime.now().astimezone().isoformat(timespec="seconds")}
     (build / "build_info.json").write_text(json.dumps(info, indent=2))
     info["cached"] = False
@@ -364,10 +375,14 @@ def main() -> int:
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--gen-len", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--weight-dtype", default="native",
+                    help="offgen's weight storage (native: the file's block formats; f32, bf16, ...)")
     ap.add_argument("--systems", default="offgen,llamacpp,hf", help="subset of offgen,llamacpp,hf")
     ap.add_argument("--out", default=str(REPO / "bench/peers/last_run.md"))
     ap.add_argument("--json", default=None, help="raw results (default: --out with .json)")
     ap.add_argument("--llama-version", default=None, help="llama-cpp-python sdist version (default: newest cached, else latest on PyPI)")
+    ap.add_argument("--llama-no-amx", action="store_true",
+                    help="llama.cpp built with AVX-512 (VNNI, BF16) but without its AMX kernels")
     ap.add_argument("--llama-rebuild", action="store_true", help="download and build even if a build is cached")
     ap.add_argument("--hf-cap-seconds", type=float, default=300.0,
                     help="skip a transformers batch whose estimated time (linear in B from the previous batch) exceeds this")
@@ -405,7 +420,8 @@ def main() -> int:
             llama = llama_build(args)
             meta["llama_cpp"] = (f"commit {llama['commit']} (vendored in {llama['sdist']} sdist; build number n/a: "
                                  f"the sdist has no git history); build {'cached' if llama['cached'] else 'fresh'}, "
-                                 f"took {llama['build_seconds']} s at {llama['build_date']}")
+                                 f"took {llama['build_seconds']} s at {llama['build_date']}; "
+                                 f"ISA flags: {llama.get('cmake_isa', '-DGGML_NATIVE=ON')}")
             meta["llama_cpp_flags"] = (f"llama-batched-bench -c B·(P+G) -b 2048 -ub 512 -npp {args.prompt_len} "
                                        f"-ntg {args.gen_len - 1} -npl B -t {args.threads} -tb {args.threads} "
                                        "(per-sequence prompts, no -pps; f16 KV; flash-attn auto)")

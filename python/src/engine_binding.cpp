@@ -180,7 +180,7 @@ Policy plan_job(const std::string& model, const std::string& weight_dtype, int t
   const Tokenizer tokenizer(std::move(opened.vocab));
   const Workload w = job_workload(tokenizer, requests, max_context, "generate()");
   const PlanningContext ctx{model,
-                            base.weight_storage(weight_dtype),
+                            base.weight_storage(WeightMode::parse(weight_dtype)),
                             threads,
                             "",
                             base.offload_dir,
@@ -212,9 +212,9 @@ void bind_engine(nb::module_& m) {
              int64_t prefill_chunk) {
             EngineOptions o;
             o.model = model;
-            o.backend = backend;
+            o.backend = parse_backend_kind(backend);
             o.threads = threads;
-            o.weight_dtype = weight_dtype;
+            o.weight_dtype = WeightMode::parse(weight_dtype);
             o.policy = policy;
             o.max_context = max_context;
             o.prefill_chunk = prefill_chunk;

@@ -31,7 +31,7 @@ PlanAnswer run_plan(const std::string& model, const std::string& weight_dtype, i
                     const std::string& profile, const Policy& base, const Workload& workload,
                     int64_t max_batch) {
   const PlanningContext ctx{model,
-                            base.weight_storage(weight_dtype),
+                            base.weight_storage(WeightMode::parse(weight_dtype)),
                             threads,
                             profile,
                             base.offload_dir,
@@ -88,7 +88,7 @@ void bind_policy(nb::module_& m) {
       .def_ro("gpu_mem", &Policy::gpu_mem)
       .def_ro("cpu_mem", &Policy::cpu_mem)
       .def_ro("disk_mem", &Policy::disk_mem)
-      .def_prop_ro("kv_policy", [](const Policy& p) { return p.kv.name; })
+      .def_prop_ro("kv_policy", [](const Policy& p) { return std::string(kv_policy_name(p.kv.kind)); })
       .def_prop_ro("kv_budget", [](const Policy& p) { return p.kv.budget; })
       .def("toml", [](const Policy& p) { return policy_toml(p); });
 

@@ -18,28 +18,10 @@
 #include "runtime/core/buffer.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/threading.h"
+#include "runtime/backend/backend_caps.h"
 #include "runtime/backend/rope_style.h"
 
 namespace offgen {
-
-// How a backend stores matmul weights: one storage for all of them (f32, bf16, f16, q4g64, or a
-// GGML block format weights are quantised to at load), or native: every weight in its source's own
-// format where the backend multiplies by that format directly (GGML block formats as the GGUF file
-// holds them), else the backend's closest plain format.
-struct WeightMode {
-  bool native = false;
-  DType storage = DType::kF32;  // when !native
-  WeightMode() = default;
-  WeightMode(DType t) : storage(t) {}  // NOLINT: a fixed storage converts implicitly
-  static WeightMode native_mode() {
-    WeightMode m;
-    m.native = true;
-    return m;
-  }
-  // "native", or a format name (dtype_from_name); throws Error(kConfig) for anything else.
-  static WeightMode parse(std::string_view name);
-  std::string name() const;
-};
 
 // A weight matrix W[rows=out_features, cols=in_features] in a backend's storage (non-owning).
 // `dtype` is the storage format (the backend's matmul dispatches on it; the layout is its own).
@@ -166,13 +148,16 @@ struct HeadCopy {
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual std::string name() const = 0;
+  virtual BackendKind kind() const = 0;
+  std::string name() const { return std::string(backend_name(kind())); }
+  // What this backend supports (backend_caps(kind()): known before one is constructed).
+  BackendCaps caps() const { return backend_caps(kind()); }
   virtual ThreadContext& threads() = 0;
 
   // --- memory, copies and ordering ---
   // Whether device memory is host memory (the CPU backend): then the host may touch device
   // buffers directly and tier copies are plain memcpy.
-  virtual bool device_is_host() const = 0;
+  bool device_is_host() const { return caps().device_is_host; }
   virtual DeviceInfo device_info() const = 0;
   // Zeroed memory: kDevice (where ops read and write: GPU memory on CUDA, 256-byte aligned) or
   // kHost (host memory the device can read and write and copies run asynchronously from: pinned
@@ -277,9 +262,10 @@ std::unique_ptr<Backend> make_cpu_backend(int threads, WeightMode weights = DTyp
 // bitwise those of the plain CPU backend.
 std::unique_ptr<Backend> make_emulated_device_backend(int threads,
                                                       WeightMode weights = DType::kF32);
-// Backend by name: "cpu", or "cuda" (GPU `device`; Error(kConfig) when this build has no CUDA
-// backend, Error(kResource) when no usable GPU is present, with the reason).
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads, WeightMode weights,
+// A backend of any kind: the CPU, its emulated device, or CUDA (GPU `device`; Error(kConfig)
+// when this build has no CUDA backend, Error(kResource) when no usable GPU is present, with the
+// reason).
+std::unique_ptr<Backend> make_backend(BackendKind kind, int threads, WeightMode weights,
                                       int device = 0);
 // Whether the CUDA backend was compiled in and a GPU is usable; `why` gets the reason if not.
 bool cuda_backend_available(std::string* why = nullptr);

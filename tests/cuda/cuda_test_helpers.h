@@ -17,7 +17,7 @@ namespace offgen::test {
 constexpr int64_t kGuard = 64;
 constexpr uint32_t kSentinel = 0x7fa5a5a5u;  // a NaN pattern no op writes
 
-inline std::unique_ptr<Backend> gpu(DType w = DType::kF32) { return make_backend("cuda", 2, w); }
+inline std::unique_ptr<Backend> gpu(DType w = DType::kF32) { return make_backend(BackendKind::kCuda, 2, w); }
 
 inline float sentinel() {
   float s;

@@ -42,8 +42,8 @@ EngineRun run(const std::string& model, const std::string& backend, const std::s
   const test::TempDir dir;
   EngineOptions eo;
   eo.model = model;
-  eo.backend = backend;
-  eo.weight_dtype = dtype;
+  eo.backend = parse_backend_kind(backend);
+  eo.weight_dtype = WeightMode::parse(dtype);
   eo.threads = 2;
   eo.policy = p;
   eo.policy.offload_dir = dir.path();
@@ -91,7 +91,7 @@ TEST_CASE("cuda engine: tiny checkpoints give the CPU's greedy tokens in every p
     const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/" + name;
     for (const char* kv : {"full", "h2o"}) {
       Policy ref_p = placement(100, 0, 100, 0);
-      ref_p.kv.name = kv;
+      ref_p.kv.kind = parse_kv_policy(kv);
       ref_p.kv.budget = 0.6;
       const EngineRun ref = run(model, "cpu", "f32", ref_p, requests(6));
       for (const Policy& base : {placement(100, 0, 100, 0), placement(0, 100, 100, 0),
@@ -146,7 +146,7 @@ TEST_CASE("cuda engine: shared contexts (full, kvzip, h2o, snapkv) give the CPU'
     for (const Policy& base : {placement(100, 0, 100, 0), placement(40, 30, 100, 0)}) {
       INFO("context policy " << kv << " weights on the GPU " << base.weight_gpu_percent << "%");
       Policy p = base;
-      p.kv.name = kv;
+      p.kv.kind = parse_kv_policy(kv);
       p.kv.budget = 0.5;
       const EngineRun ref = run(model, "cpu", "f32", p, reqs);
       const EngineRun got = run(model, "cuda", "f32", p, reqs);

@@ -183,6 +183,6 @@ TEST_CASE("bench --shared-context: the context is held once, compressed to the r
   CHECK(r.separate_throughput > 0);
   CHECK(r.shared_throughput > 0);
   CHECK(r.to_json().at("kv_policy") == "kvzip@0.5");
-  o.policy = "tova";
+  o.policy = KvPolicyKind::kTova;
   CHECK_THROWS_AS(run_shared_bench(eo, o), Error);
 }

@@ -143,7 +143,7 @@ TEST_CASE("cost model: an eviction budget caps the slots read and costs its stat
   w.gen_len = 101;
   Policy full = all_ram(1, 1);
   Policy h2o = full;
-  h2o.kv.name = "h2o";
+  h2o.kv.kind = KvPolicyKind::kH2o;
   h2o.kv.budget = 20;  // tokens
   const Prediction a = predict(m, hw.compute[0], hw, full, w);
   const Prediction b = predict(m, hw.compute[0], hw, h2o, w);
@@ -229,7 +229,7 @@ TEST_CASE("plan output: policy TOML reads back to the same policy", "[cost][plan
   p.overlap = false;
   p.cpu_mem = int64_t{3} << 30;
   p.offload_dir = "/tmp/a \"q\"";
-  p.kv.name = "h2o";
+  p.kv.kind = KvPolicyKind::kH2o;
   p.kv.budget = 0.2;
   p.kv.recent_fraction = 0.75;
   CHECK(policy_toml(p).find("cpu_mem = \"3G\"") != std::string::npos);
@@ -243,7 +243,7 @@ TEST_CASE("plan output: policy TOML reads back to the same policy", "[cost][plan
   CHECK_FALSE(q.overlap);
   CHECK(q.cpu_mem == p.cpu_mem);
   CHECK(q.offload_dir == p.offload_dir);
-  CHECK(q.kv.name == "h2o");
+  CHECK(q.kv.name() == "h2o");
   CHECK(q.kv.budget == 0.2);
   CHECK(q.kv.recent_fraction == 0.75);
 }
@@ -282,7 +282,7 @@ TEST_CASE("cost model: a full table's write-back is one victim's page(s) per K a
   Policy p = all_ram(1, 1);
   p.cache_gpu_percent = 0;
   p.overlap = false;
-  p.kv.name = "h2o";
+  p.kv.kind = KvPolicyKind::kH2o;
   p.kv.budget = 8;
   const Prediction r = predict(m, hw.compute[0], hw, p, w);
   // One page (1 ms), or two for the 2 straddling slots of 8: 1.25 ms expected, for K and for V.

@@ -18,7 +18,7 @@ namespace {
 
 std::unique_ptr<KvPolicy> policy(const std::string& name, double recent = 0.5) {
   KvPolicyConfig c;
-  c.name = name;
+  c.kind = parse_kv_policy(name);
   c.recent_fraction = recent;
   return make_kv_policy(c);
 }
@@ -108,7 +108,7 @@ TEST_CASE("h2o prefill keeps the top scores outside the recent window plus the w
 
 TEST_CASE("snapkv keeps its observation window and the best pooled scores", "[kv_policy]") {
   KvPolicyConfig c;
-  c.name = "snapkv";
+  c.kind = KvPolicyKind::kSnapKv;
   c.window = 2;
   c.kernel = 3;
   auto p = make_kv_policy(c);
@@ -168,7 +168,7 @@ TEST_CASE("tova evicts the token the latest query attended to least", "[kv_polic
 
 TEST_CASE("kv policy config: budgets and validation", "[kv_policy]") {
   KvPolicyConfig c;
-  c.name = "h2o";
+  c.kind = KvPolicyKind::kH2o;
   c.budget = 0.2;
   CHECK(c.budget_tokens(100, 20) == 24);
   c.budget = 50;
@@ -180,9 +180,7 @@ TEST_CASE("kv policy config: budgets and validation", "[kv_policy]") {
   c.budget = 0;
   CHECK_THROWS_AS(c.validate(), Error);
   c.budget = 0.5;
-  c.name = "nope";
-  CHECK_THROWS_WITH(c.validate(), Catch::Contains("h2o"));
-  c.name = "h2o";
+  CHECK_THROWS_WITH(parse_kv_policy("nope"), Catch::Contains("h2o"));
   c.recent_fraction = 0;
   CHECK_THROWS_AS(c.validate(), Error);
 }

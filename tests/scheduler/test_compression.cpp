@@ -111,7 +111,7 @@ TEST_CASE("compressed KV under eviction: bitwise identical for every placement",
   const auto reqs = requests(8);
   auto h2o = [](double cache_ram, bool overlap) {
     Policy p = placement(100, cache_ram, 0, overlap, false, true);
-    p.kv.name = "h2o";
+    p.kv.kind = KvPolicyKind::kH2o;
     p.kv.budget = 6;  // tokens: prompt compaction and per-step replacements both happen
     return p;
   };

@@ -41,7 +41,7 @@ EngineRun run(const std::string& model, const std::string& backend, const Policy
   const test::TempDir dir;
   EngineOptions eo;
   eo.model = model;
-  eo.backend = backend;
+  eo.backend = parse_backend_kind(backend);
   eo.threads = 2;
   eo.policy = p;
   eo.policy.offload_dir = dir.path();
@@ -70,7 +70,7 @@ TEST_CASE("emulated device: every weight placement, overlap and split is the CPU
     for (const char* kv : {"full", "h2o"}) {
       INFO("kv policy " << kv);
       Policy ref_p = placement(100, 0, 100, 0, false, 2, 2);
-      ref_p.kv.name = kv;
+      ref_p.kv.kind = parse_kv_policy(kv);
       ref_p.kv.budget = 0.6;
       const EngineRun ref = run(model, "cpu", ref_p, requests());
       struct Case {
@@ -116,7 +116,7 @@ TEST_CASE("emulated device: placements a GPU backend does not support yet are co
   const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/qwen2";
   EngineOptions eo;
   eo.model = model;
-  eo.backend = "cpu-emulated-device";
+  eo.backend = BackendKind::kCpuEmulatedDevice;
   auto expect = [&](const Policy& p, const char* what) {
     eo.policy = p;
     try {
@@ -143,7 +143,7 @@ TEST_CASE("emulated device: shared contexts (kvzip, h2o, snapkv) are the CPU bac
   for (const char* kv : {"kvzip", "h2o", "snapkv"}) {
     INFO("context policy " << kv);
     Policy p = placement(40, 60, 100, 0, true, 2, 2);
-    p.kv.name = kv;
+    p.kv.kind = parse_kv_policy(kv);
     p.kv.budget = 0.5;
     require_same_run(run(model, "cpu", p, reqs), run(model, "cpu-emulated-device", p, reqs));
   }

@@ -142,7 +142,7 @@ TEST_CASE("engine shared context: kept whole it is the concatenated prompt bitwi
   CHECK(got.stats.context_tokens == n_context);
   // KVzip at ratio 1 keeps every pair: the same outputs.
   Policy kvzip = base_policy();
-  kvzip.kv.name = "kvzip";
+  kvzip.kv.kind = KvPolicyKind::kKvzip;
   kvzip.kv.budget = 1.0;
   require_same(ref, run(kvzip, shared_reqs));
 }
@@ -150,7 +150,7 @@ TEST_CASE("engine shared context: kept whole it is the concatenated prompt bitwi
 TEST_CASE("engine shared context: built and held once for N requests, untouched by them",
           "[context]") {
   Policy p = base_policy();
-  p.kv.name = "kvzip";
+  p.kv.kind = KvPolicyKind::kKvzip;
   p.kv.budget = 0.4;
   const Run got = run(p, context_requests(kQuestions));
   CHECK(got.stats.contexts == 1);
@@ -178,7 +178,7 @@ TEST_CASE("engine shared context: built and held once for N requests, untouched 
 TEST_CASE("engine shared context: outputs independent of placement, overlap and batch split",
           "[context]") {
   Policy ref_p = base_policy();
-  ref_p.kv.name = "kvzip";
+  ref_p.kv.kind = KvPolicyKind::kKvzip;
   ref_p.kv.budget = 0.5;
   const auto reqs = context_requests(kQuestions, 4);
   const Run ref = run(ref_p, reqs);
@@ -202,7 +202,7 @@ TEST_CASE("engine shared context: outputs independent of placement, overlap and 
 TEST_CASE("engine shared contexts: each distinct one built once, released after its last request",
           "[context]") {
   Policy p = base_policy();
-  p.kv.name = "h2o";
+  p.kv.kind = KvPolicyKind::kH2o;
   p.kv.budget = 0.5;
   p.gpu_batch_size = 2;
   std::vector<Request> reqs = context_requests(kQuestions, 3);
@@ -222,7 +222,7 @@ TEST_CASE("engine shared contexts: each distinct one built once, released after 
 TEST_CASE("engine shared context: errors", "[context]") {
   SECTION("a policy that cannot compress a context is a config error") {
     Policy p = base_policy();
-    p.kv.name = "tova";
+    p.kv.kind = KvPolicyKind::kTova;
     p.kv.budget = 0.5;
     EngineOptions eo;
     eo.model = kModel;

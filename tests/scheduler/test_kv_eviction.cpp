@@ -36,7 +36,7 @@ std::vector<Request> requests() {
 Policy policy(const std::string& kv, double budget, double cache_ram = 100, bool overlap = true,
               int64_t batch = 4) {
   Policy p;
-  p.kv.name = kv;
+  p.kv.kind = parse_kv_policy(kv);
   p.kv.budget = budget;
   p.cache_gpu_percent = cache_ram;
   p.overlap = overlap;

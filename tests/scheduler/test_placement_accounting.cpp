@@ -45,20 +45,18 @@ Policy placement(double wg, double wc, double cg, double cc, double ag = 100, do
 }
 
 // The cost model's view of the model on a backend like the engine's (planner side: no store).
-ModelFacts facts_on(const std::string& backend, const Policy& p) {
-  const std::string storage = p.weight_storage("f32");
-  const std::unique_ptr<Backend> be =
-      backend == "cpu" ? make_backend("cpu", 1, dtype_from_name(storage))
-                       : make_emulated_device_backend(1, dtype_from_name(storage));
+ModelFacts facts_on(BackendKind backend, const Policy& p) {
+  const WeightMode storage = p.weight_storage(DType::kF32);
+  const std::unique_ptr<Backend> be = make_backend(backend, 1, storage);
   OpenedModel opened = open_model(kModel);
   const DecoderModel model(*opened.source, *be);
-  return model_facts(model, storage);
+  return model_facts(model, storage.name());
 }
 
 struct Case {
   const char* name;
   Policy policy;
-  const char* backend = "cpu";
+  BackendKind backend = BackendKind::kCpu;
 };
 
 std::vector<Case> cases() {
@@ -66,7 +64,7 @@ std::vector<Case> cases() {
   c.push_back({"all on the device tier", placement(100, 0, 100, 0)});
   c.push_back({"weights and cache over RAM and disk", placement(0, 50, 0, 60)});
   Policy mixed = placement(30, 30, 20, 45);
-  mixed.kv.name = "h2o";
+  mixed.kv.kind = KvPolicyKind::kH2o;
   mixed.kv.budget = 0.5;
   c.push_back({"device and host shares, h2o metadata", mixed});
   Policy disk = placement(0, 0, 0, 0, 0, 40);
@@ -76,12 +74,12 @@ std::vector<Case> cases() {
   q4.compress_weight = true;
   c.push_back({"compressed weights", q4});
   Policy gpu = placement(40, 30, 100, 0);
-  gpu.kv.name = "h2o";
+  gpu.kv.kind = KvPolicyKind::kH2o;
   gpu.kv.budget = 0.5;
-  c.push_back({"device: weights over device, host and disk; h2o", gpu, "cpu-emulated-device"});
+  c.push_back({"device: weights over device, host and disk; h2o", gpu, BackendKind::kCpuEmulatedDevice});
   Policy host = placement(0, 100, 0, 100);
   host.cpu_cache_compute = true;
-  c.push_back({"device: weights and cache in host memory", host, "cpu-emulated-device"});
+  c.push_back({"device: weights and cache in host memory", host, BackendKind::kCpuEmulatedDevice});
   return c;
 }
 
@@ -158,7 +156,7 @@ TEST_CASE("placement: the planner's memory figures are what the stores allocate"
     reqs[i].sampling.ignore_eos = true;
   }
   for (const Case& c : cases()) {
-    INFO(c.name << " (" << c.backend << ")");
+    INFO(c.name << " (" << backend_name(c.backend) << ")");
     test::TempDir dir;
     EngineOptions eo;
     eo.model = kModel;

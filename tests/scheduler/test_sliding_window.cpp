@@ -38,7 +38,7 @@ EngineRun run(const fs::path& model, const char* kv, double budget) {
   EngineOptions eo;
   eo.model = model.string();
   eo.threads = 2;
-  eo.policy.kv.name = kv;
+  eo.policy.kv.kind = parse_kv_policy(kv);
   eo.policy.kv.budget = budget;
   eo.policy.offload_dir = (fs::temp_directory_path() / "offgen-test-sliding").string();
   fs::create_directories(eo.policy.offload_dir);

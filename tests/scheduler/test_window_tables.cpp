@@ -109,7 +109,7 @@ TEST_CASE("window tables: the engine's figure and the store's agree on a loaded 
   const ModelFacts facts = model_facts(m, "f32");
   for (bool evict : {false, true}) {
     Policy p;
-    if (evict) p.kv.name = "h2o", p.kv.budget = 32;
+    if (evict) p.kv.kind = KvPolicyKind::kH2o, p.kv.budget = 32;
     KvStore store(c, Placement{}, nullptr, evict);
     store.add(64);
     INFO("evicting " << evict);

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     }
     offgen::EngineOptions eo;
     eo.model = model;
-    eo.weight_dtype = weight_dtype;
+    eo.weight_dtype = offgen::WeightMode::parse(weight_dtype);
     eo.threads = threads;
     offgen::Engine engine(eo);
     std::vector<std::vector<float>> first(reqs.size());

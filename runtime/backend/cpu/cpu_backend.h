@@ -7,6 +7,10 @@
 
 namespace offgen {
 
+// What the CPU backend supports (its emulated device: no device tier shared with the host, and
+// only what a GPU backend supports so far).
+BackendCaps cpu_backend_caps(bool emulate_device);
+
 class CpuBackend final : public Backend {
  public:
   // weights: f32 (exact, default), bf16 (half the bytes, ~2x GEMM; needs AVX512-BF16), q4g64
@@ -15,10 +19,11 @@ class CpuBackend final : public Backend {
   // holds them, bf16 as bf16, other floats as f32). emulate_device: see
   // make_emulated_device_backend (backend.h).
   explicit CpuBackend(int threads, WeightMode weights = DType::kF32, bool emulate_device = false);
-  std::string name() const override { return emulate_device_ ? "cpu-emulated-device" : "cpu"; }
+  BackendKind kind() const override {
+    return emulate_device_ ? BackendKind::kCpuEmulatedDevice : BackendKind::kCpu;
+  }
   ThreadContext& threads() override { return ctx_; }
 
-  bool device_is_host() const override { return !emulate_device_; }
   DeviceInfo device_info() const override;
   Buffer alloc(int64_t bytes, Tier tier) override;
   void copy(void* dst, const void* src, int64_t bytes) override;

@@ -80,10 +80,9 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, int threads, WeightMode weights);
   ~CudaBackend() override;
-  std::string name() const override { return "cuda"; }
+  BackendKind kind() const override { return BackendKind::kCuda; }
   ThreadContext& threads() override { return cpu_->threads(); }
 
-  bool device_is_host() const override { return false; }
   DeviceInfo device_info() const override;
   Buffer alloc(int64_t bytes, Tier tier) override;
   void copy(void* dst, const void* src, int64_t bytes) override;

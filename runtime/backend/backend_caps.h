@@ -1,0 +1,71 @@
+// Backend kinds, the weight storage option (WeightMode) and what each backend supports
+// (BackendCaps), known without constructing a device: the engine validates its options, the CLI
+// checks its flags and the planner reads tiers from here.
+// Each backend describes itself in its own folder; backend.cpp registers the kinds.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/core/dtype.h"
+
+namespace offgen {
+
+// How a backend stores matmul weights: one storage for all of them (f32, bf16, f16, q4g64, or a
+// GGML block format weights are quantised to at load), or native: every weight in its source's own
+// format where the backend multiplies by that format directly (GGML block formats as the GGUF file
+// holds them), else the backend's closest plain format.
+struct WeightMode {
+  bool native = false;
+  DType storage = DType::kF32;  // when !native
+  WeightMode() = default;
+  WeightMode(DType t) : storage(t) {}  // NOLINT: a fixed storage converts implicitly
+  static WeightMode native_mode() {
+    WeightMode m;
+    m.native = true;
+    return m;
+  }
+  // "native", or a format name (dtype_from_name); throws Error(kConfig) for anything else
+  // (the edges parse once: CLI flags, the Python binding; backend.cpp).
+  static WeightMode parse(std::string_view name);
+  std::string name() const;
+  bool operator==(const WeightMode&) const = default;
+};
+
+// kCpuEmulatedDevice: the CPU backend posing as a device (tests of a GPU backend's host paths).
+enum class BackendKind { kCpu, kCuda, kCpuEmulatedDevice };
+
+struct BackendCaps {
+  // Device memory is host memory: the host touches device buffers directly, tier copies are
+  // plain memcpy, and the device and host tiers share one RAM.
+  bool device_is_host = true;
+  // Bits (storage_bit) of the formats its matmul multiplies by directly: the fixed storages a
+  // --weight-dtype may name, and the GGML block formats native weights keep as the file holds them.
+  uint64_t matmul_storages = 0;
+  bool kv_split = true;                  // the KV cache split over the device and host tiers
+  bool kv_on_disk = true;                // KV cache on the disk tier
+  bool compress_cache = true;            // 4-bit group KV cache (--compress-cache)
+  bool activation_offload = true;        // activations off the device tier
+  bool cpu_cache_compute = true;         // KV wholly in host memory, its attention on the CPU
+  int64_t default_prefill_chunk = 2048;  // prompt tokens per prefill forward
+  // `offgen calibrate`'s hardware profile describes this backend (the planner, --predict).
+  bool calibrated_profile = true;
+
+  static constexpr uint64_t storage_bit(DType t) { return uint64_t{1} << static_cast<int>(t); }
+  bool takes(DType storage) const { return (matmul_storages & storage_bit(storage)) != 0; }
+};
+
+// Every registered kind, in order; whether a user may pick it (--backend); its name.
+const std::vector<BackendKind>& backend_kinds();
+bool backend_user_selectable(BackendKind kind);
+std::string_view backend_name(BackendKind kind);  // "cpu", "cuda", "cpu-emulated-device"
+// The user-selectable names ("cpu", "cuda").
+std::vector<std::string> backend_flag_names();
+// Any registered name; throws offgen::Error(kConfig) "--backend X: expected cpu or cuda".
+BackendKind parse_backend_kind(std::string_view name);
+// What `kind` supports, whether or not this build or machine can run it.
+BackendCaps backend_caps(BackendKind kind);
+
+}  // namespace offgen
