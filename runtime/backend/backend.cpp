@@ -68,22 +68,6 @@ BackendKind parse_backend_kind(std::string_view name) {
                last);
 }
 
-WeightMode WeightMode::parse(std::string_view name) {
-  if (name == "native") return native_mode();
-  try {
-    return WeightMode(dtype_from_name(name));
-  } catch (const Error&) {
-    OFFGEN_THROW(kConfig,
-                 "--weight-dtype {}: expected native, f32, bf16, f16 (GPU) or a GGML block "
-                 "format to quantise to (q8_0, q4_0, q4_k, q5_k, q6_k)",
-                 name);
-  }
-}
-
-std::string WeightMode::name() const {
-  return native ? std::string("native") : std::string(dtype_name(storage));
-}
-
 Weight Backend::prepare_weight(DType src_type, const void* src, int64_t rows, int64_t cols) {
   Weight w;
   w.rows = rows;
