@@ -403,33 +403,38 @@ bool HfWeightSource::has_tensor(const std::string& name) const {
   return !hf.empty() && ckpt_.find(hf) != nullptr;
 }
 
-std::vector<int64_t> HfWeightSource::tensor_dims(const std::string& name) const {
-  const std::string hf = hf_name(name);
+const SafetensorsTensor& HfWeightSource::checkpoint_tensor(const std::string& name,
+                                                           std::string& hf) const {
+  hf = hf_name(name);
   OFFGEN_CHECK(!hf.empty(), kInput, "{}: {} checkpoints have no tensor for '{}'", dir_,
                config_.arch, name);
-  const SafetensorsTensor& t = ckpt_.tensor(hf);
+  return ckpt_.tensor(hf);
+}
+
+const SafetensorsTensor& HfWeightSource::weight_tensor(const std::string& name,
+                                                       std::string& hf) const {
+  const SafetensorsTensor& t = checkpoint_tensor(name, hf);
+  OFFGEN_CHECK(t.dtype.has_value(), kInput,
+               "{}: tensor '{}' has dtype {}; weights must be F32, F16 or BF16", dir_, hf,
+               t.dtype_name);
+  return t;
+}
+
+std::vector<int64_t> HfWeightSource::tensor_dims(const std::string& name) const {
+  std::string hf;
+  const SafetensorsTensor& t = checkpoint_tensor(name, hf);
   return std::vector<int64_t>(t.shape.rbegin(), t.shape.rend());  // GGML order
 }
 
 DType HfWeightSource::tensor_dtype(const std::string& name) const {
-  const std::string hf = hf_name(name);
-  OFFGEN_CHECK(!hf.empty(), kInput, "{}: {} checkpoints have no tensor for '{}'", dir_,
-               config_.arch, name);
-  const SafetensorsTensor& t = ckpt_.tensor(hf);
-  OFFGEN_CHECK(t.dtype.has_value(), kInput,
-               "{}: tensor '{}' has dtype {}; weights must be F32, F16 or BF16", dir_, hf,
-               t.dtype_name);
+  std::string hf;
+  const SafetensorsTensor& t = weight_tensor(name, hf);
   return *t.dtype;
 }
 
 TensorRef HfWeightSource::tensor(const std::string& name) const {
-  const std::string hf = hf_name(name);
-  OFFGEN_CHECK(!hf.empty(), kInput, "{}: {} checkpoints have no tensor for '{}'", dir_,
-               config_.arch, name);
-  const SafetensorsTensor& t = ckpt_.tensor(hf);
-  OFFGEN_CHECK(t.dtype.has_value(), kInput,
-               "{}: tensor '{}' has dtype {}; weights must be F32, F16 or BF16", dir_, hf,
-               t.dtype_name);
+  std::string hf;
+  const SafetensorsTensor& t = weight_tensor(name, hf);
   TensorRef r;
   r.name = name;
   r.dtype = *t.dtype;

@@ -36,6 +36,10 @@ class HfWeightSource final : public WeightSource {
  private:
   // The checkpoint's name for an offgen tensor name ("" when the architecture has none).
   std::string hf_name(const std::string& name) const;
+  // The checkpoint tensor behind a GGUF-style name (hf: its HF name); kInput when there is none.
+  const SafetensorsTensor& checkpoint_tensor(const std::string& name, std::string& hf) const;
+  // The same, also kInput when its dtype is not a float type offgen reads.
+  const SafetensorsTensor& weight_tensor(const std::string& name, std::string& hf) const;
 
   std::string dir_;
   ModelConfig config_;
