@@ -72,6 +72,21 @@ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(kBeta * (x + kKappa * x * x * x)));
 }
 
+// out[r][i] = act(gate[r][i]) * up[r][i] over m rows (gate and up rows `stride` apart): the gated
+// MLPs (SwiGLU, GeGLU).
+template <class Act>
+void gated(ThreadContext& ctx, const float* gate, const float* up, int64_t m, int64_t n,
+           int64_t stride, float* out, Act act) {
+  ctx.parallel_for(m, 4, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* g = gate + r * stride;
+      const float* u = up + r * stride;
+      float* o = out + r * n;
+      for (int64_t i = 0; i < n; ++i) o[i] = act(g[i]) * u[i];
+    }
+  });
+}
+
 }  // namespace
 
 DeviceInfo CpuBackend::device_info() const {
@@ -273,26 +288,12 @@ void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_
 
 void CpuBackend::swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
                         float* out) {
-  ctx_.parallel_for(m, 4, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const float* g = gate + r * stride;
-      const float* u = up + r * stride;
-      float* o = out + r * n;
-      for (int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-    }
-  });
+  gated(ctx_, gate, up, m, n, stride, out, [](float g) { return g / (1.0f + std::exp(-g)); });
 }
 
 void CpuBackend::geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
                        float* out) {
-  ctx_.parallel_for(m, 4, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const float* g = gate + r * stride;
-      const float* u = up + r * stride;
-      float* o = out + r * n;
-      for (int64_t i = 0; i < n; ++i) o[i] = gelu_tanh(g[i]) * u[i];
-    }
-  });
+  gated(ctx_, gate, up, m, n, stride, out, gelu_tanh);
 }
 
 void CpuBackend::layer_norm(const float* x, const float* gamma, const float* beta, int64_t m,
