@@ -76,13 +76,11 @@ std::vector<float> load_gain(const WeightSource& src, const std::string& name, i
   return v;
 }
 
-Weight load_stacked(Backend& be, const WeightSource& src, const std::vector<std::string>& names,
-                    const std::vector<int64_t>& rows, int64_t cols) {
-  std::vector<uint8_t> packed;
-  const DType dt = stack_source(src, names, rows, cols, packed);
-  int64_t total = 0;
-  for (auto r : rows) total += r;
-  return be.prepare_weight(dt, packed.data(), total, cols);
+// A resident [rows, cols] matrix prepared straight from its tensor (no staging copy).
+Weight load_matrix(Backend& be, const TensorRef& t, int64_t rows, int64_t cols,
+                   const std::string& where) {
+  expect_matrix(t, rows, cols, where);
+  return be.prepare_weight(t.dtype, t.data, rows, cols);
 }
 
 constexpr int64_t kBlobAlign = 4096;
@@ -117,8 +115,8 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend)
     pos_embd_ = backend_.prepare_table(pos.dtype, pos.data, c.pos_offset + c.context_length, d);
   }
   if (e != d) {
-    proj_in_ = load_stacked(backend_, src, {"proj_in.weight"}, {d}, e);
-    proj_out_ = load_stacked(backend_, src, {"proj_out.weight"}, {e}, d);
+    proj_in_ = load_matrix(backend_, src.tensor("proj_in.weight"), d, e, src.describe());
+    proj_out_ = load_matrix(backend_, src.tensor("proj_out.weight"), e, d, src.describe());
   }
   if (c.final_norm) {
     const auto g = load_gain(src, "output_norm.weight", d);
@@ -130,8 +128,9 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend)
   }
   const bool tied = !src.has_tensor("output.weight");
   config_.tied_embeddings = tied;
-  lm_head_ = load_stacked(backend_, src, {tied ? "token_embd.weight" : "output.weight"},
-                          {c.vocab_size}, e);
+  // A tied head is the embedding table already read above.
+  lm_head_ = load_matrix(backend_, tied ? emb : src.tensor("output.weight"), c.vocab_size, e,
+                         src.describe());
   // A tied head kept in the table's own format holds the same values: gather embeddings from it
   // rather than holding the table twice.
   embed_from_head_ =
