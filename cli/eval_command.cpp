@@ -19,7 +19,7 @@ void EvalPplCommand::add_to(CLI::App* eval) {
   cmd_ = eval->add_subcommand(
       "ppl", "Teacher-forced perplexity of texts under KV policies and budgets (eviction as in "
              "generation), and top-1 agreement with the full cache");
-  cmd_->add_option("--model", model, "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET")->required();
+  cmd_->add_option("--model", model, "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET[:FORMAT]")->required();
   cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
   add_weight_dtype(cmd_, weight_dtype);

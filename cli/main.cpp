@@ -43,7 +43,7 @@ struct CommonFlags {
 };
 
 void add_common(CLI::App* app, CommonFlags& f) {
-  app->add_option("--model", f.model, "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET")->required();
+  app->add_option("--model", f.model, "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET[:FORMAT]")->required();
   app->add_option("--threads", f.threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
   app->add_option("--backend", f.backend_text, "Compute backend: cpu (default) or cuda (GPU 0)")
       ->check(CLI::IsMember(backend_flag_names()));

@@ -20,7 +20,7 @@ void EvalMultiqueryCommand::add_to(CLI::App* eval) {
       "multiquery", "Answers to several questions per context over a context compressed once "
                     "and shared: agreement with the full cache and accuracy, per policy and ratio");
   cmd_->add_option("--model", model,
-                   "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET")
+                   "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET[:FORMAT]")
       ->required();
   cmd_->add_option("--contexts", contexts,
                    "JSONL: {\"id\", \"context\", \"questions\": [{\"q\", \"answer\"?}, ...]} per line")

@@ -50,7 +50,7 @@ void CalibrateCommand::add_to(CLI::App* app) {
                              "Measure disk, RAM and (with --model) compute into a hardware profile");
   cmd_->add_option("--offload-dir", offload_dir, "Disk to measure (default $TMPDIR)");
   cmd_->add_option("--json", json, "Profile to write (default: the cache, " + default_profile_path() + ")");
-  cmd_->add_option("--model", model, "Also measure this model's units (.gguf or dummy:PRESET)");
+  cmd_->add_option("--model", model, "Also measure this model's units (.gguf or dummy:PRESET[:FORMAT])");
   add_weight_dtype(cmd_, weight_dtype);
   cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
   cmd_->add_flag("--quick", quick, "Fewer sizes and repetitions (rougher; for smoke tests)");
@@ -101,7 +101,7 @@ int CalibrateCommand::run() const {
 void PlanCommand::add_to(CLI::App* app) {
   cmd_ = app->add_subcommand(
       "plan", "Choose batch sizes, tier shares and overlap for a workload within memory limits");
-  cmd_->add_option("--model", model, "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET")->required();
+  cmd_->add_option("--model", model, "Model: a .gguf file, a Hugging Face checkpoint directory, or dummy:PRESET[:FORMAT]")->required();
   add_weight_dtype(cmd_, weight_dtype);
   cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
   cmd_->add_option("--prompt-len", workload.prompt_len, "Prompt tokens")->required()->check(CLI::Range(1, 1 << 20));

@@ -71,6 +71,15 @@ void quantize_q4_k(const float* x, uint8_t* blk);
 void quantize_q5_k(const float* x, uint8_t* blk);
 void quantize_q6_k(const float* x, uint8_t* blk);
 
+// Random blocks for benchmark models (dummy:PRESET:FORMAT), written straight in format t without
+// a quantiser's search: uniformly random codes under fixed scales (every sub-block scale 32, Q6_K's
+// 64), with D and M set so the values span about [-amax, amax] with mean ~0 (Q8_0: codes -128..127
+// times amax/127; Q4_0: (u - 8) amax/8; Q4_K/Q5_K: the affine grid from -amax to +amax; Q6_K:
+// (u - 32) amax/32). `state` is a nonzero xorshift64 state, advanced. t must satisfy
+// has_random_blocks(t) (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
+bool has_random_blocks(DType t);
+void random_blocks(DType t, uint64_t& state, float amax, uint8_t* dst, int64_t blocks);
+
 // Activation quantiser (the rule every integer dot product uses): n = 32 or 256 values ->
 // q = nearbyint(x * (127 / amax)) in [-127, 127] with scale d = amax / 127 (fp32), amax = max |x|;
 // amax < kActTiny (including 0) gives d = 0 and q = 0 (so 127 / amax never overflows); a block

@@ -1,13 +1,15 @@
-// Weight quantisers for GGML block formats (fp32 -> Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) and the
-// activation quantiser (-> int8 blocks, kQ8_K). Round to nearest on grids that cover each
-// (sub-)block's range, with a small search over larger steps for the least squared error; the
-// bounds are stated in quant_blocks.h. Compiled with -ffp-contract=off (the grids are evaluated
-// with the dequantisers' own roundings).
+// Weight quantisers for GGML block formats (fp32 -> Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), random blocks
+// of those formats for benchmark models, and the activation quantiser (-> int8 blocks, kQ8_K).
+// Round to nearest on grids that cover each (sub-)block's range, with a small search over larger
+// steps for the least squared error; the bounds are stated in quant_blocks.h. Compiled with
+// -ffp-contract=off (the grids are evaluated with the dequantisers' own roundings).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
+#include "runtime/core/error.h"
 #include "runtime/core/quant_blocks.h"
 
 namespace offgen {
@@ -233,6 +235,49 @@ void quantize_q6_k(const float* x, uint8_t* blk) {
   }
   for (int j = 0; j < 16; ++j) blk[192 + j] = static_cast<uint8_t>(static_cast<int8_t>(sc[j]));
   put16(blk + 208, hd);
+}
+
+bool has_random_blocks(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K ||
+         t == DType::kQ6_K;
+}
+
+void random_blocks(DType t, uint64_t& state, float amax, uint8_t* dst, int64_t blocks) {
+  OFFGEN_CHECK(has_random_blocks(t), kInternal, "random_blocks: no generator for {}",
+               dtype_name(t));
+  const int64_t bytes = dtype_bytes(t, dtype_block_elems(t)) * blocks;
+  uint64_t x = state;
+  for (int64_t i = 0; i < bytes; i += 8) {  // random codes everywhere, scales set below
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    std::memcpy(dst + i, &x, static_cast<size_t>(std::min<int64_t>(8, bytes - i)));
+  }
+  state = x;
+  const double a = amax;
+  if (t == DType::kQ8_0 || t == DType::kQ4_0) {
+    const uint16_t d = f32_to_fp16(static_cast<float>(t == DType::kQ8_0 ? a / 127 : a / 8));
+    const int64_t bb = t == DType::kQ8_0 ? 34 : 18;
+    for (int64_t b = 0; b < blocks; ++b) put16(dst + b * bb, d);
+  } else if (t == DType::kQ4_K || t == DType::kQ5_K) {
+    // value = D*32*u - M*32 with u in [0, top]: D*32*top = 2a, M*32 = a
+    const double top = t == DType::kQ4_K ? 15 : 31;
+    const uint16_t d = f32_to_fp16(static_cast<float>(2 * a / (32 * top)));
+    const uint16_t dmin = f32_to_fp16(static_cast<float>(a / 32));
+    AffineK r;
+    std::fill(std::begin(r.sc), std::end(r.sc), 32);
+    std::fill(std::begin(r.m), std::end(r.m), 32);
+    const int64_t bb = t == DType::kQ4_K ? 144 : 176;
+    for (int64_t b = 0; b < blocks; ++b) {
+      put16(dst + b * bb, d);
+      put16(dst + b * bb + 2, dmin);
+      pack_scale_min_k4(r, dst + b * bb + 4);
+    }
+  } else {  // Q6_K: value = D*64*(u - 32), u in [0, 63]
+    const uint16_t d = f32_to_fp16(static_cast<float>(a / (32 * 64)));
+    for (int64_t b = 0; b < blocks; ++b) {
+      std::memset(dst + b * 210 + 192, 64, 16);
+      put16(dst + b * 210 + 208, d);
+    }
+  }
 }
 
 float quantize_act_block(const float* x, int n, int8_t* q) {

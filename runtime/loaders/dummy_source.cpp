@@ -1,14 +1,15 @@
 // Deterministic random weights for benchmark presets.
 #include "runtime/loaders/dummy_source.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 
-#include <fmt/format.h>
-
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
+#include "runtime/core/quant_blocks.h"
 #include "runtime/model/architecture.h"
 #include "runtime/model/tensor_table.h"
 
@@ -18,9 +19,9 @@ namespace {
 struct Preset {
   const char* name;
   int64_t layers, d_model, heads, kv_heads, ffn, vocab, context;
-  bool opt = false;         // OPT architecture (LayerNorm, ReLU, biases, learned positions)
-  int64_t embed_dim = 0;    // OPT-350m's word_embed_proj_dim
-  bool post_norm = false;   // OPT-350m
+  bool opt = false;        // OPT architecture (LayerNorm, ReLU, biases, learned positions)
+  int64_t embed_dim = 0;   // OPT-350m's word_embed_proj_dim
+  bool post_norm = false;  // OPT-350m
 };
 
 // Gemma 3 and Qwen3 shapes (their public configurations): head sizes of their own, Gemma's five
@@ -37,8 +38,8 @@ constexpr ModernPreset kModernPresets[] = {
     {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960},
 };
 
-// Llama-shaped sizes (public configurations of SmolLM2, TinyLlama, Llama 2 and Llama 3) and the
-// OPT sizes FlexGen benchmarks (facebook/opt-* configs).
+// Llama-shaped sizes (public configurations of SmolLM2, TinyLlama, LLaMA 30B, Llama 2 and Llama 3)
+// and the OPT sizes FlexGen benchmarks (facebook/opt-* configs).
 constexpr Preset kPresets[] = {
     {"smollm2-135m", 30, 576, 9, 3, 1536, 49152, 8192},
     {"llama-1b", 22, 2048, 32, 4, 5632, 32000, 2048},
@@ -46,6 +47,7 @@ constexpr Preset kPresets[] = {
     {"llama3-3b", 28, 3072, 24, 8, 8192, 128256, 8192},
     {"llama-7b", 32, 4096, 32, 32, 11008, 32000, 4096},
     {"llama-13b", 40, 5120, 40, 40, 13824, 32000, 4096},
+    {"llama-30b", 60, 6656, 52, 52, 17920, 32000, 2048},
     {"llama-70b", 80, 8192, 64, 8, 28672, 32000, 4096},
     {"opt-125m", 12, 768, 12, 12, 3072, 50272, 2048, true},
     {"opt-350m", 24, 1024, 16, 16, 4096, 50272, 2048, true, 512, true},
@@ -120,8 +122,46 @@ ModelConfig dummy_config(const std::string& preset) {
                fmt::join(dummy_presets(), ", "));
 }
 
-DummyWeightSource::DummyWeightSource(const std::string& preset)
-    : preset_(preset), config_(dummy_config(preset)) {}
+namespace {
+
+std::string preset_of(const std::string& spec) { return spec.substr(0, spec.find(':')); }
+
+DType format_of(const std::string& spec) {
+  const size_t colon = spec.find(':');
+  if (colon == std::string::npos) return DType::kF32;
+  const std::string name = spec.substr(colon + 1);
+  DType t = DType::kF32;
+  bool known = true;
+  try {
+    t = dtype_from_name(name);
+  } catch (const Error&) {
+    known = false;
+  }
+  OFFGEN_CHECK(known && (t == DType::kF32 || has_random_blocks(t)), kConfig,
+               "dummy:{}: unknown weight format '{}' (dummy:PRESET takes f32, q8_0, q4_0, q4_k, "
+               "q5_k or q6_k after a colon, e.g. dummy:llama-7b:q4_k)",
+               spec, name);
+  return t;
+}
+
+}  // namespace
+
+DummyWeightSource::DummyWeightSource(const std::string& spec)
+    : preset_(preset_of(spec)), matrix_type_(format_of(spec)), config_(dummy_config(preset_)) {}
+
+std::string DummyWeightSource::describe() const {
+  return matrix_type_ == DType::kF32
+             ? "dummy:" + preset_
+             : fmt::format("dummy:{}:{}", preset_, dtype_name(matrix_type_));
+}
+
+DType DummyWeightSource::tensor_dtype(const std::string& name) const {
+  const std::vector<int64_t> dims = dims_of(name);
+  OFFGEN_CHECK(!dims.empty(), kInput, "{}: no tensor '{}'", describe(), name);
+  if (dims.size() < 2 || matrix_type_ == DType::kF32) return DType::kF32;
+  if (dims[0] % dtype_block_elems(matrix_type_) == 0) return matrix_type_;
+  return dims[0] % dtype_block_elems(DType::kQ8_0) == 0 ? DType::kQ8_0 : DType::kF32;
+}
 
 std::vector<int64_t> DummyWeightSource::dims_of(const std::string& name) const {
   return model_tensor_dims(config_, name);
@@ -132,10 +172,22 @@ bool DummyWeightSource::has_tensor(const std::string& name) const { return !dims
 TensorRef DummyWeightSource::tensor(const std::string& name) const {
   TensorRef t;
   t.name = name;
-  t.dtype = DType::kF32;
+  t.dtype = tensor_dtype(name);
   t.dims = dims_of(name);
-  OFFGEN_CHECK(!t.dims.empty(), kInput, "{}: no tensor '{}'", describe(), name);
   const int64_t n = t.n_elems();
+  // Uniform in ±sqrt(3)·σ with σ = 1/sqrt(fan_in): activations stay O(1) through the layers.
+  const float amax = t.dims.size() < 2 ? 0.0f : std::sqrt(3.0f / static_cast<float>(t.dims[0]));
+  uint64_t x = fnv1a64(name) | 1;
+  if (t.dtype != DType::kF32) {
+    const int64_t bytes = dtype_bytes(t.dtype, n);
+    auto* blocks = static_cast<uint8_t*>(std::malloc(bytes));
+    OFFGEN_CHECK(blocks != nullptr, kResource, "{}: out of memory generating '{}' ({} bytes)",
+                 describe(), name, bytes);
+    t.keepalive = std::shared_ptr<const void>(blocks, std::free);
+    t.data = blocks;
+    random_blocks(t.dtype, x, amax, blocks, n / dtype_block_elems(t.dtype));
+    return t;
+  }
   float* data = static_cast<float*>(std::malloc(n * sizeof(float)));
   OFFGEN_CHECK(data != nullptr, kResource, "{}: out of memory generating '{}' ({} floats)",
                describe(), name, n);
@@ -146,12 +198,9 @@ TensorRef DummyWeightSource::tensor(const std::string& name) const {
     for (int64_t i = 0; i < n; ++i) data[i] = v;
     return t;
   }
-  // Uniform in ±sqrt(3)·σ with σ = 1/sqrt(fan_in): activations stay O(1) through the layers.
-  const float scale = std::sqrt(3.0f / static_cast<float>(t.dims[0]));
-  uint64_t x = fnv1a64(name) | 1;
   for (int64_t i = 0; i < n; ++i) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    data[i] = (static_cast<float>(x >> 40) * 0x1.0p-24f * 2.0f - 1.0f) * scale;
+    data[i] = (static_cast<float>(x >> 40) * 0x1.0p-24f * 2.0f - 1.0f) * amax;
   }
   return t;
 }
@@ -166,7 +215,8 @@ VocabData DummyWeightSource::vocab() const {
     const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
     const int cp = printable ? b : next++;
     std::string s;
-    if (cp < 0x80) s += static_cast<char>(cp);
+    if (cp < 0x80)
+      s += static_cast<char>(cp);
     else {
       s += static_cast<char>(0xc0 | (cp >> 6));
       s += static_cast<char>(0x80 | (cp & 0x3f));

@@ -1,6 +1,7 @@
-// `dummy:PRESET` models: a WeightSource of deterministic pseudo-random weights for a named
+// `dummy:PRESET[:FORMAT]` models: a WeightSource of deterministic pseudo-random weights for a named
 // Llama-, OPT-, Gemma 3- or Qwen3-shaped configuration, generated tensor by tensor on demand (never
-// the whole model in RAM), plus a placeholder vocabulary, so any size can be benchmarked.
+// the whole model in RAM) in fp32 or straight in a GGML block format, plus a placeholder
+// vocabulary, so any size can be benchmarked.
 #pragma once
 
 #include <string>
@@ -18,19 +19,24 @@ ModelConfig dummy_config(const std::string& preset);
 
 class DummyWeightSource final : public WeightSource {
  public:
-  explicit DummyWeightSource(const std::string& preset);
+  // spec: "PRESET" (fp32 weights) or "PRESET:FORMAT" with FORMAT one of q8_0, q4_0, q4_k, q5_k,
+  // q6_k: every matrix (embedding and output head included) generated directly as random blocks
+  // of that format (random_blocks; a matrix whose rows the format's blocks do not divide falls
+  // back to q8_0, else fp32), norms and biases fp32, as a GGUF quantised "pure" would hold them.
+  explicit DummyWeightSource(const std::string& spec);
   const ModelConfig& config() const override { return config_; }
   TensorRef tensor(const std::string& name) const override;
   bool has_tensor(const std::string& name) const override;
   std::vector<int64_t> tensor_dims(const std::string& name) const override { return dims_of(name); }
-  DType tensor_dtype(const std::string&) const override { return DType::kF32; }
-  std::string describe() const override { return "dummy:" + preset_; }
+  DType tensor_dtype(const std::string& name) const override;
+  std::string describe() const override;
   // Byte tokens plus "<dummy_N>" placeholders up to the model's vocabulary size.
   VocabData vocab() const;
 
  private:
   std::vector<int64_t> dims_of(const std::string& name) const;  // empty when unknown
   std::string preset_;
+  DType matrix_type_ = DType::kF32;  // the FORMAT of the spec
   ModelConfig config_;
 };
 

@@ -122,7 +122,7 @@ OpenedModel open_model(const std::string& spec) {
   if (spec.rfind("dummy:", 0) == 0) {
     auto src = std::make_unique<DummyWeightSource>(spec.substr(6));
     OpenedModel m;
-    m.content_id = spec;  // the weights are a function of the preset
+    m.content_id = spec;  // the weights are a function of the preset and format
     m.vocab = src->vocab();
     m.source = std::move(src);
     return m;
