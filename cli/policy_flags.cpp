@@ -10,7 +10,8 @@ namespace offgen {
 void PolicyFlags::add_to(CLI::App* app) {
   app->add_option("--policy", policy_file_,
                   "Placement policy TOML file (flags override it), or 'auto' to let the planner "
-                  "choose batch sizes, tier shares and overlap within --gpu-mem/--cpu-mem/--disk-mem");
+                  "choose batch sizes, tier shares and overlap within --gpu-mem/--cpu-mem/--disk-mem "
+                  "(with --percent: the shares given, batch sizes and overlap chosen)");
   app->add_option("--percent", percent_,
                   "WG WC CG CC HG HC: percent of weights, KV cache and activations on GPU and CPU "
                   "(disk = 100 - GPU - CPU), FlexGen's order")

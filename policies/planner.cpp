@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -60,16 +62,24 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
     (o.device_is_host ? p.cache_gpu_percent : p.cache_cpu_percent) = 0;
   };
   auto need_of = [&](const Policy& p) { return block_need(m, p, capacity, p.block_size()); };
-  const int steps = static_cast<int>(std::lround(100 / o.percent_step));
+  // RAM shares searched: the grid, or the given shares alone.
+  std::vector<double> w_shares, c_shares;
+  if (o.base.shares_given) {
+    w_shares = {o.base.weight_gpu_percent + o.base.weight_cpu_percent};
+    c_shares = {o.base.cache_gpu_percent + o.base.cache_cpu_percent};
+  } else {
+    for (int s = 0; s <= static_cast<int>(std::lround(100 / o.percent_step)); ++s)
+      w_shares.push_back(s * o.percent_step), c_shares.push_back(s * o.percent_step);
+  }
 
   PlanResult out;
   Candidate best;
   bool found = false;
-  for (int ws = 0; ws <= steps; ++ws)
-    for (int cs = 0; cs <= steps; ++cs)
+  for (double w_share : w_shares)
+    for (double c_share : c_shares)
       for (bool overlap : {true, false}) {
         Policy p = o.base;
-        place(p, ws * o.percent_step, cs * o.percent_step);
+        place(p, w_share, c_share);
         p.overlap = overlap;
         p.batch_given = true;
         // Batch shapes: the grid, plus for each grid value of one factor the largest other
@@ -112,12 +122,15 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
       }
   if (!found) {
     Policy p = o.base;
-    place(p, 0, 0);
+    place(p, w_shares.front(), c_shares.front());
     p.gpu_batch_size = p.num_gpu_batches = 1;
     const TierBytes need = need_of(p);
     OFFGEN_THROW(kConfig,
-                 "plan: nothing fits: one sequence with weights and KV wholly on disk needs "
-                 "{} of RAM and {} of disk ({}); raise {}",
+                 "plan: nothing fits: one sequence with {} needs {} of RAM and {} of disk ({}); "
+                 "raise {}",
+                 o.base.shares_given ? fmt::format("weights {}% and KV {}% in RAM (--percent)",
+                                                   w_shares.front(), c_shares.front())
+                                     : std::string("weights and KV wholly on disk"),
                  format_bytes(need.device + need.host), format_bytes(need.disk),
                  fmt::format("{} KV slots per sequence", capacity), plan_overflow(o, need));
   }
@@ -145,12 +158,12 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
   }
   const double w_ram = b.weight_gpu_percent + b.weight_cpu_percent;
   const double c_ram = b.cache_gpu_percent + b.cache_cpu_percent;
-  if (w_ram < 100) {
+  if (w_ram < 100 && !o.base.shares_given) {
     Policy p = b;
     place(p, w_ram + o.percent_step, c_ram);
     probe(p, fmt::format("weights {}% in RAM", w_ram + o.percent_step));
   }
-  if (c_ram < 100) {
+  if (c_ram < 100 && !o.base.shares_given) {
     Policy p = b;
     place(p, w_ram, c_ram + o.percent_step);
     probe(p, fmt::format("KV cache {}% in RAM", c_ram + o.percent_step));

@@ -20,6 +20,9 @@ struct Policy {
   // Whether the batch sizes were given (flags or TOML). When not, and a tier capacity is set,
   // fixed-shape workloads (bench) use the largest batch that fits the capacities.
   bool batch_given = false;
+  // Whether the tier shares were given as flags (--percent). The planner (--policy auto) then
+  // keeps the weights' and the KV cache's RAM shares and chooses only batch sizes and overlap.
+  bool shares_given = false;
   // Percent of each kind of tensor on the device (GPU) and host (CPU) tiers; disk gets the rest.
   double weight_gpu_percent = 100, weight_cpu_percent = 0;
   double cache_gpu_percent = 100, cache_cpu_percent = 0;

@@ -14,6 +14,7 @@ Policy PolicyOverrides::resolve() const {
     p.weight_gpu_percent = percent[0], p.weight_cpu_percent = percent[1];
     p.cache_gpu_percent = percent[2], p.cache_cpu_percent = percent[3];
     p.act_gpu_percent = percent[4], p.act_cpu_percent = percent[5];
+    p.shares_given = true;
   }
   OFFGEN_CHECK(gpu_batch_size >= 0, kConfig, "--gpu-batch-size {} must be >= 1", gpu_batch_size);
   OFFGEN_CHECK(num_gpu_batches >= 0, kConfig, "--num-gpu-batches {} must be >= 1", num_gpu_batches);

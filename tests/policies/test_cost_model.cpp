@@ -222,6 +222,33 @@ TEST_CASE("planner: fits the limits, names the binding one, never worse with mor
   CHECK_THROWS_WITH(plan(m, hw.compute[0], hw, o), Catch::Contains("nothing fits"));
 }
 
+TEST_CASE("planner: given tier shares (--percent) are kept, batch and overlap chosen",
+          "[cost][plan]") {
+  const ModelFacts m = tiny_model();
+  HardwareProfile hw = tiny_hw();
+  hw.compute[0].mlp = TimeCurve{{1, 1024}, {1.5e-3, 1024.5e-3}};
+  hw.compute[0].attn_base = TimeCurve{{1, 1024}, {2.5e-3, 2048.5e-3}};
+  PlanOptions o;
+  o.workload.prompt_len = 32;
+  o.workload.gen_len = 32;
+  o.max_batch = 256;
+  o.base.cpu_mem = int64_t{64} << 20;  // room for everything: unpinned, the planner keeps all in RAM
+  CHECK(plan(m, hw.compute[0], hw, o).policy.weight_cpu_percent == 100);
+  // Weights on disk, KV in RAM, as --percent 0 0 100 0 100 0 gives them.
+  o.base.weight_gpu_percent = o.base.weight_cpu_percent = 0;
+  o.base.cache_gpu_percent = 100, o.base.cache_cpu_percent = 0;
+  o.base.shares_given = true;
+  const PlanResult r = plan(m, hw.compute[0], hw, o);
+  CHECK(r.policy.weight_gpu_percent + r.policy.weight_cpu_percent == 0);
+  CHECK(r.policy.cache_gpu_percent + r.policy.cache_cpu_percent == 100);
+  CHECK(r.prediction.need.disk > 0);
+  CHECK(r.policy.block_size() > 1);  // the batch is still the planner's
+  CHECK(r.binding.find("weights") == std::string::npos);  // no share probed
+  // Nothing fits with the given shares: the error says so.
+  o.base.cpu_mem = 1 << 19;
+  CHECK_THROWS_WITH(plan(m, hw.compute[0], hw, o), Catch::Contains("(--percent)"));
+}
+
 TEST_CASE("plan output: policy TOML reads back to the same policy", "[cost][plan]") {
   Policy p = all_ram(48, 3);
   p.weight_gpu_percent = 0, p.weight_cpu_percent = 30;
