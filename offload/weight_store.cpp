@@ -11,7 +11,8 @@ WeightStore::WeightStore(Backend& backend, int64_t num_units,
                          const std::function<int64_t(int64_t)>& unit_bytes,
                          const std::function<void(int64_t, void*)>& build,
                          const Placement& placement, NvmeStore* disk, int staging_slots)
-    : backend_(backend), units_(num_units), disk_(disk) {
+    : backend_(backend), units_(num_units), disk_(disk), slots_(staging_slots) {
+  OFFGEN_CHECK(staging_slots >= 2, kInternal, "weight store: {} staging slots", staging_slots);
   const bool split = split_ = !backend_.device_is_host();
   OFFGEN_CHECK(placement.device_is_host() == !split, kInternal,
                "weight placement for a backend whose device memory {} host memory, on {}",

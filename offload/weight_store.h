@@ -2,8 +2,8 @@
 // in the backend's device memory, its host part in host memory (pinned on a GPU), the rest on the
 // NVMe store (Placement::weight_home: one RAM part where device memory is host memory, used in
 // place) — staged once at start-up, and device staging slots into which a whole blob is assembled
-// for compute (double buffering). Loads run on a stream of the schedule's load lane and are
-// ordered with compute by events.
+// for compute (kWeightStagingSlots of them: loads run ahead of compute). Loads run on a stream of
+// the schedule's load lane and are ordered with compute by events.
 #pragma once
 
 #include <atomic>
@@ -38,10 +38,12 @@ class WeightStore {
   WeightStore(Backend& backend, int64_t num_units,
               const std::function<int64_t(int64_t)>& unit_bytes,
               const std::function<void(int64_t, void*)>& build, const Placement& placement,
-              NvmeStore* disk, int staging_slots = 2);
+              NvmeStore* disk, int staging_slots = kWeightStagingSlots);
 
   int64_t num_units() const { return static_cast<int64_t>(units_.size()); }
   bool needs_load() const { return any_staged_; }
+  // Staging slots loads rotate through (slot of unit u: u % staging_slots()).
+  int staging_slots() const { return slots_; }
   int64_t disk_bytes(int64_t unit) const { return units_[unit].disk_bytes; }
   // Load lane: assembles unit u into staging slot `slot` on `stream` — after the compute that
   // last read the slot has finished (release()) — from its device, host and disk parts (disk
@@ -73,6 +75,7 @@ class WeightStore {
   int next_bounce_ = 0;
   NvmeStore* disk_;
   bool any_staged_ = false;
+  int slots_ = 0;
   bool split_ = false;  // device memory is not host memory: shares on both
   WeightStoreStats stats_;
   std::atomic<int64_t> h2d_bytes_{0};

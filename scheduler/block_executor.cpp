@@ -134,7 +134,7 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
       }
       const UnitBatch ub{rows, spans.empty() ? b.spans : spans, b.positions.data(), views,
                          b.external ? b.external_policy : policy_};
-      const int wslot = static_cast<int>(t.unit % 2);
+      const int wslot = static_cast<int>(t.unit % weights_.staging_slots());
       model_.run_unit(t.unit, weights_.acquire(t.unit, wslot), h, ub, scratch_);
       weights_.release(t.unit, wslot);
       if (t.unit + 1 == model_.num_units()) {
@@ -206,6 +206,7 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
   shape.num_batches = K;
   for (int64_t u = 0; u < shape.num_units; ++u) shape.unit_has_cache.push_back(DecoderModel::unit_has_cache(u));
   shape.load_weights = weights_.needs_load();
+  shape.weight_slots = weights_.staging_slots();
   shape.load_cache = false;
   int64_t max_seqs = 0, max_cap = 0;
   hidden_.resize(K);

@@ -24,7 +24,8 @@ std::vector<Task> plan_step(const StepShape& s) {
   OFFGEN_CHECK(static_cast<int64_t>(s.unit_has_cache.size()) == s.num_units, kInternal,
                "plan_step: unit_has_cache has {} entries for {} units", s.unit_has_cache.size(),
                s.num_units);
-  const int64_t U = s.num_units, K = s.num_batches;
+  OFFGEN_CHECK(s.weight_slots >= 2, kInternal, "plan_step: {} weight slots", s.weight_slots);
+  const int64_t U = s.num_units, K = s.num_batches, W = s.weight_slots;
   std::vector<Task> plan;
   // Index of the task of each kind per (unit, batch), -1 when absent.
   std::vector<int64_t> load_w(U, -1), compute(U * K, -1), load_c(U * K, -1), store_c(U * K, -1),
@@ -36,10 +37,10 @@ std::vector<Task> plan_step(const StepShape& s) {
   };
   auto emit_weight_load = [&](int64_t u) {
     if (!s.load_weights || u >= U) return;
-    Task t{TaskKind::kLoadWeight, Lane::kLoad, u, -1, static_cast<int>(u % 2), {}};
-    // The slot was last used by unit u-2: all of its computes must be done.
-    if (u >= 2)
-      for (int64_t k = 0; k < K; ++k) t.deps.push_back(compute[at(u - 2, k)]);
+    Task t{TaskKind::kLoadWeight, Lane::kLoad, u, -1, static_cast<int>(u % W), {}};
+    // The slot was last used by unit u-W: all of its computes must be done.
+    if (u >= W)
+      for (int64_t k = 0; k < K; ++k) t.deps.push_back(compute[at(u - W, k)]);
     load_w[u] = add(std::move(t));
   };
   // Cache staging slots alternate over the (unit, batch) pairs that use the cache, so a slot's
@@ -81,11 +82,11 @@ std::vector<Task> plan_step(const StepShape& s) {
     if (s.load_hidden && u > 0) emit_hidden_load(u, k);  // unit 0 starts from the embedding
   };
 
-  emit_weight_load(0);
+  for (int64_t u = 0; u + 1 < W; ++u) emit_weight_load(u);
   emit_batch_loads(0, 0);
   for (int64_t u = 0; u < U; ++u) {
     for (int64_t k = 0; k < K; ++k) {
-      if (k == 0) emit_weight_load(u + 1);
+      if (k == 0) emit_weight_load(u + W - 1);
       if (k + 1 < K) emit_batch_loads(u, k + 1);
       else emit_batch_loads(u + 1, 0);
       const bool cache = s.load_cache && s.unit_has_cache[u];

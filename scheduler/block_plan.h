@@ -19,7 +19,7 @@ struct Task {
   Lane lane = Lane::kCompute;
   int64_t unit = 0;
   int64_t batch = 0;   // -1 for weight loads (shared by every batch)
-  int slot = 0;        // double-buffer slot of the staging buffer the task fills/uses
+  int slot = 0;        // staging slot the task fills/uses (weights: unit % weight_slots)
   std::vector<int64_t> deps;  // indices of earlier tasks in the plan that must finish first
 };
 
@@ -30,11 +30,14 @@ struct StepShape {
   bool load_weights = true;          // false when every weight is resident (no load tasks)
   bool load_cache = true;            // false when every KV block is resident
   bool load_hidden = false;          // true when activations live (partly) off the compute tier
+  // Weight staging slots (>= 2): weight loads run up to weight_slots - 1 units ahead of compute,
+  // so a unit whose load outlasts the compute before it borrows the slack of earlier units.
+  int weight_slots = 2;
 };
 
 // Tasks in a valid sequential order (running them in order is the no-overlap schedule); every
 // dependency points to an earlier task, so lanes that each run their own tasks in plan order
-// never deadlock. Weight slot = unit % 2; cache slot alternates over the cache-using (unit, batch)
+// never deadlock. Weight slot = unit % weight_slots; cache slot alternates over the cache-using (unit, batch)
 // pairs; activation slot = (unit * num_batches + batch) % 2.
 // Unit 0 computes the embedding first (no hidden load); the last unit ends with the logits
 // (no hidden store).

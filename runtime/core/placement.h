@@ -33,6 +33,11 @@ struct TierShare {
   double memory() const { return device + host; }
 };
 
+// Weight staging slots of the weight store: loads run up to two units ahead of compute, so a
+// unit whose load outlasts the compute before it (an MLP after an attention unit, the output
+// head) borrows the slack of the units before (bench/RESULTS.md, "balanced overlap").
+constexpr int64_t kWeightStagingSlots = 3;
+
 // All unit weight blobs of a model under a placement: their parts, and the buffers the weight
 // store adds to assemble blobs that are not computed on where they live.
 struct WeightSplit {
@@ -128,7 +133,8 @@ class Placement {
   bool weight_in_place(const TierBytes& home) const;
   // Every blob of unit_bytes, plus `staging_slots` staging slots when any blob is not used in
   // place and, where device memory is not host memory, two bounce buffers for disk parts.
-  WeightSplit weight_blobs(std::span<const int64_t> unit_bytes, int64_t staging_slots = 2) const;
+  WeightSplit weight_blobs(std::span<const int64_t> unit_bytes,
+                          int64_t staging_slots = kWeightStagingSlots) const;
 
   // A KV table of `capacity` slots: memory_slots = capacity when the cache's memory share is
   // 100%, else round_down(capacity x memory%) to a multiple of the granule (device_slots the same

@@ -167,7 +167,7 @@ TEST_CASE("cost model: memory accounting as the engine admits", "[cost]") {
   // nothing in RAM, 50% of the 8 KiB unit is one page.
   CHECK(wn.host == 4096);
   CHECK(wn.disk == 8192);
-  CHECK(wn.device == (1 << 20) + 2 * 8192);  // resident tensors + two staging slots
+  CHECK(wn.device == (1 << 20) + kWeightStagingSlots * 8192);  // resident tensors + staging
   const TierBytes kn = kv_need(m, p, 100);
   CHECK(kn.host + kn.disk == 100 * 2 * 1024);
   // 25% of 100 slots, rounded down to the granule of 4 slots (1 KiB rows per 4 KiB page).

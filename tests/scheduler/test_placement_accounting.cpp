@@ -98,20 +98,21 @@ TEST_CASE("placement: weight blobs, KV tables and activations in the stores' ext
   const int64_t units[] = {4096, 40960};
   const WeightSplit w = cpu.weight_blobs(units);
   CHECK(w.blobs == TierBytes{12288, 12288, 20480});
-  CHECK(w.staging_slots == 2);
+  CHECK(w.staging_slots == kWeightStagingSlots);
   CHECK(w.staging_slot_bytes == 40960);
   CHECK(w.bounce_buffers == 0);  // disk reads land in the staging slot itself
 
   const Placement gpu({40, 60}, {100, 0}, {100, 0}, false);
   CHECK(gpu.weight_home(40960) == TierBytes{16384, 24576, 0});  // apart on a GPU
   const WeightSplit g = gpu.weight_blobs(units);
-  CHECK(g.staging_slots == 2);  // host parts are copied in
+  CHECK(g.staging_slots == kWeightStagingSlots);  // host parts are copied in
   CHECK(g.bounce_buffers == 0);
   const Placement gpu_disk({40, 30}, {100, 0}, {100, 0}, false);
   const WeightSplit gd = gpu_disk.weight_blobs(units);
   CHECK(gd.bounce_buffers == 2);
   CHECK(gd.bounce_buffer_bytes == 40960 - 28672);  // the largest disk part
-  CHECK(gd.total() == TierBytes{16384 + 2 * 40960, 12288 + 2 * 12288, 12288 + 4096});
+  CHECK(gd.total() ==
+        TierBytes{16384 + kWeightStagingSlots * 40960, 12288 + 2 * 12288, 12288 + 4096});
 
   // KV: 1 KiB rows (granule 4 slots), 2 layers, 100 slots, 65% in memory -> 64 slots.
   KvTableLayout layout;
