@@ -10,7 +10,11 @@
    quantised file (offgen's native formats against llama.cpp's defaults and against llama.cpp
    with an fp32 K/V cache and no flash attention, and llama.cpp's two settings against each
    other: the noise floor of quantised activations), and on the same weights dequantised to an
-   F32 GGUF by llama-quantize (both in fp32).
+   F32 GGUF by llama-quantize (both in fp32); and each system's native run against its own fp32
+   run (KL divergence of the next-token distributions: the cost of its integer path).
+   With --chat, the prompts are a JSONL file of {"id", "prompt"} rows (tools/demo_prompts.jsonl)
+   rendered as one user message with the GGUF's own chat template (jinja2, add_generation_prompt;
+   what `offgen generate --chat` renders), special tokens parsed; all continuations greedy.
 2. Perplexity on a Debian text: `llama-perplexity -c N` chunk 1 (it scores tokens N/2+1 .. N-1 of
    the chunk) against `offgen eval ppl --tokens N --prefix N/2+1` (the same tokens, the full cache).
 
@@ -44,11 +48,67 @@ def sh(cmd, **kw) -> subprocess.CompletedProcess:
     return r
 
 
+def gguf_string(model: str, key: str) -> str:
+    import gguf  # dev venv
+
+    f = gguf.GGUFReader(model).fields[key]
+    return bytes(f.parts[f.data[0]]).decode()
+
+
+def gguf_int(model: str, key: str) -> int:
+    import gguf  # dev venv
+
+    f = gguf.GGUFReader(model).fields[key]
+    return int(f.parts[f.data[0]][0])
+
+
+def chat_prompts(model: str, jsonl: str, work: Path):
+    """The JSONL prompts rendered with the GGUF's chat template, and a file of them, escaped one
+    per line for llama_logits' "special" mode."""
+    import jinja2  # dev venv (transformers' dependency)
+
+    tmpl = jinja2.Environment().from_string(gguf_string(model, "tokenizer.chat_template"))
+    rows = [json.loads(l) for l in Path(jsonl).read_text().splitlines() if l.strip()]
+    texts = [tmpl.render(messages=[{"role": "user", "content": r["prompt"]}],
+                         add_generation_prompt=True) for r in rows]
+    out = work / "chat_prompts.txt"
+    out.write_text("".join(t.replace("\\", "\\\\").replace("\n", "\\n") + "\n" for t in texts))
+    return [r.get("id", r["prompt"]) for r in rows], out
+
+
+def detokenizer(model: str):
+    """ids -> text for byte-level BPE vocabularies (GPT-2 byte map); other vocabularies: the
+    token strings joined."""
+    import gguf  # dev venv
+
+    r = gguf.GGUFReader(model)
+    f = r.fields["tokenizer.ggml.tokens"]
+    toks = [bytes(f.parts[i]).decode("utf-8", "replace") for i in f.data]
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    byte_of = {chr(c): b for b, c in zip(bs, cs)}
+
+    def detok(ids):
+        s = "".join(toks[i] for i in ids)
+        if all(ch in byte_of for ch in s if not ch.isspace()):
+            return bytes(byte_of.get(ch, 32) for ch in s).decode("utf-8", "replace")
+        return s
+
+    return detok
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=str(Path.home() / ".cache/offgen/models/gemma-3-270m-q4_k_m.gguf"))
     ap.add_argument("--prompts", default=str(HERE / "gemma_parity/prompts.txt"))
     ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--chat", action="store_true",
+                    help="--prompts is a JSONL of {id, prompt}, rendered with the model's chat template")
     ap.add_argument("--text", default="/usr/share/common-licenses/GPL-3")
     ap.add_argument("--ctx", default="1024,2048", help="perplexity contexts (llama-perplexity -c), comma-separated")
     ap.add_argument("--threads", type=int, default=2)
@@ -70,12 +130,17 @@ def main() -> None:
     sh(["g++", "-O2", "-std=c++17", f"-I{src}/include", f"-I{src}/ggml/include",
         HERE / "gemma_parity/llama_logits.cpp", f"-L{build}/bin", "-lllama", "-lggml", "-lggml-base",
         f"-Wl,-rpath,{build}/bin", "-o", exe])
-    prompts = [l for l in Path(args.prompts).read_text().splitlines() if l]
+    prompts_file = args.prompts
+    if args.chat:
+        prompts, prompts_file = chat_prompts(args.model, args.prompts, work)
+    else:
+        prompts = [l for l in Path(args.prompts).read_text().splitlines() if l]
     ids = work / "ids.txt"
 
     def llama(model: str, mode: str, tag: str):
         logits = work / f"llama-{tag}.f32"
-        r = sh([exe, model, args.prompts, ids, logits, args.steps, args.threads, mode])
+        r = sh([exe, model, prompts_file, ids, logits, args.steps, args.threads, mode]
+               + (["special"] if args.chat else []))
         return (np.fromfile(logits, dtype=np.float32).reshape(len(prompts), -1),
                 [list(map(int, l.split())) for l in r.stdout.splitlines()])
 
@@ -87,6 +152,12 @@ def main() -> None:
         return (np.fromfile(logits, dtype=np.float32).reshape(len(prompts), -1),
                 [list(map(int, l.split())) for l in r.stdout.splitlines()])
 
+    detok = detokenizer(args.model)
+    eos = gguf_int(args.model, "tokenizer.ggml.eos_token_id")
+
+    def to_eos(g):  # a greedy continuation as a generate call gives it: up to its first EOS
+        return g[:g.index(eos) + 1] if eos in g else g
+
     def compare(x, y) -> dict:
         (a, ga), (b, gb) = x, y
         rows = []
@@ -95,12 +166,23 @@ def main() -> None:
             same = 0
             while same < args.steps and ga[i][same] == gb[i][same]:
                 same += 1
+            la = a[i] - a[i].max() - np.log(np.exp(a[i] - a[i].max()).sum())
+            lb = b[i] - b[i].max() - np.log(np.exp(b[i] - b[i].max()).sum())
             rows.append({"prompt": p, "max_abs_dlogit": float(d.max()), "mean_abs_dlogit": float(d.mean()),
-                         "top1_same": bool(a[i].argmax() == b[i].argmax()), "greedy_same_prefix": same})
+                         "kld": float(np.sum(np.exp(la) * (la - lb))),
+                         "top1_same": bool(a[i].argmax() == b[i].argmax()), "greedy_same_prefix": same,
+                         "text_same_to_eos": to_eos(ga[i]) == to_eos(gb[i])})
+            if same < args.steps:
+                rows[-1]["common"] = detok(ga[i][:same])
+                rows[-1]["first"], rows[-1]["second"] = detok(ga[i][same:]), detok(gb[i][same:])
         return {"max_abs_dlogit": max(r["max_abs_dlogit"] for r in rows),
                 "mean_abs_dlogit": float(np.mean([r["mean_abs_dlogit"] for r in rows])),
+                "mean_kld": float(np.mean([r["kld"] for r in rows])),
+                "kld_stderr": float(np.std([r["kld"] for r in rows]) / np.sqrt(len(rows))),
                 "top1_agree": sum(r["top1_same"] for r in rows),
                 "greedy_identical": sum(r["greedy_same_prefix"] == args.steps for r in rows),
+                "greedy_identical_32": sum(r["greedy_same_prefix"] >= min(32, args.steps) for r in rows),
+                "text_identical_to_eos": sum(r["text_same_to_eos"] for r in rows),
                 "n": len(rows), "prompts": rows}
 
     # The quantised file as each system runs it: llama.cpp's defaults (f16 K/V, flash attention)
@@ -121,7 +203,16 @@ def main() -> None:
            "quantized_offgen_native_vs_llama_default": compare(llama_default, off_native),
            "quantized_offgen_native_vs_llama_exact": compare(llama_exact, off_native),
            "quantized_llama_default_vs_llama_exact": compare(llama_default, llama_exact),
-           "dequantized_f32_offgen_vs_llama": compare(llama_f32, off_f32)}
+           "dequantized_f32_offgen_vs_llama": compare(llama_f32, off_f32),
+           # Each system's own cost of its integer path: native against its fp32 product of the
+           # same weights (kld: KL(fp32 || native) of the next-token distributions).
+           "offgen_f32_vs_offgen_native": compare(off_f32, off_native),
+           "llama_f32_vs_llama_exact": compare(llama_f32, llama_exact),
+           "llama_f32_vs_llama_default": compare(llama_f32, llama_default)}
+    out["greedy_texts"] = {tag: [detok(to_eos(g)) for g in run[1]] for tag, run in
+                           [("llama_default", llama_default), ("llama_exact", llama_exact),
+                            ("offgen_native", off_native), ("llama_f32", llama_f32),
+                            ("offgen_f32", off_f32)]}
     if not args.skip_ppl:
         ppl_exe = build / "bin/llama-perplexity"
         if not ppl_exe.exists():

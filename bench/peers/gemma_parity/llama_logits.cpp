@@ -3,6 +3,9 @@
 // prompts file: the prompt's token ids (llama_tokenize with BOS) into --ids, the next-token
 // logits after the prompt (fp32) appended to --logits, and a greedy continuation of --steps
 // tokens (argmax of each step's logits, one decode per token) as one line of ids on stdout.
+// With "special" as the 8th argument, each line is a rendered chat prompt: a backslash before n
+// stands for a newline, before another character for that character, and special tokens
+// (<|im_start|>) are parsed as such.
 #include <llama.h>
 
 #include <cstdio>
@@ -13,12 +16,15 @@
 
 int main(int argc, char** argv) {
   if (argc < 6) {
-    std::fprintf(stderr, "usage: %s MODEL PROMPTS IDS_OUT LOGITS_OUT STEPS [THREADS [default]]\n",
+    std::fprintf(stderr,
+                 "usage: %s MODEL PROMPTS IDS_OUT LOGITS_OUT STEPS [THREADS [default|exact "
+                 "[special]]]\n",
                  argv[0]);
     return 2;
   }
   const int steps = std::atoi(argv[5]);
   const int threads = argc > 6 ? std::atoi(argv[6]) : 2;
+  const bool special = argc > 8 && std::strcmp(argv[8], "special") == 0;
   llama_backend_init();
   llama_model_params mp = llama_model_default_params();
   // No repacked (AMX / extra) weight buffers: this build's AMX matmul crashes on this CPU (Xeon
@@ -54,9 +60,21 @@ int main(int argc, char** argv) {
   };
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
+    if (special) {
+      std::string raw;
+      for (size_t i = 0; i < line.size(); ++i) {
+        if (line[i] == '\\' && i + 1 < line.size()) {
+          raw += line[i + 1] == 'n' ? '\n' : line[i + 1];
+          ++i;
+        } else {
+          raw += line[i];
+        }
+      }
+      line = raw;
+    }
     std::vector<llama_token> toks(line.size() + 8);
     const int n = llama_tokenize(vocab, line.data(), static_cast<int32_t>(line.size()), toks.data(),
-                                 static_cast<int32_t>(toks.size()), true, false);
+                                 static_cast<int32_t>(toks.size()), true, special);
     if (n < 0) return 1;
     toks.resize(n);
     for (int i = 0; i < n; ++i) ids_out << (i ? " " : "") << toks[i];
