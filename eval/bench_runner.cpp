@@ -80,6 +80,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.lanes = s.lanes;
   const double busiest = std::max({s.lanes.load, s.lanes.compute, s.lanes.store});
   r.overlap_efficiency = s.lanes.wall > 0 ? busiest / s.lanes.wall : 0.0;
+  r.forward_overlap_efficiency = s.lanes.wall > 0 ? s.lanes.bound / s.lanes.wall : 0.0;
   return r;
 }
 
@@ -103,6 +104,7 @@ nlohmann::json BenchReport::to_json() const {
       {"io_bytes", {{"disk_read", disk_read}, {"disk_write", disk_write}, {"h2d", h2d}, {"d2h", d2h}}},
       {"lane_busy_seconds", {{"load", lanes.load}, {"compute", lanes.compute}, {"store", lanes.store}}},
       {"overlap_efficiency", overlap_efficiency},
+      {"forward_overlap_efficiency", forward_overlap_efficiency},
   };
 }
 
@@ -115,13 +117,13 @@ std::string BenchReport::summary() const {
       "  peak memory: device {}, host {}, disk {}\n"
       "  disk I/O: read {}, written {}\n"
       "  lanes busy: load {:.3f} s, compute {:.3f} s, store {:.3f} s of {:.3f} s; overlap "
-      "efficiency {:.2f}",
+      "efficiency {:.2f} (forward by forward {:.2f})",
       batch_size, prompt_len, gen_len, batch_limited_by, kv_policy, kv_slots_per_seq,
       format_bytes(kv_bytes_per_seq), prefill_throughput, prefill_seconds, decode_throughput,
       decode_seconds, total_throughput, format_bytes(peak_device), format_bytes(peak_host),
       format_bytes(peak_disk),
       format_bytes(disk_read), format_bytes(disk_write), lanes.load, lanes.compute, lanes.store,
-      lanes.wall, overlap_efficiency);
+      lanes.wall, overlap_efficiency, forward_overlap_efficiency);
 }
 
 }  // namespace offgen

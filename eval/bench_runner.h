@@ -34,7 +34,8 @@ struct BenchReport {
   int64_t disk_read = 0, disk_write = 0, h2d = 0, d2h = 0;
   std::string backend, weight_dtype;
   LaneTimes lanes;
-  double overlap_efficiency = 0;
+  double overlap_efficiency = 0;          // busiest lane over the whole run / wall
+  double forward_overlap_efficiency = 0;  // LaneTimes::bound / wall
   nlohmann::json to_json() const;
   std::string summary() const;  // one human-readable block
 };

@@ -192,9 +192,8 @@ ForwardTime forward_time(const Ctx& x, const Ctx* xw, const std::vector<Batch>& 
     return f;
   }
   // Loads run one unit ahead of compute, stores one unit behind (double-buffered staging); the
-  // disk serves the reads and writes of a stage one after the other. The weight store has
-  // kWeightStagingSlots slots, so a load may run further ahead and borrow earlier units' slack:
-  // this lock-step sum is then an upper bound on the step's time.
+  // disk serves the reads and writes of a stage one after the other (kWeightStagingSlots = 2; with
+  // more slots a load could run further ahead, and this lock-step sum would be an upper bound).
   f.seconds = L[0] + S[U - 1];
   for (int64_t u = 0; u < U; ++u) {
     const double store = u > 0 ? S[u - 1] : 0.0, store_disk = u > 0 ? Sd[u - 1] : 0.0;

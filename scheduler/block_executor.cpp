@@ -256,6 +256,7 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
   };
   const bool lanes = overlap_ && (shape.load_weights || shape.load_cache || shape.load_hidden);
   if (!lanes) {
+    LaneTimes run;  // this forward's lanes
     for (const Task& t : plan) {
       const auto t0 = Clock::now();
       try {
@@ -266,9 +267,13 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
         throw;
       }
       const double dt = since(t0);
-      (t.lane == Lane::kLoad ? times_.load : t.lane == Lane::kStore ? times_.store : times_.compute) += dt;
+      (t.lane == Lane::kLoad ? run.load : t.lane == Lane::kStore ? run.store : run.compute) += dt;
     }
     finish();
+    times_.load += run.load;
+    times_.store += run.store;
+    times_.compute += run.compute;
+    times_.bound += std::max({run.load, run.compute, run.store});
     times_.wall += since(t_wall);
     return;
   }
@@ -326,6 +331,7 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
   times_.load += load_busy;
   times_.store += store_busy;
   times_.compute += compute_busy;
+  times_.bound += std::max({load_busy, compute_busy, store_busy});
   times_.wall += since(t_wall);
   if (error) std::rethrow_exception(error);
 }

@@ -46,9 +46,12 @@ std::vector<Task> plan_step(const StepShape& shape);
 std::string describe_plan(const std::vector<Task>& plan);
 
 // Seconds each lane was busy running its tasks, and the wall time of the steps (accumulated by
-// the executor; overlap_efficiency = busiest lane / wall).
+// the executor; overlap_efficiency = busiest lane / wall). bound: the sum over forwards of each
+// forward's busiest lane — the wall time a perfect overlap of every forward would take, so
+// bound / wall is the overlap achieved forward by forward (a run whose prefill is compute-bound
+// and whose decode is load-bound has busiest / wall < 1 however well each forward overlaps).
 struct LaneTimes {
-  double load = 0, compute = 0, store = 0, wall = 0;
+  double load = 0, compute = 0, store = 0, wall = 0, bound = 0;
 };
 
 }  // namespace offgen

@@ -65,7 +65,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
   stats_.d2h_bytes = executor_->d2h_bytes() - d2h0;
   const LaneTimes& l = executor_->times();
   stats_.lanes = LaneTimes{l.load - lanes0.load, l.compute - lanes0.compute,
-                           l.store - lanes0.store, l.wall - lanes0.wall};
+                           l.store - lanes0.store, l.wall - lanes0.wall, l.bound - lanes0.bound};
   if (nvme_) {
     const IoStats io = nvme_->stats();
     stats_.io.bytes_read = io.bytes_read - io0.bytes_read;

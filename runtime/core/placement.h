@@ -33,10 +33,11 @@ struct TierShare {
   double memory() const { return device + host; }
 };
 
-// Weight staging slots of the weight store: loads run up to two units ahead of compute, so a
-// unit whose load outlasts the compute before it (an MLP after an attention unit, the output
-// head) borrows the slack of the units before (bench/RESULTS.md, "balanced overlap").
-constexpr int64_t kWeightStagingSlots = 3;
+// Weight staging slots of the weight store: loads run kWeightStagingSlots - 1 units ahead of
+// compute. Two (double buffering): three or four measured no faster with weights on disk, where a
+// step is either compute-bound (prefill) or load-bound (decode) as a whole (bench/RESULTS.md,
+// "balanced overlap").
+constexpr int64_t kWeightStagingSlots = 2;
 
 // All unit weight blobs of a model under a placement: their parts, and the buffers the weight
 // store adds to assemble blobs that are not computed on where they live.
