@@ -86,6 +86,7 @@ def summary(r: dict) -> dict:
         "disk_gb_s_run": r["io_bytes"]["disk_read"] / 1e9 / run_s,
         "load_busy_s": busy["load"], "compute_busy_s": busy["compute"], "run_s": run_s,
         "overlap_efficiency": r["overlap_efficiency"],
+        "forward_overlap_efficiency": r.get("forward_overlap_efficiency"),
         "peak_host_gib": r["peak_bytes"]["host"] / GIB, "peak_disk_gib": r["peak_bytes"]["disk"] / GIB,
         "max_rss_gib": r["max_rss_bytes"] / GIB, "process_wall_s": r["wall_s"],
     }
