@@ -17,23 +17,18 @@ import argparse
 import json
 import math
 import re
-import subprocess
+import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ppl_formats import run  # noqa: E402  (echoes the command, raises with its output on failure)
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_MODELS = Path.home() / ".cache/offgen/bench"
 LICENSES = Path("/usr/share/common-licenses")
 DEFAULT_TEXTS = ",".join(str(LICENSES / t) for t in ["GPL-3", "LGPL-2.1", "MPL-1.1", "GFDL-1.3",
                                                       "Apache-2.0"])
-
-
-def run(cmd):
-    print("$", " ".join(map(str, cmd)), flush=True)
-    r = subprocess.run(list(map(str, cmd)), capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{cmd[0]} rc={r.returncode}: {(r.stdout + r.stderr)[-2000:]}")
-    return r.stdout + "\n" + r.stderr
 
 
 def offgen_ppl(model, texts, dtype, ctx, threads):

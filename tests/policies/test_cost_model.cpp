@@ -174,17 +174,28 @@ TEST_CASE("cost model: memory accounting as the engine admits", "[cost]") {
   CHECK(kn.host == 24 * 2 * 1024);
 }
 
-TEST_CASE("planner: fits the limits, names the binding one, never worse with more memory",
-          "[cost][plan]") {
-  const ModelFacts m = tiny_model();
+namespace {
+// A fixed cost per unit call (weights streamed once per batch) makes larger batches faster.
+HardwareProfile planner_hw() {
   HardwareProfile hw = tiny_hw();
-  // A fixed cost per unit call (weights streamed once per batch) makes larger batches faster.
   hw.compute[0].mlp = TimeCurve{{1, 1024}, {1.5e-3, 1024.5e-3}};
   hw.compute[0].attn_base = TimeCurve{{1, 1024}, {2.5e-3, 2048.5e-3}};
+  return hw;
+}
+PlanOptions planner_options() {  // prompt 32, gen 32, blocks up to 256
   PlanOptions o;
   o.workload.prompt_len = 32;
   o.workload.gen_len = 32;
   o.max_batch = 256;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("planner: fits the limits, names the binding one, never worse with more memory",
+          "[cost][plan]") {
+  const ModelFacts m = tiny_model();
+  const HardwareProfile hw = planner_hw();
+  PlanOptions o = planner_options();
   double last = 0;
   for (int64_t mem : {int64_t{2} << 20, int64_t{3} << 20, int64_t{6} << 20, int64_t{20} << 20,
                       int64_t{64} << 20}) {
@@ -225,13 +236,8 @@ TEST_CASE("planner: fits the limits, names the binding one, never worse with mor
 TEST_CASE("planner: given tier shares (--percent) are kept, batch and overlap chosen",
           "[cost][plan]") {
   const ModelFacts m = tiny_model();
-  HardwareProfile hw = tiny_hw();
-  hw.compute[0].mlp = TimeCurve{{1, 1024}, {1.5e-3, 1024.5e-3}};
-  hw.compute[0].attn_base = TimeCurve{{1, 1024}, {2.5e-3, 2048.5e-3}};
-  PlanOptions o;
-  o.workload.prompt_len = 32;
-  o.workload.gen_len = 32;
-  o.max_batch = 256;
+  const HardwareProfile hw = planner_hw();
+  PlanOptions o = planner_options();
   o.base.cpu_mem = int64_t{64} << 20;  // room for everything: unpinned, the planner keeps all in RAM
   CHECK(plan(m, hw.compute[0], hw, o).policy.weight_cpu_percent == 100);
   // Weights on disk, KV in RAM, as --percent 0 0 100 0 100 0 gives them.
