@@ -493,6 +493,39 @@ TEST_CASE("cpu backend: GQA attention on a ragged batch", "[cpu]") {
   }
 }
 
+TEST_CASE("cpu backend: prefill rows equal the same rows decoded one by one, bitwise", "[cpu]") {
+  // Head sizes 64 and 128 take several query rows at once for the weighted sums of V; 32 one at a
+  // time. Each prefill row must be bitwise the row computed alone (as a decode step over the same
+  // keys), with and without a sliding window.
+  std::mt19937 rng(23);
+  for (int64_t hd : {32, 64, 128})
+    for (int64_t window : {0, 6}) {
+      INFO("head dim " << hd << " window " << window);
+      AttnCase c(rng, {{5, 11}});
+      c.n_heads = 4, c.n_kv = 2, c.hd = hd;
+      const int64_t cap = 5 + 11;
+      c.k = {randn(rng, c.n_kv * cap * hd)};
+      c.v = {randn(rng, c.n_kv * cap * hd)};
+      c.views = {{c.k[0].data(), c.v[0].data(), cap}};
+      c.q = randn(rng, 11 * c.n_heads * hd);
+      const int64_t row_w = c.n_heads * hd;
+      CpuBackend be(2);
+      AttentionArgs a = c.args();
+      a.window = window;
+      std::vector<float> all(11 * row_w);
+      be.attention(c.q.data(), a, all.data());
+      for (int64_t t = 0; t < 11; ++t) {
+        const SeqSpan one{0, 1, 5 + t};
+        AttentionArgs b = a;
+        b.seqs = std::span<const SeqSpan>(&one, 1);
+        std::vector<float> row(row_w);
+        be.attention(c.q.data() + t * row_w, b, row.data());
+        INFO("row " << t);
+        CHECK(std::memcmp(row.data(), all.data() + t * row_w, row_w * 4) == 0);
+      }
+    }
+}
+
 TEST_CASE("cpu backend: attention with one KV head and with MHA", "[cpu]") {
   std::mt19937 rng(18);
   CpuBackend be(2);

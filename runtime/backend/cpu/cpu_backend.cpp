@@ -15,6 +15,7 @@
 #include "runtime/backend/cpu/cpu_kernels.h"
 #include "runtime/backend/cpu/gemm.h"
 #include "runtime/backend/cpu/qgemm.h"
+#include "runtime/backend/cpu/softmax.h"
 #include "runtime/core/formats.h"
 #include "runtime/core/error.h"
 #include "runtime/core/argmax.h"
@@ -502,6 +503,45 @@ void weighted_sum(const float* p, float inv, int64_t n, const float* v, int64_t 
   }
 }
 
+// weighted_sum for R query rows at once (p rows p_stride apart, o rows o_stride apart, inv[r] per
+// row), sharing each V row's loads: row r's arithmetic is weighted_sum's, term by term in
+// increasing j, so it equals weighted_sum over the same n keys; a row's zero p[j] (keys outside
+// its visible range) leave its sums unchanged (+0 stays +0, x + 0 = x).
+template <int R, int NV>
+void weighted_sum_rows(const float* p, int64_t p_stride, const float* inv, int64_t n,
+                       const float* v, int64_t v_stride, float* o, int64_t o_stride,
+                       bool accumulate) {
+#if defined(__AVX512F__)
+  __m512 acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int x = 0; x < NV; ++x)
+      acc[r][x] = accumulate ? _mm512_loadu_ps(o + r * o_stride + 16 * x) : _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    __m512 vj[NV];
+    for (int x = 0; x < NV; ++x) vj[x] = _mm512_loadu_ps(v + j * v_stride + 16 * x);
+    for (int r = 0; r < R; ++r) {
+      const __m512 pj = _mm512_set1_ps(p[r * p_stride + j] * inv[r]);
+      for (int x = 0; x < NV; ++x) acc[r][x] = _mm512_fmadd_ps(pj, vj[x], acc[r][x]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int x = 0; x < NV; ++x) _mm512_storeu_ps(o + r * o_stride + 16 * x, acc[r][x]);
+#else
+  for (int r = 0; r < R; ++r)
+    weighted_sum(p + r * p_stride, inv[r], n, v, v_stride, 16 * NV, o + r * o_stride, accumulate);
+#endif
+}
+
+// Rows weighted_sum_rows takes at once for a head size (0: one row at a time).
+int64_t rows_at_once(int64_t hd) { return hd == 64 ? 4 : hd == 128 ? 2 : 0; }
+
+void weighted_sum_group(const float* p, int64_t p_stride, const float* inv, int64_t n,
+                        const float* v, int64_t v_stride, int64_t hd, float* o, int64_t o_stride,
+                        bool accumulate) {
+  if (hd == 64) return weighted_sum_rows<4, 4>(p, p_stride, inv, n, v, v_stride, o, o_stride, accumulate);
+  weighted_sum_rows<2, 8>(p, p_stride, inv, n, v, v_stride, o, o_stride, accumulate);
+}
+
 }  // namespace
 
 void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
@@ -520,7 +560,7 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
   // One task per (sequence, KV head): each key block is transposed once for the whole query
   // group. A task's arithmetic does not depend on the batch.
   ctx_.parallel_for(n_seqs * a.n_kv_heads, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> scores, kt(hd * kKeyBlock);
+    std::vector<float> scores, kt(hd * kKeyBlock), invs;
     for (int64_t task = b; task < e; ++task) {
       const int64_t s = task / a.n_kv_heads;
       const int64_t kvh = task % a.n_kv_heads;
@@ -563,8 +603,10 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
                      t1 - t0, kt.data(), hd, a.scale,
                      scores.data() + g * head_scores + t0 * width + pre_width + j0, width);
       }
+      invs.resize(sp.n_new);
       for (int64_t g = 0; g < group; ++g) {
         const int64_t h = kvh * group + g;
+        float* o_head = out + sp.row_begin * row_stride + h * hd;
         for (int64_t t = 0; t < sp.n_new; ++t) {
           float* pre = scores.data() + g * head_scores + t * width;
           float* sc = pre + pre_width;
@@ -579,23 +621,13 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
             for (int64_t j = 0; j < n_vis; ++j)
               if (key_pos[j] <= oldest) sc[j] = -INFINITY;
           }
-          float mx = -INFINITY;
-          for (int64_t j = 0; j < n_pre; ++j) mx = std::max(mx, pre[j]);
-          for (int64_t j = lo; j < n_vis; ++j) mx = std::max(mx, sc[j]);
-          float sum = 0.0f;
-          for (int64_t j = 0; j < n_pre; ++j) {
-            pre[j] = std::exp(pre[j] - mx);
-            sum += pre[j];
-          }
-          for (int64_t j = lo; j < n_vis; ++j) {
-            sc[j] = std::exp(sc[j] - mx);
-            sum += sc[j];
-          }
-          const float inv = 1.0f / sum;
-          float* o = out + (sp.row_begin + t) * row_stride + h * hd;
-          if (n_pre > 0) weighted_sum(pre, inv, n_pre, kv.prefix->v[kvh], hd, hd, o);
-          weighted_sum(sc + lo, inv, n_vis - lo, vbase + lo * slot_stride, slot_stride, hd, o,
-                       n_pre > 0);
+          const float mx = std::max(cpu::row_max(pre, n_pre), cpu::row_max(sc + lo, n_vis - lo));
+          // The shared context's keys, then the sequence's own, summed as one run of keys.
+          float lane[16] = {};
+          cpu::exp_shifted_lanes(pre, n_pre, mx, 0, lane);
+          cpu::exp_shifted_lanes(sc + lo, n_vis - lo, mx, n_pre, lane);
+          const float sum = cpu::sum_lanes(lane);
+          const float inv = invs[t] = 1.0f / sum;
           if (!a.stats.empty() && a.stats[s].col_sum && t >= a.stats[s].first_row) {
             // Policy statistics of the sequence's own slots: this task owns (s, kvh)'s columns.
             const AttentionStats& st = a.stats[s];
@@ -607,6 +639,34 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
               cm[j] = std::max(cm[j], p);
             }
           }
+        }
+        // Weighted sums of V, R rows at once over the keys any of them sees (each row's keys
+        // outside its own range zeroed first), the remaining rows one by one: the same sums.
+        const int64_t R = rows_at_once(hd);
+        int64_t t = 0;
+        for (; R > 0 && t + R <= sp.n_new; t += R) {
+          float* row0 = scores.data() + g * head_scores + t * width;
+          const int64_t lo = first_slot(t), hi = sp.n_past + t + R;  // [lo, hi): any row's keys
+          for (int64_t r = 0; r < R; ++r) {
+            float* sc = row0 + r * width + pre_width;
+            std::fill(sc + lo, sc + first_slot(t + r), 0.0f);
+            std::fill(sc + sp.n_past + t + r + 1, sc + hi, 0.0f);
+          }
+          float* o = o_head + t * row_stride;
+          if (n_pre > 0)
+            weighted_sum_group(row0, width, &invs[t], n_pre, kv.prefix->v[kvh], hd, hd, o,
+                               row_stride, false);
+          weighted_sum_group(row0 + pre_width + lo, width, &invs[t], hi - lo,
+                             vbase + lo * slot_stride, slot_stride, hd, o, row_stride, n_pre > 0);
+        }
+        for (; t < sp.n_new; ++t) {
+          float* pre = scores.data() + g * head_scores + t * width;
+          float* sc = pre + pre_width;
+          const int64_t lo = first_slot(t), n_vis = sp.n_past + t + 1;
+          float* o = o_head + t * row_stride;
+          if (n_pre > 0) weighted_sum(pre, invs[t], n_pre, kv.prefix->v[kvh], hd, hd, o);
+          weighted_sum(sc + lo, invs[t], n_vis - lo, vbase + lo * slot_stride, slot_stride, hd, o,
+                       n_pre > 0);
         }
       }
     }
