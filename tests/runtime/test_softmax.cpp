@@ -79,3 +79,27 @@ TEST_CASE("softmax: vector and scalar paths agree bitwise; lane-ordered sum", "[
     if (n > 3) CHECK(e[3] == 0.0f);
   }
 }
+
+TEST_CASE("softmax: the SiLU gate's vector and scalar paths agree; extremes", "[softmax]") {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.0f, 8.0f);
+  std::vector<float> g(37), u(37);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = d(rng), u[i] = d(rng);
+  g[0] = 100.0f, g[1] = -100.0f, g[2] = INFINITY, g[3] = -INFINITY, g[4] = 0.0f;
+  std::vector<float> o(37);
+  silu_gate(g.data(), u.data(), 37, o.data());
+  for (size_t i = 0; i < g.size(); ++i) {
+    INFO("g = " << g[i]);
+    float one;
+    silu_gate(&g[i], &u[i], 1, &one);  // n = 1: the scalar path
+    CHECK(std::memcmp(&one, &o[i], 4) == 0);
+    if (std::isfinite(g[i])) {
+      const double want = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
+      CHECK(std::fabs(o[i] - want) <= 1e-6 * (std::fabs(want) + 1e-30) + 1e-37);
+    }
+  }
+  CHECK(o[0] == 100.0f * u[0]);
+  CHECK(o[1] == 0.0f);
+  CHECK(std::isinf(o[2]));  // inf / (1 + 0) * u, as with std::exp
+  CHECK(std::isnan(o[3]));  // -inf / (1 + inf), as with std::exp
+}

@@ -289,7 +289,9 @@ void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_
 
 void CpuBackend::swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
                         float* out) {
-  gated(ctx_, gate, up, m, n, stride, out, [](float g) { return g / (1.0f + std::exp(-g)); });
+  ctx_.parallel_for(m, 4, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) cpu::silu_gate(gate + r * stride, up + r * stride, n, out + r * n);
+  });
 }
 
 void CpuBackend::geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,

@@ -1,4 +1,5 @@
-// Softmax pieces of CPU attention (softmax.h): AVX-512 and scalar paths with the same arithmetic.
+// The exp-based pieces of the CPU backend (softmax.h): AVX-512 and scalar paths with the same
+// arithmetic.
 #include "runtime/backend/cpu/softmax.h"
 
 #include <immintrin.h>
@@ -13,6 +14,7 @@ constexpr float kLog2e = 1.44269504088896341f;
 constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 split: hi has 12 significant bits
 constexpr float kLn2Lo = 1.42860682030941723212e-6f;
 constexpr float kMinArg = -87.3f;  // exp(-87.3) ~ 1.2e-38, just above FLT_MIN
+constexpr float kMaxArg = 88.8f;   // exp(88.8) > FLT_MAX: larger arguments (and +inf) give inf
 // Taylor coefficients of e^r: 1/7!, 1/6!, ..., 1/1!, 1/0!.
 constexpr float kC7 = 1.0f / 5040, kC6 = 1.0f / 720, kC5 = 1.0f / 120, kC4 = 1.0f / 24, kC3 = 1.0f / 6, kC2 = 0.5f,
                 kC1 = 1.0f, kC0 = 1.0f;
@@ -20,6 +22,7 @@ constexpr float kC7 = 1.0f / 5040, kC6 = 1.0f / 720, kC5 = 1.0f / 120, kC4 = 1.0
 // e^x for one value, exactly as the vector lanes compute it.
 float exp_one(float x) {
   if (!(x >= kMinArg)) return 0.0f;
+  x = std::min(x, kMaxArg);
   const float k = std::nearbyint(x * kLog2e);
   float r = __builtin_fmaf(-k, kLn2Hi, x);
   r = __builtin_fmaf(-k, kLn2Lo, r);
@@ -36,7 +39,7 @@ float exp_one(float x) {
 #if defined(__AVX512F__)
 __m512 exp16(__m512 x) {
   const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kMinArg), _CMP_GE_OQ);
-  x = _mm512_max_ps(x, _mm512_set1_ps(kMinArg));
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(kMinArg)), _mm512_set1_ps(kMaxArg));
   const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Hi), x);
@@ -91,6 +94,20 @@ void exp_shifted_lanes(float* x, int64_t n, float mx, int64_t first, float lane[
     x[j] = exp_one(x[j] - mx);
     lane[(first + j) % 16] += x[j];
   }
+}
+
+void silu_gate(const float* g, const float* u, int64_t n, float* o) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 gv = _mm512_loadu_ps(g + i);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+    _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)),
+                                          _mm512_loadu_ps(u + i)));
+  }
+#endif
+  for (; i < n; ++i) o[i] = g[i] / (1.0f + exp_one(0.0f - g[i])) * u[i];
 }
 
 float sum_lanes(float lane[16]) {

@@ -1,6 +1,7 @@
-// The softmax pieces of CPU attention: a row's maximum, and exp(x - max) in place with the sum of
-// the results, through one fixed polynomial and a fixed 16-lane summation order, so the AVX-512
-// path and the scalar path give bitwise the same values (and a row the same alone or in a batch).
+// The exp-based pieces of the CPU backend — attention's softmax (a row's maximum, exp(x - max) in
+// place with the sum of the results) and the SiLU gate — through one fixed polynomial and a fixed
+// 16-lane summation order, so the AVX-512 path and the scalar path give bitwise the same values
+// (and a row the same alone or in a batch).
 #pragma once
 
 #include <cstdint>
@@ -17,5 +18,9 @@ float row_max(const float* x, int64_t n);
 void exp_shifted_lanes(float* x, int64_t n, float mx, int64_t first, float lane[16]);
 // The 16 lanes added in a fixed tree: (l, l + 8), then (l, l + 4), (l, l + 2), (0, 1).
 float sum_lanes(float lane[16]);
+
+// o[i] = g[i] / (1 + exp(-g[i])) * u[i] (SwiGLU's gate), exp as above (overflowing to inf for
+// -g[i] > 88.7, so o[i] = -0 * u[i] there; NaN in g stays NaN).
+void silu_gate(const float* g, const float* u, int64_t n, float* o);
 
 }  // namespace offgen::cpu
