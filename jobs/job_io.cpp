@@ -488,4 +488,10 @@ bool ErrorCounts::add(const nlohmann::json& record) {
   return true;
 }
 
+std::string text_as_recorded(const std::string& text) {
+  const std::string quoted =
+      nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return nlohmann::json::parse(quoted).get<std::string>();
+}
+
 }  // namespace offgen

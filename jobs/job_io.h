@@ -65,5 +65,9 @@ nlohmann::json result_record(const JobLine& line, const Result& r, const std::st
 // The output record of an input line that could not be parsed: "error" holds the message, the
 // line number, the kind and the field (null when none applies).
 nlohmann::json error_record(const JobLine& line);
+// A generated text as the output records hold it: invalid UTF-8 (a generation cut inside a
+// multi-byte character by max_tokens or a stop) replaced by U+FFFD exactly as the journal's JSON
+// writer replaces it, so an API returning texts returns what the CLI writes.
+std::string text_as_recorded(const std::string& text);
 
 }  // namespace offgen

@@ -135,7 +135,7 @@ class PyEngine {
       }
       Output& o = out[line_of[k]];
       o.id = line.id;
-      o.text = std::move(r.text);
+      o.text = text_as_recorded(r.text);  // the CLI's record, valid UTF-8 for Python
       o.tokens = std::move(r.tokens);
       o.finish_reason = finish_reason_name(r.finish_reason);
       o.prompt_tokens = r.prompt_tokens;

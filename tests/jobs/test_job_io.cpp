@@ -232,3 +232,15 @@ TEST_CASE("reports are replaced atomically", "[job_io]") {
   CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 1);
   CHECK_THROWS_AS(write_json_atomically((dir / "missing" / "r.json").string(), doc), Error);
 }
+
+TEST_CASE("text_as_recorded: the journal's UTF-8 replacement, valid text unchanged", "[job_io]") {
+  CHECK(offgen::text_as_recorded("plain \xE2\x96\x81 text") == "plain \xE2\x96\x81 text");
+  // Cut inside a three-byte character: the same text the journal's JSON record holds.
+  const std::string cut = "abc\xE2\x96";
+  const std::string got = offgen::text_as_recorded(cut);
+  CHECK(got.rfind("abc", 0) == 0);
+  CHECK(got.find("\xEF\xBF\xBD") != std::string::npos);  // U+FFFD
+  const nlohmann::json record = nlohmann::json::parse(
+      nlohmann::json{{"text", cut}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  CHECK(record["text"].get<std::string>() == got);
+}
