@@ -178,21 +178,17 @@ TensorRef DummyWeightSource::tensor(const std::string& name) const {
   // Uniform in ±sqrt(3)·σ with σ = 1/sqrt(fan_in): activations stay O(1) through the layers.
   const float amax = t.dims.size() < 2 ? 0.0f : std::sqrt(3.0f / static_cast<float>(t.dims[0]));
   uint64_t x = fnv1a64(name) | 1;
+  const int64_t bytes = dtype_bytes(t.dtype, n);
+  void* mem = std::malloc(static_cast<size_t>(bytes));
+  OFFGEN_CHECK(mem != nullptr, kResource, "{}: out of memory generating '{}' ({} bytes)",
+               describe(), name, bytes);
+  t.keepalive = std::shared_ptr<const void>(mem, std::free);
+  t.data = mem;
   if (t.dtype != DType::kF32) {
-    const int64_t bytes = dtype_bytes(t.dtype, n);
-    auto* blocks = static_cast<uint8_t*>(std::malloc(bytes));
-    OFFGEN_CHECK(blocks != nullptr, kResource, "{}: out of memory generating '{}' ({} bytes)",
-                 describe(), name, bytes);
-    t.keepalive = std::shared_ptr<const void>(blocks, std::free);
-    t.data = blocks;
-    random_blocks(t.dtype, x, amax, blocks, n / dtype_block_elems(t.dtype));
+    random_blocks(t.dtype, x, amax, static_cast<uint8_t*>(mem), n / dtype_block_elems(t.dtype));
     return t;
   }
-  float* data = static_cast<float*>(std::malloc(n * sizeof(float)));
-  OFFGEN_CHECK(data != nullptr, kResource, "{}: out of memory generating '{}' ({} floats)",
-               describe(), name, n);
-  t.keepalive = std::shared_ptr<const void>(data, std::free);
-  t.data = data;
+  auto* data = static_cast<float*>(mem);
   if (t.dims.size() == 1) {  // norm gains: ones; biases: zeros
     const float v = name.ends_with(".bias") ? 0.0f : 1.0f;
     for (int64_t i = 0; i < n; ++i) data[i] = v;

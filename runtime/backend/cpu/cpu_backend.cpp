@@ -73,18 +73,13 @@ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(kBeta * (x + kKappa * x * x * x)));
 }
 
-// out[r][i] = act(gate[r][i]) * up[r][i] over m rows (gate and up rows `stride` apart): the gated
-// MLPs (SwiGLU, GeGLU).
-template <class Act>
+// The gated MLPs (SwiGLU, GeGLU) over m rows (gate and up rows `stride` apart, out rows n apart):
+// row_op(gate_row, up_row, n, out_row) computes out[i] = act(gate[i]) * up[i] for one row.
+template <class RowOp>
 void gated(ThreadContext& ctx, const float* gate, const float* up, int64_t m, int64_t n,
-           int64_t stride, float* out, Act act) {
+           int64_t stride, float* out, RowOp row_op) {
   ctx.parallel_for(m, 4, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const float* g = gate + r * stride;
-      const float* u = up + r * stride;
-      float* o = out + r * n;
-      for (int64_t i = 0; i < n; ++i) o[i] = act(g[i]) * u[i];
-    }
+    for (int64_t r = b; r < e; ++r) row_op(gate + r * stride, up + r * stride, n, out + r * n);
   });
 }
 
@@ -289,14 +284,15 @@ void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_
 
 void CpuBackend::swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
                         float* out) {
-  ctx_.parallel_for(m, 4, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) cpu::silu_gate(gate + r * stride, up + r * stride, n, out + r * n);
-  });
+  gated(ctx_, gate, up, m, n, stride, out, cpu::silu_gate);
 }
 
 void CpuBackend::geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
                        float* out) {
-  gated(ctx_, gate, up, m, n, stride, out, gelu_tanh);
+  gated(ctx_, gate, up, m, n, stride, out,
+        [](const float* g, const float* u, int64_t k, float* o) {
+          for (int64_t i = 0; i < k; ++i) o[i] = gelu_tanh(g[i]) * u[i];
+        });
 }
 
 void CpuBackend::layer_norm(const float* x, const float* gamma, const float* beta, int64_t m,
