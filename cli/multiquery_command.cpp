@@ -39,6 +39,9 @@ void EvalMultiqueryCommand::add_to(CLI::App* eval) {
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   cmd_->add_option("--max-contexts", max_contexts, "Evaluate only the first N contexts (0 = all)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd_->add_flag("--completion", completion,
+                 "Questions are starts of sentences for the model to complete (base models): "
+                 "each follows the context after a blank line, no chat template");
   cmd_->add_option("--json", json, "Write the rows as JSON (DESIGN.md eval rows)");
   cmd_->add_option("--answers", answers,
                    "Write every answer as JSONL (context, question, policy, ratio, answer, "
@@ -64,6 +67,7 @@ int EvalMultiqueryCommand::run() const {
   o.max_answer_tokens = max_tokens;
   o.max_contexts = max_contexts;
   o.answers = answers;
+  o.completion = completion;
   const auto rows = run_eval_multiquery(eo, o, [](const std::string& line) {
     std::fprintf(stderr, "offgen: eval: %s\n", line.c_str());
   });

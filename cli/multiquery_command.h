@@ -20,6 +20,7 @@ class EvalMultiqueryCommand {
   std::string policies = "kvzip,h2o,snapkv,sinks", budgets = "1,0.7,0.5,0.3,0.2,0.1";
   int threads = 0;
   int64_t max_tokens = 24, max_contexts = 0;
+  bool completion = false;
 };
 
 }  // namespace offgen

@@ -26,17 +26,21 @@ using nlohmann::json;
 
 }  // namespace
 
-MultiqueryPrompt build_multiquery_prompt(const Tokenizer& tok, const MultiqueryContext& mc) {
+MultiqueryPrompt build_multiquery_prompt(const Tokenizer& tok, const MultiqueryContext& mc,
+                                         bool completion) {
   // Each question as a request over the context: the chat form where the model has a template
   // (the context opens the user turn, a blank line before the question — kvpress's pipeline with
-  // bench/peers/kvpress_multiquery.py's QUESTION_PREFIX), else plain text on its own lines.
-  const bool chat = !tok.vocab().chat_template.empty();
+  // bench/peers/kvpress_multiquery.py's QUESTION_PREFIX), else plain text on its own lines; a
+  // completion-style question (the start of a sentence) after a blank line, ending there.
+  const bool chat = !completion && !tok.vocab().chat_template.empty();
   MultiqueryPrompt p;
   for (size_t i = 0; i < mc.questions.size(); ++i) {
     Request r;
     r.context = mc.context;
     r.chat = chat;
-    r.prompt = chat ? mc.questions[i].q : "\n\n" + mc.questions[i].q + "\n";
+    r.prompt = chat         ? mc.questions[i].q
+               : completion ? "\n\n" + mc.questions[i].q
+                            : "\n\n" + mc.questions[i].q + "\n";
     ContextSplit s = split_at_context(tok, r);
     if (i == 0) {
       p.context_ids = std::move(s.context_ids);
@@ -143,6 +147,7 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
     if (id != tok.eos_id() && tok.token_bytes(id).find('\n') != std::string::npos)
       stop.push_back(id);
   const KvzipRepeat repeat = KvzipRepeat::from(tok);
+  const std::vector<int64_t> compressed_layers = policy_layers(c);
 
   struct Tally {
     int64_t questions = 0, agree = 0, graded = 0, correct = 0, kept = 0, pairs = 0;
@@ -157,16 +162,21 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t ci = 0; ci < contexts.size(); ++ci) {
     const MultiqueryContext& mc = contexts[ci];
-    const MultiqueryPrompt p = build_multiquery_prompt(tok, mc);
+    const MultiqueryPrompt p = build_multiquery_prompt(tok, mc, o.completion);
     const int64_t n = static_cast<int64_t>(p.context_ids.size());
     OFFGEN_CHECK(n + 512 <= c.context_length, kInput,
                  "{}: context '{}' has {} tokens; the model's window is {}", o.contexts, mc.id, n,
                  c.context_length);
     const ContextCache cache = runner.prefill(p.context_ids);
+    // Answers over a compressed context, and its kept pairs on the layers the policy compresses
+    // (sliding-window layers keep their window whatever the policy).
     const auto answers_for = [&](const std::vector<std::vector<int32_t>>& kept) {
       const SharedContext shared(*backend, c, cache, kept, n);
-      return std::pair{runner.answer(shared, p.question_ids, o.max_answer_tokens, stop),
-                       shared.kept_pairs()};
+      int64_t pairs = 0;
+      for (int64_t l : compressed_layers)
+        for (int64_t h = 0; h < c.n_kv_heads; ++h)
+          pairs += static_cast<int64_t>(kept[l * c.n_kv_heads + h].size());
+      return std::pair{runner.answer(shared, p.question_ids, o.max_answer_tokens, stop), pairs};
     };
     ContextCompressor compressor(runner, cache, p, repeat);
     const auto full_run = answers_for(compressor.keep(KvPolicyKind::kFull, 1.0));

@@ -41,12 +41,16 @@ struct EvalMultiqueryOptions {
   int64_t max_answer_tokens = 24;
   int64_t max_contexts = 0;           // 0 = all
   std::string answers;                // JSONL of every answer ("" = none)
+  // Questions are the starts of sentences to complete (base models): "\n\n" + q after the
+  // context, no chat template, nothing after it.
+  bool completion = false;
   void validate() const;              // throws Error(kConfig)
 };
 
 // Rows: per (policy, ratio) "agreement" (answers identical to the full cache's), "accuracy"
 // (answer_matches; only when answers are given) and
-// "retained" (kept context pairs / all context pairs, protected prefix included); `tokens` =
+// "retained" (kept context pairs / all context pairs, protected prefix included, on the layers
+// the policy compresses: policy_layers(), the global ones on a sliding-window model); `tokens` =
 // questions. Also per context in the log. `base` gives the model and threads.
 std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMultiqueryOptions& o,
                                          const std::function<void(const std::string&)>& log = {});
@@ -54,7 +58,10 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
 // kvpress's prompt split: the chat template rendered for one user turn holding the context, cut
 // after the context; the protected prefix (system prompt + user header) tokenised on its own;
 // each question = a blank line + its text + the template's postfix (turn end + assistant header).
-MultiqueryPrompt build_multiquery_prompt(const Tokenizer& tok, const MultiqueryContext& mc);
+// Without a template: BOS (where the vocabulary adds one, protected) + the context, each question
+// "\n\n" + q + "\n"; `completion`: BOS + the context, each question "\n\n" + q (template or not).
+MultiqueryPrompt build_multiquery_prompt(const Tokenizer& tok, const MultiqueryContext& mc,
+                                         bool completion = false);
 
 // Accuracy: the normalised gold answer (lower case, every other character than letters, digits
 // and non-ASCII a space, spaces collapsed) occurs in the normalised output between word

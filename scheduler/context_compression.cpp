@@ -7,12 +7,14 @@
 #include <fmt/format.h>
 
 #include "policies/kv/kvzip.h"
+#include "scheduler/context_prompt.h"
 #include "runtime/core/error.h"
 
 namespace offgen {
 namespace {
 
-// Per (layer, head) kept lists from a per-head slot policy over the evictable slots [P, n).
+// Per (layer, KV head) kept lists from a per-head slot policy over the evictable slots [P, n),
+// on the global layers (the others are left empty).
 std::vector<std::vector<int32_t>> keep_per_head(const ModelConfig& c, int64_t n, int64_t P,
                                                 double ratio, const KvSlotPolicy& policy,
                                                 const std::vector<std::vector<float>>& score) {
@@ -21,7 +23,7 @@ std::vector<std::vector<int32_t>> keep_per_head(const ModelConfig& c, int64_t n,
   std::vector<int32_t> pos(n - P);
   for (int64_t i = 0; i < n - P; ++i) pos[i] = static_cast<int32_t>(P + i);
   std::vector<float> zero(n - P, 0.0f);
-  for (int64_t l = 0; l < c.n_layers; ++l)
+  for (int64_t l : policy_layers(c))
     for (int64_t h = 0; h < c.n_kv_heads; ++h) {
       const float* s = score.empty() ? zero.data() : score[l].data() + h * n + P;
       std::vector<int32_t> out;
@@ -35,11 +37,57 @@ std::vector<std::vector<int32_t>> keep_per_head(const ModelConfig& c, int64_t n,
   return kept;
 }
 
+// KVzip's selection over the policy layers' pairs only (one threshold across them), mapped back
+// to every layer's row of the kept lists (the sliding-window layers' left empty).
+std::vector<std::vector<int32_t>> kvzip_policy_layers(const ModelConfig& c, int64_t n, int64_t P,
+                                                      const std::vector<float>& scores,
+                                                      double ratio, KvzipBudget budget) {
+  const std::vector<int64_t> layers = policy_layers(c);
+  const int64_t H = c.n_kv_heads;
+  KvzipScores s{static_cast<int64_t>(layers.size()), H, n, P, {}};
+  s.score.reserve(layers.size() * H * n);
+  for (int64_t l : layers)
+    s.score.insert(s.score.end(), scores.begin() + l * H * n, scores.begin() + (l + 1) * H * n);
+  auto sel = kvzip_select(s, ratio, budget);
+  std::vector<std::vector<int32_t>> kept(c.n_layers * H);
+  for (size_t i = 0; i < layers.size(); ++i)
+    for (int64_t h = 0; h < H; ++h) kept[layers[i] * H + h] = std::move(sel[i * H + h]);
+  return kept;
+}
+
 }  // namespace
 
+std::vector<int64_t> policy_layers(const ModelConfig& c) {
+  std::vector<int64_t> out;
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    if (!c.is_sliding(l)) out.push_back(l);
+  if (out.empty())
+    for (int64_t l = 0; l < c.n_layers; ++l) out.push_back(l);
+  return out;
+}
+
+std::vector<std::vector<int32_t>> with_windows(const ModelConfig& c, int64_t n,
+                                               std::vector<std::vector<int32_t>> kept) {
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    if (!c.is_sliding(l)) continue;
+    const int64_t first = std::max<int64_t>(0, n - c.sliding_window);
+    for (int64_t h = 0; h < c.n_kv_heads; ++h) {
+      auto& dst = kept[l * c.n_kv_heads + h];
+      if (!dst.empty()) {  // a policy's choice on a model whose layers all slide: its live part
+        std::erase_if(dst, [&](int32_t slot) { return slot < first; });
+        continue;
+      }
+      dst.resize(n - first);
+      for (int64_t i = first; i < n; ++i) dst[i - first] = static_cast<int32_t>(i);
+    }
+  }
+  return kept;
+}
+
 KvzipRepeat KvzipRepeat::from(const Tokenizer& tok) {
-  return {tok.encode("\n\nRepeat the previous context exactly.", true),
-          tok.encode("\n\nRepeat the part of the previous context exactly, starting with ", true)};
+  // Texts that continue the context: no BOS in the middle of a sequence.
+  return {continuation(tok, "\n\nRepeat the previous context exactly."),
+          continuation(tok, "\n\nRepeat the part of the previous context exactly, starting with ")};
 }
 
 ContextCompressor::ContextCompressor(ContextRunner& runner, const ContextCache& cache,
@@ -54,6 +102,11 @@ double ContextCompressor::ratio_of_budget(double budget) const {
 }
 
 std::vector<std::vector<int32_t>> ContextCompressor::keep(KvPolicyKind policy, double ratio) {
+  return with_windows(runner_.config(), cache_.n, keep_global(policy, ratio));
+}
+
+std::vector<std::vector<int32_t>> ContextCompressor::keep_global(KvPolicyKind policy,
+                                                                 double ratio) {
   const KvPolicyInfo& info = kv_policy_info(policy);
   OFFGEN_CHECK(info.compresses_context(), kConfig,
                "--kv-policy {} cannot compress a shared context (use one of: {})", info.name,
@@ -76,9 +129,9 @@ std::vector<std::vector<int32_t>> ContextCompressor::keep(KvPolicyKind policy, d
     case ContextSelection::kKvzipUniformHead: {
       if (kvzip_.empty())
         kvzip_ = runner_.kvzip_scores(cache_, prompt_, repeat_.first, repeat_.later);
-      const KvzipScores s{c.n_layers, c.n_kv_heads, n, P, kvzip_};
       const bool global = info.context == ContextSelection::kKvzipGlobal;
-      return kvzip_select(s, ratio, global ? KvzipBudget::kGlobal : KvzipBudget::kUniformHead);
+      return kvzip_policy_layers(c, n, P, kvzip_, ratio,
+                                 global ? KvzipBudget::kGlobal : KvzipBudget::kUniformHead);
     }
     case ContextSelection::kSlotPolicy:
       break;

@@ -21,6 +21,17 @@ struct KvzipRepeat {
   static KvzipRepeat from(const Tokenizer& tok);
 };
 
+// The layers a context policy compresses: the global ones (a sliding-window layer keeps its
+// window), or every layer of a model whose layers all slide (the window then bounds what the
+// policy keeps there).
+std::vector<int64_t> policy_layers(const ModelConfig& c);
+
+// `kept` (per (layer, KV head), row-major) with every sliding-window layer's empty lists set to
+// the last c.sliding_window slots of an n-slot context (all of them when n is shorter) and its
+// other lists cut to those slots.
+std::vector<std::vector<int32_t>> with_windows(const ModelConfig& c, int64_t n,
+                                               std::vector<std::vector<int32_t>> kept);
+
 class ContextCompressor {
  public:
   // cache: the context's prefill (runner.prefill(p.context_ids)); p: its tokens — protected
@@ -31,8 +42,11 @@ class ContextCompressor {
                     const KvzipRepeat& repeat, const KvPolicyConfig& base = {});
   // Kept slots per (layer, KV head) in row-major order, ascending: all protected slots plus
   // round(ratio x the others), selected as the registry says (KvPolicyInfo::context): globally
-  // for kvzip, per head otherwise. A policy's scores are computed on its first use and reused
-  // for every ratio. Throws kConfig for a policy that cannot compress a context (the registry's
+  // for kvzip, per head otherwise. On a model with sliding-window layers the policy acts on the
+  // global layers (kvzip's threshold runs over their pairs only) and each sliding-window layer
+  // keeps the context's last window of slots (with_windows): a question after the context sees
+  // no earlier key there. Where every layer slides, the policy acts on all, within the window. A policy's scores are computed on its first use and reused for every
+  // ratio. Throws kConfig for a policy that cannot compress a context (the registry's
   // context_policy_names() lists those that can) or a ratio outside (0, 1].
   std::vector<std::vector<int32_t>> keep(KvPolicyKind policy, double ratio);
   // The retained ratio a KV budget gives this context: a fraction (0, 1] as it is, a token
@@ -40,6 +54,7 @@ class ContextCompressor {
   double ratio_of_budget(double budget) const;
 
  private:
+  std::vector<std::vector<int32_t>> keep_global(KvPolicyKind policy, double ratio);
   ContextRunner& runner_;
   const ContextCache& cache_;
   const MultiqueryPrompt& prompt_;

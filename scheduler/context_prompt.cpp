@@ -10,13 +10,6 @@ namespace {
 // Marks the end of the context inside a rendered template (control bytes no text carries).
 const std::string kMarker = "\x01offgen-context-end\x01";
 
-// Tokens of a text that continues a sequence: no BOS (encode adds one where the vocab asks).
-std::vector<int32_t> continuation(const Tokenizer& tok, const std::string& text) {
-  std::vector<int32_t> ids = tok.encode(text, true);
-  if (tok.vocab().add_bos && !ids.empty() && ids.front() == tok.bos_id()) ids.erase(ids.begin());
-  return ids;
-}
-
 void split_chat(const Tokenizer& tok, const Request& r, ContextSplit& s) {
   const std::string& tpl = tok.vocab().chat_template;
   OFFGEN_CHECK(!tpl.empty(), kConfig,
@@ -49,6 +42,12 @@ void split_chat(const Tokenizer& tok, const Request& r, ContextSplit& s) {
 }
 
 }  // namespace
+
+std::vector<int32_t> continuation(const Tokenizer& tok, const std::string& text) {
+  std::vector<int32_t> ids = tok.encode(text, true);
+  if (tok.vocab().add_bos && !ids.empty() && ids.front() == tok.bos_id()) ids.erase(ids.begin());
+  return ids;
+}
 
 ContextSplit split_at_context(const Tokenizer& tok, const Request& r) {
   OFFGEN_CHECK(!r.context.empty() || !r.context_ids.empty(), kInternal,

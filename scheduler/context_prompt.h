@@ -32,4 +32,7 @@ struct ContextSplit {
 // that does not render the context as a prefix; kConfig when the model has no chat template.
 ContextSplit split_at_context(const Tokenizer& tok, const Request& r);
 
+// Tokens of a text that continues a sequence: no BOS (encode adds one where the vocabulary asks).
+std::vector<int32_t> continuation(const Tokenizer& tok, const std::string& text);
+
 }  // namespace offgen

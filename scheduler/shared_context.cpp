@@ -40,6 +40,11 @@ struct OwnTable {
     }
     return w;
   }
+  // Slot `slot` of every head holds position `position` (rows copied in rather than written by a
+  // forward: sliding-window layers attend by these positions).
+  void set_position(const ModelConfig& c, int64_t cap, int64_t slot, int32_t position) {
+    for (int64_t h = 0; h < c.n_kv_heads; ++h) pos[h * cap + slot] = position;
+  }
 };
 
 }  // namespace
@@ -81,15 +86,19 @@ SharedContext::SharedContext(Backend& backend, const ModelConfig& c, const Conte
   backend.synchronize();  // `copies` is host memory the CPU backend reads now, CUDA on upload
   kp_.resize(kept.size());
   vp_.resize(kept.size());
+  pos_ = kept;
+  pp_.resize(kept.size());
   for (int64_t l = 0; l < c.n_layers; ++l)
     for (int64_t h = 0; h < heads_; ++h) {
       const int64_t t = l * heads_ + h;
       kp_[t] = k_[l].data() + start_[t] * hd;
       vp_[t] = v_[l].data() + start_[t] * hd;
+      pp_[t] = pos_[t].data();
     }
   views_.resize(c.n_layers);
   for (int64_t l = 0; l < c.n_layers; ++l)
-    views_[l] = KvSharedPrefix{&kp_[l * heads_], &vp_[l * heads_], &len_[l * heads_]};
+    views_[l] = KvSharedPrefix{&kp_[l * heads_], &vp_[l * heads_], &len_[l * heads_],
+                               &pp_[l * heads_]};
 }
 
 int64_t SharedContext::kept_pairs() const {
@@ -202,6 +211,8 @@ std::vector<float> ContextRunner::kvzip_scores(const ContextCache& cache,
       backend_.copy(w.v, cache.v[l].data(), P * kvd * 4);
       backend_.copy(w.k + P * kvd, cache.k[l].data() + a * kvd, C * kvd * 4);
       backend_.copy(w.v + P * kvd, cache.v[l].data() + a * kvd, C * kvd * 4);
+      for (int64_t i = 0; i < P + C; ++i)
+        tables[l].set_position(c, cap, i, static_cast<int32_t>(i < P ? i : a + (i - P)));
       views[l] = {w};
     }
     std::vector<int32_t> pos(R);
@@ -232,6 +243,7 @@ std::vector<std::vector<float>> ContextRunner::question_scores(const ContextCach
     KvSeqView w = tables[l].view(backend_, c, cap, true);
     backend_.copy(w.k, cache.k[l].data(), n * kvd * 4);
     backend_.copy(w.v, cache.v[l].data(), n * kvd * 4);
+    for (int64_t i = 0; i < n; ++i) tables[l].set_position(c, cap, i, static_cast<int32_t>(i));
     views[l] = {w};
   }
   std::vector<int32_t> pos(Q);

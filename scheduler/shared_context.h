@@ -29,7 +29,8 @@ class SharedContext {
  public:
   // From a full cache and, per (layer, head) in row-major order, the slots to keep (ascending),
   // gathered on `backend` (which must outlive the context). context_length: the uncompressed
-  // length.
+  // length. Slot i of the cache is position i (the views carry the kept rows' positions, which
+  // sliding-window layers attend by).
   SharedContext(Backend& backend, const ModelConfig& c, const ContextCache& cache,
                 const std::vector<std::vector<int32_t>>& kept, int64_t context_length);
   SharedContext(SharedContext&&) = default;
@@ -50,6 +51,8 @@ class SharedContext {
   std::vector<BackendArray<float>> k_, v_;
   std::vector<int64_t> len_, start_;  // [layer * heads + head]: length, first row in its layer
   std::vector<const float*> kp_, vp_;
+  std::vector<std::vector<int32_t>> pos_;  // [layer * heads + head]: the kept rows' positions
+  std::vector<const int32_t*> pp_;
   std::vector<KvSharedPrefix> views_;
 };
 

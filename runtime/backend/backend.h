@@ -58,12 +58,15 @@ struct SeqSpan {
 // evict independently, so one slot row may hold different positions for different heads.
 // A read-only context shared by several sequences (a compressed multi-query context): per KV
 // head its own kept K and V rows, head-major and of its own length (evicted pairs are gone, no
-// padding to the longest head), in position order. Every row of a sequence attends to all of it
-// before its own slots.
+// padding to the longest head), in position order. Every row of a sequence attends to it before
+// its own slots: to all of it, or under a sliding window to the rows whose positions it sees.
 struct KvSharedPrefix {
   const float* const* k = nullptr;  // [n_kv_heads] -> [len[h]][head_dim]
   const float* const* v = nullptr;
   const int64_t* len = nullptr;     // [n_kv_heads]
+  // Host memory, [n_kv_heads] -> [len[h]] ascending: the rows' positions (null: unknown, which a
+  // sliding window refuses).
+  const int32_t* const* pos = nullptr;
 };
 
 struct KvSeqView {
@@ -106,8 +109,8 @@ struct AttentionArgs {
   // Sliding window (0: none): a row at position p sees only keys at positions > p - window. A
   // table without metadata holds consecutive positions (slot j of a sequence whose row t sits at
   // slot n_past + t), so the window is a range of slots; in tables with metadata (that evict) the
-  // keys' positions are read from KvSeqView::pos and the rows' from `positions`. Not combined with
-  // a shared prefix (Error(kConfig)).
+  // keys' positions are read from KvSeqView::pos and the rows' from `positions`. A shared prefix
+  // under a window needs its rows' positions (KvSharedPrefix::pos) and `positions`.
   int64_t window = 0;
   const int32_t* positions = nullptr;  // host memory, per row; needed with a window
 };

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "policies/kv/kvzip.h"
+#include "scheduler/context_compression.h"
 #include "runtime/core/error.h"
 #include "runtime/loaders/model_loader.h"
 #include "eval/multiquery_eval.h"
@@ -144,6 +145,65 @@ TEST_CASE("shared context: stored once for N questions, untouched by answering",
       changed += ctx.k_rows(l, h) != before[t];
     }
   CHECK(changed == 0);
+}
+
+TEST_CASE("shared context on sliding-window layers: the window's tail kept, the rest compressed",
+          "[multiquery]") {
+  // The tiny Gemma 3 (five sliding-window layers of window 4, one global; no chat template):
+  // questions behind a shared context equal, bitwise, the concatenated prompt whether the context
+  // keeps every pair or, on the sliding-window layers, only its last window (what compression
+  // keeps there); KVzip chooses among the global layer's pairs only.
+  OpenedModel om = open_model(std::string(OFFGEN_TEST_DATA) + "/hf_models/gemma3");
+  const Tokenizer tok(om.vocab);
+  auto be = make_cpu_backend(2);
+  const DecoderModel model(*om.source, *be);
+  const ResidentUnits units(model);
+  const ModelConfig& c = model.config();
+  REQUIRE(c.sliding_window == 4);
+  REQUIRE(policy_layers(c) == std::vector<int64_t>{5});
+  MultiqueryContext mc;
+  mc.context = "The code of Ann is 4172. Rain fell on the hills. The code of Bo is 9930.";
+  mc.questions = {{"The code of Ann is", "4172"}, {"The code of Bo is", "9930"}};
+  const MultiqueryPrompt p = build_multiquery_prompt(tok, mc, true);
+  const int64_t P = tok.vocab().add_bos ? 1 : 0;  // BOS, where the vocabulary adds one
+  REQUIRE(p.protected_len == P);
+  ContextRunner runner(model, units);
+  const ContextCache cache = runner.prefill(p.context_ids);
+  const int64_t L = cache.n;
+  REQUIRE(L > 2 * c.sliding_window);
+  const KvzipRepeat repeat = KvzipRepeat::from(tok);
+  REQUIRE(repeat.first.front() != tok.bos_id());  // the request continues the sequence
+  ContextCompressor compressor(runner, cache, p, repeat);
+  const auto full = compressor.keep(KvPolicyKind::kFull, 1.0);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    INFO("layer " << l);
+    CHECK(static_cast<int64_t>(full[l * c.n_kv_heads].size()) == (c.is_sliding(l) ? 4 : L));
+    CHECK(full[l * c.n_kv_heads].back() == L - 1);
+  }
+  for (const auto& kept : {keep_all(c, L), full}) {
+    const SharedContext ctx(*be, c, cache, kept, L);
+    std::vector<std::vector<float>> first;
+    runner.answer(ctx, p.question_ids, 3, {}, &first);
+    for (size_t i = 0; i < p.question_ids.size(); ++i) {
+      const auto ref = concatenated(model, units, p.context_ids, p.question_ids[i]);
+      INFO("question " << i << " pairs " << ctx.kept_pairs());
+      CHECK(std::memcmp(ref.data(), first[i].data(), ref.size() * 4) == 0);
+    }
+  }
+  // KVzip at 0.3: the global layer keeps the protected prefix and 30% of the rest; the
+  // sliding-window layers their window whatever the ratio.
+  const auto kept = compressor.keep(KvPolicyKind::kKvzip, 0.3);
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    for (int64_t h = 0; h < c.n_kv_heads; ++h) {
+      INFO("layer " << l << " head " << h);
+      if (c.is_sliding(l)) CHECK(kept[l * c.n_kv_heads + h] == full[l * c.n_kv_heads + h]);
+    }
+  int64_t global = 0;
+  for (int64_t h = 0; h < c.n_kv_heads; ++h) global += kept[5 * c.n_kv_heads + h].size();
+  CHECK(global == c.n_kv_heads * P + std::llround(0.3 * c.n_kv_heads * (L - P)));
+  const SharedContext ctx(*be, c, cache, kept, L);
+  const auto answers = runner.answer(ctx, p.question_ids, 3, {});
+  CHECK(answers.size() == 2);
 }
 
 TEST_CASE("multiquery contexts file: errors name the line and field", "[multiquery]") {

@@ -2,13 +2,14 @@
 // double-precision references: per-head RMSNorm (QK-norm) in strided rows, GeGLU with the tanh
 // GELU, scaling, soft-capping, RoPE inverse frequencies (linear and llama3 scaling, GGUF factors),
 // and attention with soft-capped scores and a sliding window over plain tables (a slot range) and
-// over tables that evict (by the keys' positions, statistics included).
+// over tables that evict (by the keys' positions, statistics included) and over a shared context.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <numbers>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "runtime/backend/cpu/cpu_backend.h"
@@ -286,30 +287,104 @@ TEST_CASE("cpu backend: a decode row under a window is, bitwise, attention over 
   CHECK(std::memcmp(windowed.data(), truncated.data(), windowed.size() * 4) == 0);
 }
 
-TEST_CASE("cpu backend: a window over a shared context is refused", "[cpu]") {
-  CpuBackend be(1);
-  std::mt19937 rng(36);
-  WindowCase c(rng, 4, 1, false);
-  std::vector<float> pk = randn(rng, 3 * c.hd), pv = randn(rng, 3 * c.hd);
-  const float* pks[2] = {pk.data(), pk.data()};
-  const float* pvs[2] = {pv.data(), pv.data()};
-  const int64_t lens[2] = {3, 3};
-  KvSharedPrefix prefix{pks, pvs, lens};
-  SeqSpan sp{0, 1, 4};
-  KvSeqView view{c.k.data(), c.v.data(), c.cap};
-  view.prefix = &prefix;
-  AttentionArgs a;
-  a.n_heads = c.n_heads, a.n_kv_heads = c.n_kv, a.head_dim = c.hd, a.scale = 0.3f;
-  a.seqs = {&sp, 1};
-  a.kv = {&view, 1};
-  a.window = 2;
-  a.positions = c.row_pos.data();
-  std::vector<float> out(c.n_heads * c.hd);
+namespace {
+
+// Attention of a sequence's rows behind a shared context of `ctx` keys per KV head (positions
+// 0..ctx-1) under a window: the prefix holds the context's rows from `first` on (its last ones),
+// the sequence's own table `past` + `nnew` slots at positions ctx.. . Also the reference: one
+// table holding context and sequence, no prefix.
+struct PrefixWindowCase {
+  int64_t n_heads = 4, n_kv = 2, hd, ctx, past, nnew;
+  std::vector<float> q, ck, cv, own_k, own_v;  // context rows [ctx][n_kv][hd]
+  std::vector<int32_t> row_pos;
+
+  PrefixWindowCase(std::mt19937& rng, int64_t head_dim, int64_t context, int64_t p, int64_t n)
+      : hd(head_dim), ctx(context), past(p), nnew(n) {
+    q = randn(rng, nnew * n_heads * hd);
+    ck = randn(rng, ctx * n_kv * hd, 1.5f);
+    cv = randn(rng, ctx * n_kv * hd);
+    own_k = randn(rng, (past + nnew) * n_kv * hd, 1.5f);
+    own_v = randn(rng, (past + nnew) * n_kv * hd);
+    for (int64_t t = 0; t < nnew; ++t) row_pos.push_back(static_cast<int32_t>(ctx + past + t));
+  }
+  AttentionArgs args(std::vector<SeqSpan>& sp, std::vector<KvSeqView>& views, int64_t window) {
+    AttentionArgs a;
+    a.n_heads = n_heads, a.n_kv_heads = n_kv, a.head_dim = hd, a.scale = 0.3f;
+    a.seqs = sp;
+    a.kv = views;
+    a.window = window;
+    a.positions = row_pos.data();
+    return a;
+  }
+  std::vector<float> with_prefix(Backend& be, int64_t window, int64_t first, bool with_pos) {
+    // Head-major prefix rows [first, ctx) of each head, with their positions.
+    std::vector<std::vector<float>> pk(n_kv), pv(n_kv);
+    std::vector<std::vector<int32_t>> pp(n_kv);
+    for (int64_t h = 0; h < n_kv; ++h)
+      for (int64_t j = first; j < ctx; ++j) {
+        const float* kr = ck.data() + (j * n_kv + h) * hd;
+        const float* vr = cv.data() + (j * n_kv + h) * hd;
+        pk[h].insert(pk[h].end(), kr, kr + hd);
+        pv[h].insert(pv[h].end(), vr, vr + hd);
+        pp[h].push_back(static_cast<int32_t>(j));
+      }
+    std::vector<const float*> kp, vp;
+    std::vector<const int32_t*> ppos;
+    std::vector<int64_t> lens;
+    for (int64_t h = 0; h < n_kv; ++h) {
+      kp.push_back(pk[h].data()), vp.push_back(pv[h].data()), ppos.push_back(pp[h].data());
+      lens.push_back(ctx - first);
+    }
+    const KvSharedPrefix prefix{kp.data(), vp.data(), lens.data(),
+                                with_pos ? ppos.data() : nullptr};
+    std::vector<SeqSpan> sp{{0, nnew, past}};
+    std::vector<KvSeqView> views{{own_k.data(), own_v.data(), past + nnew}};
+    views[0].prefix = &prefix;
+    std::vector<float> out(nnew * n_heads * hd);
+    be.attention(q.data(), args(sp, views, window), out.data());
+    return out;
+  }
+  std::vector<float> concatenated(Backend& be, int64_t window) {
+    std::vector<float> k = ck, v = cv;
+    k.insert(k.end(), own_k.begin(), own_k.end());
+    v.insert(v.end(), own_v.begin(), own_v.end());
+    std::vector<SeqSpan> sp{{0, nnew, ctx + past}};
+    std::vector<KvSeqView> views{{k.data(), v.data(), ctx + past + nnew}};
+    std::vector<float> out(nnew * n_heads * hd);
+    be.attention(q.data(), args(sp, views, window), out.data());
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cpu backend: a window over a shared context is, bitwise, the one table's window",
+          "[cpu]") {
+  // Rows behind a shared context under a window see the context's keys their window reaches:
+  // bitwise what the same rows see when context and sequence share one table, and the same when
+  // the context holds only its last `window` rows (what a sliding-window layer keeps). Head size
+  // 64 and 128 take several rows at once for the V sums, 16 one at a time; a prefill chunk (some
+  // rows still see the context, later ones not), a decode row, a window wider than everything.
+  CpuBackend be(2);
+  std::mt19937 rng(37);
+  for (int64_t hd : {16, 64, 128})
+    for (auto [past, nnew, window] : {std::tuple{0, 13, 9}, {3, 1, 9}, {2, 9, 40}, {0, 5, 1}}) {
+      INFO("head dim " << hd << " past " << past << " new " << nnew << " window " << window);
+      PrefixWindowCase c(rng, hd, 21, past, nnew);
+      const auto ref = c.concatenated(be, window);
+      const auto whole = c.with_prefix(be, window, 0, true);
+      CHECK(std::memcmp(ref.data(), whole.data(), ref.size() * 4) == 0);
+      const int64_t first = std::max<int64_t>(0, c.ctx - window);
+      const auto tail = c.with_prefix(be, window, first, true);
+      CHECK(std::memcmp(ref.data(), tail.data(), ref.size() * 4) == 0);
+    }
+  // Without the prefix rows' positions a window cannot place them: refused.
+  PrefixWindowCase c(rng, 16, 5, 1, 1);
   try {
-    be.attention(c.q.data(), a, out.data());
+    c.with_prefix(be, 2, 0, false);
     FAIL("expected an error");
   } catch (const Error& e) {
-    CHECK(e.category() == ErrorCategory::kConfig);
-    CHECK_THAT(e.what(), Catch::Contains("sliding window"));
+    CHECK(e.category() == ErrorCategory::kInternal);
+    CHECK_THAT(e.what(), Catch::Contains("positions"));
   }
 }

@@ -1,8 +1,8 @@
 // Shared-context jobs through the Engine on the tiny Qwen2 checkpoint (ChatML, GQA 4/2): a
 // context kept whole is the concatenated prompt bitwise (positions continue), it is built once
 // and held once for N requests and never touched by them, KVzip at ratio 1 is the full cache,
-// outputs do not depend on placement, overlap or batching, and bad contexts fail their own
-// requests only.
+// outputs do not depend on placement, overlap or batching, bad contexts fail their own requests
+// only; on the tiny Gemma 3 the sliding-window layers keep the context's last window.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -43,13 +43,14 @@ Policy base_policy() {
   return p;
 }
 
-std::vector<Request> context_requests(const std::vector<std::string>& qs, int64_t max_tokens = 5) {
+std::vector<Request> context_requests(const std::vector<std::string>& qs, int64_t max_tokens = 5,
+                                      bool chat = true) {
   std::vector<Request> reqs;
   for (const auto& q : qs) {
     Request r;
     r.id = std::to_string(reqs.size());
-    r.prompt = q;
-    r.chat = true;
+    r.prompt = chat ? q : "\n\n" + q;
+    r.chat = chat;
     r.context = kContext;
     r.sampling.max_tokens = max_tokens;
     r.sampling.ignore_eos = true;
@@ -60,9 +61,10 @@ std::vector<Request> context_requests(const std::vector<std::string>& qs, int64_
 
 // Generates and records every logits row. With one context (all requests name it), checks while
 // it is still held that its bytes are those it was built with.
-Run run(const Policy& p, const std::vector<Request>& reqs, bool one_context = true) {
+Run run(const Policy& p, const std::vector<Request>& reqs, bool one_context = true,
+        const std::string& model = kModel) {
   EngineOptions eo;
-  eo.model = kModel;
+  eo.model = model;
   eo.threads = 2;
   eo.policy = p;
   Engine engine(eo);
@@ -145,6 +147,43 @@ TEST_CASE("engine shared context: kept whole it is the concatenated prompt bitwi
   kvzip.kv.kind = KvPolicyKind::kKvzip;
   kvzip.kv.budget = 1.0;
   require_same(ref, run(kvzip, shared_reqs));
+}
+
+TEST_CASE("engine shared context on sliding-window layers: kept whole it is the whole prompt",
+          "[context]") {
+  // The tiny Gemma 3 (window 4 on five of six layers, no chat template): the context's
+  // sliding-window layers keep their last window, the global one every pair (full, kvzip at 1),
+  // and the answers are bitwise the concatenated prompt's, with weights in RAM or on disk.
+  const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/gemma3";
+  const auto shared_reqs = context_requests(kQuestions, 6, false);
+  OpenedModel om = open_model(model);
+  const Tokenizer tok(om.vocab);
+  std::vector<Request> plain = shared_reqs;
+  for (Request& r : plain) {
+    const ContextSplit s = split_at_context(tok, r);
+    r.prompt_ids = s.context_ids;
+    r.prompt_ids.insert(r.prompt_ids.end(), s.question_ids.begin(), s.question_ids.end());
+    r.context.clear();
+  }
+  const Run ref = run(base_policy(), plain, true, model);
+  const Run got = run(base_policy(), shared_reqs, true, model);
+  require_same(ref, got);
+  const ModelConfig& c = om.source->config();
+  const int64_t n = got.stats.context_tokens;
+  REQUIRE(n > c.sliding_window);
+  CHECK(got.kept_pairs == c.n_kv_heads * (n + (c.n_layers - 1) * c.sliding_window));
+  Policy kvzip = base_policy();
+  kvzip.kv.kind = KvPolicyKind::kKvzip;
+  kvzip.kv.budget = 1.0;
+  kvzip.weight_gpu_percent = 0;  // weights from disk
+  kvzip.weight_cpu_percent = 0;
+  require_same(ref, run(kvzip, shared_reqs, true, model));
+  // Compressed: the global layer loses pairs, the sliding-window ones keep their window.
+  kvzip.kv.budget = 0.4;
+  const Run small = run(kvzip, shared_reqs, true, model);
+  CHECK(small.kept_pairs < got.kept_pairs);
+  CHECK(small.kept_pairs > c.n_kv_heads * (c.n_layers - 1) * c.sliding_window);
+  CHECK(small.touched == 0);
 }
 
 TEST_CASE("engine shared context: built and held once for N requests, untouched by them",

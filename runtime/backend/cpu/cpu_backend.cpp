@@ -550,8 +550,9 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
   const int64_t slot_stride = a.n_kv_heads * hd;
   const int64_t window = a.window;
   for (int64_t s = 0; s < n_seqs && window > 0; ++s) {
-    OFFGEN_CHECK(a.kv[s].prefix == nullptr, kConfig,
-                 "attention: a sliding window over a shared context is not supported");
+    OFFGEN_CHECK(a.kv[s].prefix == nullptr || (a.kv[s].prefix->pos && a.positions), kInternal,
+                 "attention: a window over a shared context needs its keys' and the rows' "
+                 "positions");
     OFFGEN_CHECK(a.kv[s].pos == nullptr || a.positions != nullptr, kInternal,
                  "attention: a window over tables with metadata needs the rows' positions");
   }
@@ -559,6 +560,7 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
   // group. A task's arithmetic does not depend on the batch.
   ctx_.parallel_for(n_seqs * a.n_kv_heads, 1, [&](int64_t b, int64_t e) {
     std::vector<float> scores, kt(hd * kKeyBlock), invs;
+    std::vector<int64_t> pre_lo;
     for (int64_t task = b; task < e; ++task) {
       const int64_t s = task / a.n_kv_heads;
       const int64_t kvh = task % a.n_kv_heads;
@@ -572,14 +574,27 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
       auto first_slot = [&](int64_t t) {
         return window > 0 && !key_pos ? std::max<int64_t>(0, sp.n_past + t + 1 - window) : 0;
       };
-      // A shared context's keys come first, visible to every row; then the sequence's slots.
+      // A shared context's keys come first, then the sequence's slots. Row t sees the context's
+      // keys from pre_lo[t] on: all of them, or under a window those at positions it reaches
+      // (ascending positions: a suffix, growing shorter as the rows' positions increase).
       const int64_t n_pre = kv.prefix ? kv.prefix->len[kvh] : 0;
+      pre_lo.assign(sp.n_new, 0);
+      if (window > 0 && n_pre > 0) {
+        const int32_t* pp = kv.prefix->pos[kvh];
+        for (int64_t t = 0; t < sp.n_new; ++t) {
+          const int64_t oldest = static_cast<int64_t>(a.positions[sp.row_begin + t]) - window;
+          int64_t j = t > 0 ? pre_lo[t - 1] : 0;
+          while (j < n_pre && pp[j] <= oldest) ++j;
+          pre_lo[t] = j;
+        }
+      }
       const int64_t n_keys = sp.n_past + sp.n_new;
       const int64_t pre_width = (n_pre + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
       const int64_t width = pre_width + (n_keys + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
       const int64_t head_scores = sp.n_new * width;
       scores.resize(group * head_scores);
-      for (int64_t j0 = 0; j0 < n_pre; j0 += kKeyBlock) {
+      for (int64_t j0 = n_pre > 0 ? pre_lo[0] / kKeyBlock * kKeyBlock : 0; j0 < n_pre;
+           j0 += kKeyBlock) {
         const int64_t nk = std::min(kKeyBlock, n_pre - j0);
         transpose_keys(kv.prefix->k[kvh] + j0 * hd, hd, nk, hd, kt.data());
         for (int64_t g = 0; g < group; ++g)
@@ -609,9 +624,9 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
           float* pre = scores.data() + g * head_scores + t * width;
           float* sc = pre + pre_width;
           const int64_t n_vis = sp.n_past + t + 1;
-          const int64_t lo = first_slot(t);
+          const int64_t lo = first_slot(t), plo = pre_lo[t];
           if (a.softcap > 0) {
-            for (int64_t j = 0; j < n_pre; ++j) pre[j] = std::tanh(pre[j] / a.softcap) * a.softcap;
+            for (int64_t j = plo; j < n_pre; ++j) pre[j] = std::tanh(pre[j] / a.softcap) * a.softcap;
             for (int64_t j = lo; j < n_vis; ++j) sc[j] = std::tanh(sc[j] / a.softcap) * a.softcap;
           }
           if (key_pos) {
@@ -619,11 +634,12 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
             for (int64_t j = 0; j < n_vis; ++j)
               if (key_pos[j] <= oldest) sc[j] = -INFINITY;
           }
-          const float mx = std::max(cpu::row_max(pre, n_pre), cpu::row_max(sc + lo, n_vis - lo));
+          const float mx =
+              std::max(cpu::row_max(pre + plo, n_pre - plo), cpu::row_max(sc + lo, n_vis - lo));
           // The shared context's keys, then the sequence's own, summed as one run of keys.
           float lane[16] = {};
-          cpu::exp_shifted_lanes(pre, n_pre, mx, 0, lane);
-          cpu::exp_shifted_lanes(sc + lo, n_vis - lo, mx, n_pre, lane);
+          cpu::exp_shifted_lanes(pre + plo, n_pre - plo, mx, 0, lane);
+          cpu::exp_shifted_lanes(sc + lo, n_vis - lo, mx, n_pre - plo, lane);
           const float sum = cpu::sum_lanes(lane);
           const float inv = invs[t] = 1.0f / sum;
           if (!a.stats.empty() && a.stats[s].col_sum && t >= a.stats[s].first_row) {
@@ -645,26 +661,30 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
         for (; R > 0 && t + R <= sp.n_new; t += R) {
           float* row0 = scores.data() + g * head_scores + t * width;
           const int64_t lo = first_slot(t), hi = sp.n_past + t + R;  // [lo, hi): any row's keys
+          const int64_t plo = pre_lo[t];  // the context's keys any row sees: [plo, n_pre)
           for (int64_t r = 0; r < R; ++r) {
             float* sc = row0 + r * width + pre_width;
+            std::fill(row0 + r * width + plo, row0 + r * width + pre_lo[t + r], 0.0f);
             std::fill(sc + lo, sc + first_slot(t + r), 0.0f);
             std::fill(sc + sp.n_past + t + r + 1, sc + hi, 0.0f);
           }
           float* o = o_head + t * row_stride;
-          if (n_pre > 0)
-            weighted_sum_group(row0, width, &invs[t], n_pre, kv.prefix->v[kvh], hd, hd, o,
-                               row_stride, false);
+          if (n_pre > plo)
+            weighted_sum_group(row0 + plo, width, &invs[t], n_pre - plo,
+                               kv.prefix->v[kvh] + plo * hd, hd, hd, o, row_stride, false);
           weighted_sum_group(row0 + pre_width + lo, width, &invs[t], hi - lo,
-                             vbase + lo * slot_stride, slot_stride, hd, o, row_stride, n_pre > 0);
+                             vbase + lo * slot_stride, slot_stride, hd, o, row_stride,
+                             n_pre > plo);
         }
         for (; t < sp.n_new; ++t) {
           float* pre = scores.data() + g * head_scores + t * width;
           float* sc = pre + pre_width;
-          const int64_t lo = first_slot(t), n_vis = sp.n_past + t + 1;
+          const int64_t lo = first_slot(t), n_vis = sp.n_past + t + 1, plo = pre_lo[t];
           float* o = o_head + t * row_stride;
-          if (n_pre > 0) weighted_sum(pre, invs[t], n_pre, kv.prefix->v[kvh], hd, hd, o);
+          if (n_pre > plo)
+            weighted_sum(pre + plo, invs[t], n_pre - plo, kv.prefix->v[kvh] + plo * hd, hd, hd, o);
           weighted_sum(sc + lo, invs[t], n_vis - lo, vbase + lo * slot_stride, slot_stride, hd, o,
-                       n_pre > 0);
+                       n_pre > plo);
         }
       }
     }

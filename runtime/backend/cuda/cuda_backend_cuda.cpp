@@ -191,7 +191,8 @@ void CudaBackend::attention(const float* q, const AttentionArgs& a, float* out) 
   std::vector<size_t> on_device, on_host;
   for (size_t s = 0; s < a.seqs.size(); ++s) {
     OFFGEN_CHECK(a.window == 0 || a.kv[s].prefix == nullptr, kConfig,
-                 "attention: a sliding window over a shared context is not supported");
+                 "cuda attention: a sliding window over a shared context (a multi-query "
+                 "context on a model with sliding-window layers) runs on the CPU backend only");
     OFFGEN_CHECK(a.window == 0 || a.kv[s].pos == nullptr || a.positions != nullptr, kInternal,
                  "attention: a window over tables with metadata needs the rows' positions");
     (a.kv[s].host ? on_host : on_device).push_back(s);
