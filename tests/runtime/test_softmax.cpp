@@ -1,6 +1,6 @@
 // The attention softmax pieces (runtime/backend/cpu/softmax.h): the vector and scalar paths agree
 // bitwise, exp is within 2 ulp of std::exp, tiny and -inf arguments give 0, and the sum follows the
-// documented lane order.
+// documented lane order; the SiLU and GELU gates agree across paths and with double references.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -102,4 +102,32 @@ TEST_CASE("softmax: the SiLU gate's vector and scalar paths agree; extremes", "[
   CHECK(o[1] == 0.0f);
   CHECK(std::isinf(o[2]));  // inf / (1 + 0) * u, as with std::exp
   CHECK(std::isnan(o[3]));  // -inf / (1 + inf), as with std::exp
+}
+
+TEST_CASE("softmax: the GELU gate's vector and scalar paths agree with the tanh GELU", "[softmax]") {
+  std::mt19937 rng(6);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  std::vector<float> g(53), u(53);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = d(rng), u[i] = d(rng);
+  g[0] = 30.0f, g[1] = -30.0f, g[2] = 0.0f, g[3] = -1e-20f, g[4] = NAN, g[5] = -5.0f;
+  std::vector<float> o(53);
+  gelu_tanh_gate(g.data(), u.data(), 53, o.data());
+  for (size_t i = 0; i < g.size(); ++i) {
+    INFO("g = " << g[i]);
+    float one;
+    gelu_tanh_gate(&g[i], &u[i], 1, &one);  // n = 1: the scalar path
+    if (std::isnan(g[i])) {
+      CHECK(std::isnan(one));
+      CHECK(std::isnan(o[i]));
+      continue;
+    }
+    CHECK(std::memcmp(&one, &o[i], 4) == 0);
+    // PyTorch's approximate="tanh" GELU in double.
+    const double x = g[i];
+    const double want =
+        0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))) * u[i];
+    CHECK(std::fabs(o[i] - want) <= 2e-6 * std::fabs(want) + 1e-37);
+  }
+  CHECK(o[0] == 30.0f * u[0]);
+  CHECK(o[1] == 0.0f);
 }

@@ -65,14 +65,6 @@ namespace {
 
 void free_aligned(void* p, void*) { std::free(p); }
 
-// GELU with the tanh approximation, as PyTorch's approximate="tanh":
-// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-float gelu_tanh(float x) {
-  constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
-  constexpr float kKappa = 0.044715f;
-  return 0.5f * x * (1.0f + std::tanh(kBeta * (x + kKappa * x * x * x)));
-}
-
 // The gated MLPs (SwiGLU, GeGLU) over m rows (gate and up rows `stride` apart, out rows n apart):
 // row_op(gate_row, up_row, n, out_row) computes out[i] = act(gate[i]) * up[i] for one row.
 template <class RowOp>
@@ -289,10 +281,7 @@ void CpuBackend::swiglu(const float* gate, const float* up, int64_t m, int64_t n
 
 void CpuBackend::geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
                        float* out) {
-  gated(ctx_, gate, up, m, n, stride, out,
-        [](const float* g, const float* u, int64_t k, float* o) {
-          for (int64_t i = 0; i < k; ++i) o[i] = gelu_tanh(g[i]) * u[i];
-        });
+  gated(ctx_, gate, up, m, n, stride, out, cpu::gelu_tanh_gate);
 }
 
 void CpuBackend::layer_norm(const float* x, const float* gamma, const float* beta, int64_t m,

@@ -110,6 +110,28 @@ void silu_gate(const float* g, const float* u, int64_t n, float* o) {
   for (; i < n; ++i) o[i] = g[i] / (1.0f + exp_one(0.0f - g[i])) * u[i];
 }
 
+void gelu_tanh_gate(const float* g, const float* u, int64_t n, float* o) {
+  constexpr float kMinus2Beta = -1.5957691216057308f;  // -2 sqrt(2 / pi)
+  constexpr float kKappa = 0.044715f;
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 one = _mm512_set1_ps(1.0f), m2b = _mm512_set1_ps(kMinus2Beta),
+               kap = _mm512_set1_ps(kKappa);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(g + i);
+    const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+    const __m512 e = exp16(_mm512_mul_ps(m2b, _mm512_fmadd_ps(kap, x3, x)));
+    _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)),
+                                          _mm512_loadu_ps(u + i)));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float x = g[i];
+    const float e = exp_one(kMinus2Beta * __builtin_fmaf(kKappa, x * x * x, x));
+    o[i] = x / (1.0f + e) * u[i];
+  }
+}
+
 float sum_lanes(float lane[16]) {
   for (int w = 8; w >= 1; w /= 2)
     for (int l = 0; l < w; ++l) lane[l] += lane[l + w];

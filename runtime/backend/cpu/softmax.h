@@ -1,5 +1,5 @@
 // The exp-based pieces of the CPU backend — attention's softmax (a row's maximum, exp(x - max) in
-// place with the sum of the results) and the SiLU gate — through one fixed polynomial and a fixed
+// place with the sum of the results), the SiLU and GELU gates — through one fixed polynomial and a fixed
 // 16-lane summation order, so the AVX-512 path and the scalar path give bitwise the same values
 // (and a row the same alone or in a batch).
 #pragma once
@@ -22,5 +22,9 @@ float sum_lanes(float lane[16]);
 // o[i] = g[i] / (1 + exp(-g[i])) * u[i] (SwiGLU's gate), exp as above (overflowing to inf for
 // -g[i] > 88.7, so o[i] = -0 * u[i] there; NaN in g stays NaN).
 void silu_gate(const float* g, const float* u, int64_t n, float* o);
+// o[i] = gelu_tanh(g[i]) * u[i] (GeGLU's gate; PyTorch's approximate="tanh" GELU) written as
+// 0.5 x (1 + tanh(z)) = x / (1 + exp(-2z)), z = sqrt(2/pi) (x + 0.044715 x^3), exp as above:
+// no cancellation in 1 + tanh(z) for negative x; -0 * u[i] where exp overflows; NaN stays NaN.
+void gelu_tanh_gate(const float* g, const float* u, int64_t n, float* o);
 
 }  // namespace offgen::cpu
