@@ -452,11 +452,11 @@ void score_rows(const float* q, int64_t q_stride, int64_t rows, const float* kt,
   }
 }
 
-// o[0..hd) = Σ_j (p[j] * inv) · v_j over n keys (v rows `v_stride` apart).
-// o = sum_j p[j] * inv * v_j, or o += that when `accumulate` (continuing the same sequential
-// reduction over a second run of keys).
-void weighted_sum(const float* p, float inv, int64_t n, const float* v, int64_t v_stride,
-                  int64_t hd, float* o, bool accumulate = false) {
+// o = sum_j p[j] · v_j over n keys (v rows `v_stride` apart; p: probabilities, already
+// normalised), or o += that when `accumulate` (continuing the same sequential reduction over a
+// second run of keys).
+void weighted_sum(const float* p, int64_t n, const float* v, int64_t v_stride, int64_t hd,
+                  float* o, bool accumulate = false) {
 #if defined(__AVX512F__)
   if (hd % 16 == 0 && hd <= 256) {
     const int64_t nv = hd / 16;
@@ -464,7 +464,7 @@ void weighted_sum(const float* p, float inv, int64_t n, const float* v, int64_t 
     for (int64_t x = 0; x < nv; ++x)
       acc[x] = accumulate ? _mm512_loadu_ps(o + 16 * x) : _mm512_setzero_ps();
     for (int64_t j = 0; j < n; ++j) {
-      const __m512 pj = _mm512_set1_ps(p[j] * inv);
+      const __m512 pj = _mm512_set1_ps(p[j]);
       const float* vj = v + j * v_stride;
       switch (nv) {  // unrolled register accumulators for the common head sizes
         case 4:
@@ -484,20 +484,19 @@ void weighted_sum(const float* p, float inv, int64_t n, const float* v, int64_t 
 #endif
   if (!accumulate) std::fill(o, o + hd, 0.0f);
   for (int64_t j = 0; j < n; ++j) {
-    const float pj = p[j] * inv;
+    const float pj = p[j];
     const float* vj = v + j * v_stride;
     for (int64_t i = 0; i < hd; ++i) o[i] = __builtin_fmaf(pj, vj[i], o[i]);
   }
 }
 
-// weighted_sum for R query rows at once (p rows p_stride apart, o rows o_stride apart, inv[r] per
-// row), sharing each V row's loads: row r's arithmetic is weighted_sum's, term by term in
-// increasing j, so it equals weighted_sum over the same n keys; a row's zero p[j] (keys outside
-// its visible range) leave its sums unchanged (+0 stays +0, x + 0 = x).
+// weighted_sum for R query rows at once (p rows p_stride apart, o rows o_stride apart), sharing
+// each V row's loads: row r's arithmetic is weighted_sum's, term by term in increasing j, so it
+// equals weighted_sum over the same n keys; a row's zero p[j] (keys outside its visible range)
+// leave its sums unchanged (+0 stays +0, x + 0 = x).
 template <int R, int NV>
-void weighted_sum_rows(const float* p, int64_t p_stride, const float* inv, int64_t n,
-                       const float* v, int64_t v_stride, float* o, int64_t o_stride,
-                       bool accumulate) {
+void weighted_sum_rows(const float* p, int64_t p_stride, int64_t n, const float* v,
+                       int64_t v_stride, float* o, int64_t o_stride, bool accumulate) {
 #if defined(__AVX512F__)
   __m512 acc[R][NV];
   for (int r = 0; r < R; ++r)
@@ -507,7 +506,7 @@ void weighted_sum_rows(const float* p, int64_t p_stride, const float* inv, int64
     __m512 vj[NV];
     for (int x = 0; x < NV; ++x) vj[x] = _mm512_loadu_ps(v + j * v_stride + 16 * x);
     for (int r = 0; r < R; ++r) {
-      const __m512 pj = _mm512_set1_ps(p[r * p_stride + j] * inv[r]);
+      const __m512 pj = _mm512_set1_ps(p[r * p_stride + j]);
       for (int x = 0; x < NV; ++x) acc[r][x] = _mm512_fmadd_ps(pj, vj[x], acc[r][x]);
     }
   }
@@ -515,18 +514,18 @@ void weighted_sum_rows(const float* p, int64_t p_stride, const float* inv, int64
     for (int x = 0; x < NV; ++x) _mm512_storeu_ps(o + r * o_stride + 16 * x, acc[r][x]);
 #else
   for (int r = 0; r < R; ++r)
-    weighted_sum(p + r * p_stride, inv[r], n, v, v_stride, 16 * NV, o + r * o_stride, accumulate);
+    weighted_sum(p + r * p_stride, n, v, v_stride, 16 * NV, o + r * o_stride, accumulate);
 #endif
 }
 
 // Rows weighted_sum_rows takes at once for a head size (0: one row at a time).
 int64_t rows_at_once(int64_t hd) { return hd == 64 ? 4 : hd == 128 ? 2 : 0; }
 
-void weighted_sum_group(const float* p, int64_t p_stride, const float* inv, int64_t n,
-                        const float* v, int64_t v_stride, int64_t hd, float* o, int64_t o_stride,
+void weighted_sum_group(const float* p, int64_t p_stride, int64_t n, const float* v,
+                        int64_t v_stride, int64_t hd, float* o, int64_t o_stride,
                         bool accumulate) {
-  if (hd == 64) return weighted_sum_rows<4, 4>(p, p_stride, inv, n, v, v_stride, o, o_stride, accumulate);
-  weighted_sum_rows<2, 8>(p, p_stride, inv, n, v, v_stride, o, o_stride, accumulate);
+  if (hd == 64) return weighted_sum_rows<4, 4>(p, p_stride, n, v, v_stride, o, o_stride, accumulate);
+  weighted_sum_rows<2, 8>(p, p_stride, n, v, v_stride, o, o_stride, accumulate);
 }
 
 }  // namespace
@@ -548,7 +547,7 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
   // One task per (sequence, KV head): each key block is transposed once for the whole query
   // group. A task's arithmetic does not depend on the batch.
   ctx_.parallel_for(n_seqs * a.n_kv_heads, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> scores, kt(hd * kKeyBlock), invs;
+    std::vector<float> scores, kt(hd * kKeyBlock);
     std::vector<int64_t> pre_lo;
     for (int64_t task = b; task < e; ++task) {
       const int64_t s = task / a.n_kv_heads;
@@ -605,7 +604,6 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
                      t1 - t0, kt.data(), hd, a.scale,
                      scores.data() + g * head_scores + t0 * width + pre_width + j0, width);
       }
-      invs.resize(sp.n_new);
       for (int64_t g = 0; g < group; ++g) {
         const int64_t h = kvh * group + g;
         float* o_head = out + sp.row_begin * row_stride + h * hd;
@@ -630,14 +628,17 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
           cpu::exp_shifted_lanes(pre + plo, n_pre - plo, mx, 0, lane);
           cpu::exp_shifted_lanes(sc + lo, n_vis - lo, mx, n_pre - plo, lane);
           const float sum = cpu::sum_lanes(lane);
-          const float inv = invs[t] = 1.0f / sum;
+          // Probabilities in place: each exp times 1 / sum (one rounding, as before the sums).
+          const float inv = 1.0f / sum;
+          cpu::scale(pre + plo, n_pre - plo, inv);
+          cpu::scale(sc + lo, n_vis - lo, inv);
           if (!a.stats.empty() && a.stats[s].col_sum && t >= a.stats[s].first_row) {
             // Policy statistics of the sequence's own slots: this task owns (s, kvh)'s columns.
             const AttentionStats& st = a.stats[s];
             float* cs = st.col_sum + kvh * st.capacity;
             float* cm = st.col_max + kvh * st.capacity;
             for (int64_t j = lo; j < n_vis; ++j) {
-              const float p = sc[j] * inv;
+              const float p = sc[j];
               cs[j] += p;
               cm[j] = std::max(cm[j], p);
             }
@@ -659,9 +660,9 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
           }
           float* o = o_head + t * row_stride;
           if (n_pre > plo)
-            weighted_sum_group(row0 + plo, width, &invs[t], n_pre - plo,
+            weighted_sum_group(row0 + plo, width, n_pre - plo,
                                kv.prefix->v[kvh] + plo * hd, hd, hd, o, row_stride, false);
-          weighted_sum_group(row0 + pre_width + lo, width, &invs[t], hi - lo,
+          weighted_sum_group(row0 + pre_width + lo, width, hi - lo,
                              vbase + lo * slot_stride, slot_stride, hd, o, row_stride,
                              n_pre > plo);
         }
@@ -671,8 +672,8 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
           const int64_t lo = first_slot(t), n_vis = sp.n_past + t + 1, plo = pre_lo[t];
           float* o = o_head + t * row_stride;
           if (n_pre > plo)
-            weighted_sum(pre + plo, invs[t], n_pre - plo, kv.prefix->v[kvh] + plo * hd, hd, hd, o);
-          weighted_sum(sc + lo, invs[t], n_vis - lo, vbase + lo * slot_stride, slot_stride, hd, o,
+            weighted_sum(pre + plo, n_pre - plo, kv.prefix->v[kvh] + plo * hd, hd, hd, o);
+          weighted_sum(sc + lo, n_vis - lo, vbase + lo * slot_stride, slot_stride, hd, o,
                        n_pre > plo);
         }
       }

@@ -132,6 +132,15 @@ void gelu_tanh_gate(const float* g, const float* u, int64_t n, float* o) {
   }
 }
 
+void scale(float* x, int64_t n, float s) {
+  int64_t j = 0;
+#if defined(__AVX512F__)
+  const __m512 vs = _mm512_set1_ps(s);
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(x + j, _mm512_mul_ps(_mm512_loadu_ps(x + j), vs));
+#endif
+  for (; j < n; ++j) x[j] *= s;
+}
+
 float sum_lanes(float lane[16]) {
   for (int w = 8; w >= 1; w /= 2)
     for (int l = 0; l < w; ++l) lane[l] += lane[l + w];

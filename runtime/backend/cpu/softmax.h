@@ -1,5 +1,6 @@
 // The exp-based pieces of the CPU backend — attention's softmax (a row's maximum, exp(x - max) in
-// place with the sum of the results), the SiLU and GELU gates — through one fixed polynomial and a fixed
+// place with the sum of the results, then scaled to probabilities), the SiLU and GELU gates — through one
+// fixed polynomial and a fixed
 // 16-lane summation order, so the AVX-512 path and the scalar path give bitwise the same values
 // (and a row the same alone or in a batch).
 #pragma once
@@ -16,6 +17,8 @@ float row_max(const float* x, int64_t n);
 // after the range reduction x = k ln2 + r (|r| <= ln2/2), within 2 ulp of expf on [-87.3, 0];
 // arguments below -87.3 (exp < FLT_MIN) give 0, -inf gives 0. mx must be finite.
 void exp_shifted_lanes(float* x, int64_t n, float mx, int64_t first, float lane[16]);
+// x[j] *= s for j in [0, n).
+void scale(float* x, int64_t n, float s);
 // The 16 lanes added in a fixed tree: (l, l + 8), then (l, l + 4), (l, l + 2), (0, 1).
 float sum_lanes(float lane[16]);
 
