@@ -1,8 +1,7 @@
 // The exp-based pieces of the CPU backend — attention's softmax (a row's maximum, exp(x - max) in
-// place with the sum of the results, then scaled to probabilities), the SiLU and GELU gates — through one
-// fixed polynomial and a fixed
-// 16-lane summation order, so the AVX-512 path and the scalar path give bitwise the same values
-// (and a row the same alone or in a batch).
+// place with the sum of the results, then scaled to probabilities), the SiLU and GELU gates —
+// through one fixed polynomial and a fixed 16-lane summation order, so the AVX-512 path and the
+// scalar path give bitwise the same values (and a row the same alone or in a batch).
 #pragma once
 
 #include <cstdint>
