@@ -412,35 +412,47 @@ void transpose_keys(const float* k, int64_t stride, int64_t nk, int64_t hd, floa
     for (int64_t i = i0; i < hd; ++i) kt[i * kKeyBlock + l] = l < nk ? k[l * stride + i] : 0.0f;
 }
 
-// dst[r][0..16) = scale * q_r · kt for `rows` query rows (q rows `q_stride` apart). kt: a block of
-// 16 keys transposed, [hd][16].
+#if defined(__AVX512F__)
+// R rows of score_rows at once, sharing each kt load.
+template <int R>
+void score_rows_avx512(const float* q, int64_t q_stride, const float* kt, int64_t hd,
+                       __m512 vscale, float* dst, int64_t dst_stride) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < hd; ++i) {
+    const __m512 k = _mm512_loadu_ps(kt + i * kKeyBlock);
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * q_stride + i]), k, acc[r]);
+  }
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(dst + r * dst_stride, _mm512_mul_ps(acc[r], vscale));
+}
+#endif
+
+// dst[r][0..16) = scale * q_r · kt for `rows` query rows (q rows `q_stride` apart, dst rows
+// `dst_stride` apart): the query rows of a prefill chunk, or a decode row's query heads of one KV
+// head. kt: a block of 16 keys transposed, [hd][16]. Each score sums over i in order, however
+// many rows share the pass.
 void score_rows(const float* q, int64_t q_stride, int64_t rows, const float* kt, int64_t hd,
                 float scale, float* dst, int64_t dst_stride) {
   int64_t r = 0;
 #if defined(__AVX512F__)
   const __m512 vscale = _mm512_set1_ps(scale);
-  for (; r + 4 <= rows; r += 4) {
-    const float* q0 = q + r * q_stride;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int64_t i = 0; i < hd; ++i) {
-      const __m512 k = _mm512_loadu_ps(kt + i * kKeyBlock);
-      a0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[i]), k, a0);
-      a1 = _mm512_fmadd_ps(_mm512_set1_ps(q0[q_stride + i]), k, a1);
-      a2 = _mm512_fmadd_ps(_mm512_set1_ps(q0[2 * q_stride + i]), k, a2);
-      a3 = _mm512_fmadd_ps(_mm512_set1_ps(q0[3 * q_stride + i]), k, a3);
-    }
-    _mm512_storeu_ps(dst + r * dst_stride, _mm512_mul_ps(a0, vscale));
-    _mm512_storeu_ps(dst + (r + 1) * dst_stride, _mm512_mul_ps(a1, vscale));
-    _mm512_storeu_ps(dst + (r + 2) * dst_stride, _mm512_mul_ps(a2, vscale));
-    _mm512_storeu_ps(dst + (r + 3) * dst_stride, _mm512_mul_ps(a3, vscale));
+  for (; r + 4 <= rows; r += 4)
+    score_rows_avx512<4>(q + r * q_stride, q_stride, kt, hd, vscale, dst + r * dst_stride, dst_stride);
+  switch (rows - r) {
+    case 3:
+      score_rows_avx512<3>(q + r * q_stride, q_stride, kt, hd, vscale, dst + r * dst_stride, dst_stride);
+      break;
+    case 2:
+      score_rows_avx512<2>(q + r * q_stride, q_stride, kt, hd, vscale, dst + r * dst_stride, dst_stride);
+      break;
+    case 1:
+      score_rows_avx512<1>(q + r * q_stride, q_stride, kt, hd, vscale, dst + r * dst_stride, dst_stride);
+      break;
+    default:
+      break;
   }
-  for (; r < rows; ++r) {
-    const float* qv = q + r * q_stride;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < hd; ++i)
-      acc = _mm512_fmadd_ps(_mm512_set1_ps(qv[i]), _mm512_loadu_ps(kt + i * kKeyBlock), acc);
-    _mm512_storeu_ps(dst + r * dst_stride, _mm512_mul_ps(acc, vscale));
-  }
+  r = rows;
 #endif
   for (; r < rows; ++r) {
     const float* qv = q + r * q_stride;
@@ -581,13 +593,24 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
       const int64_t width = pre_width + (n_keys + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
       const int64_t head_scores = sp.n_new * width;
       scores.resize(group * head_scores);
+      // Scores of rows [row0, row0 + n) against the transposed block in kt, for every query head
+      // of the group, at offset `at` of each head's scores: a chunk's rows together per head; a
+      // single row (decoding) with the group's heads together.
+      auto scores_for_block = [&](int64_t row0, int64_t n, int64_t at) {
+        const float* q0 = q + row0 * row_stride + kvh * group * hd;
+        if (n == 1) {
+          score_rows(q0, hd, group, kt.data(), hd, a.scale, scores.data() + at, head_scores);
+          return;
+        }
+        for (int64_t g = 0; g < group; ++g)
+          score_rows(q0 + g * hd, row_stride, n, kt.data(), hd, a.scale,
+                     scores.data() + g * head_scores + at, width);
+      };
       for (int64_t j0 = n_pre > 0 ? pre_lo[0] / kKeyBlock * kKeyBlock : 0; j0 < n_pre;
            j0 += kKeyBlock) {
         const int64_t nk = std::min(kKeyBlock, n_pre - j0);
         transpose_keys(kv.prefix->k[kvh] + j0 * hd, hd, nk, hd, kt.data());
-        for (int64_t g = 0; g < group; ++g)
-          score_rows(q + sp.row_begin * row_stride + (kvh * group + g) * hd, row_stride, sp.n_new,
-                     kt.data(), hd, a.scale, scores.data() + g * head_scores + j0, width);
+        scores_for_block(sp.row_begin, sp.n_new, j0);
       }
       // Q·Kᵀ by blocks of 16 keys; row t (position n_past + t) needs keys [first_slot(t),
       // n_past + t]: rows [t0, t1) need this block.
@@ -599,10 +622,7 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
                                : sp.n_new;
         if (t1 <= t0) continue;
         transpose_keys(kbase + j0 * slot_stride, slot_stride, nk, hd, kt.data());
-        for (int64_t g = 0; g < group; ++g)
-          score_rows(q + (sp.row_begin + t0) * row_stride + (kvh * group + g) * hd, row_stride,
-                     t1 - t0, kt.data(), hd, a.scale,
-                     scores.data() + g * head_scores + t0 * width + pre_width + j0, width);
+        scores_for_block(sp.row_begin + t0, t1 - t0, t0 * width + pre_width + j0);
       }
       for (int64_t g = 0; g < group; ++g) {
         const int64_t h = kvh * group + g;
