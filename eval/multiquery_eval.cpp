@@ -65,6 +65,15 @@ std::string normalize_answer(const std::string& s) {
   return out;
 }
 
+std::string first_word(const std::string& answer) {
+  const auto space = [](unsigned char ch) { return std::isspace(ch) != 0; };
+  auto b = std::find_if_not(answer.begin(), answer.end(), space);
+  auto e = std::find_if(b, answer.end(), space);
+  const auto word = [](unsigned char ch) { return std::isalnum(ch) || ch == '_' || ch >= 0x80; };
+  while (e != b && !word(static_cast<unsigned char>(*(e - 1)))) --e;
+  return std::string(b, e);
+}
+
 bool answer_matches(const std::string& output, const std::string& gold) {
   const std::string g = normalize_answer(gold);
   if (g.empty()) return false;
@@ -150,7 +159,8 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
   const std::vector<int64_t> compressed_layers = policy_layers(c);
 
   struct Tally {
-    int64_t questions = 0, agree = 0, graded = 0, correct = 0, kept = 0, pairs = 0;
+    int64_t questions = 0, agree = 0, first_agree = 0, graded = 0, correct = 0, kept = 0,
+            pairs = 0;
   };
   // By (policy name, ratio): the rows come out in that order.
   std::map<std::pair<std::string, double>, std::pair<KvPolicyKind, Tally>> tally;
@@ -201,6 +211,7 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
                           << "\n";
         ++t.questions;
         t.agree += got[i] == full[i];
+        t.first_agree += first_word(tok.decode(got[i], true)) == first_word(tok.decode(full[i], true));
         if (const auto& gold = mc.questions[i].answer) {
           ++t.graded;
           t.correct += answer_matches(tok.decode(got[i], true), *gold);
@@ -226,6 +237,8 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
     const auto& [policy, t] = entry;
     rows.push_back({policy, ratio, "agreement", static_cast<double>(t.agree) / t.questions,
                     t.questions, "all"});
+    rows.push_back({policy, ratio, "first_word_agreement",
+                    static_cast<double>(t.first_agree) / t.questions, t.questions, "all"});
     if (t.graded > 0)
       rows.push_back({policy, ratio, "accuracy", static_cast<double>(t.correct) / t.graded,
                       t.graded, "all"});

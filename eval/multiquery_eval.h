@@ -47,7 +47,9 @@ struct EvalMultiqueryOptions {
   void validate() const;              // throws Error(kConfig)
 };
 
-// Rows: per (policy, ratio) "agreement" (answers identical to the full cache's), "accuracy"
+// Rows: per (policy, ratio) "agreement" (answers identical to the full cache's),
+// "first_word_agreement" (their first words, first_word(), identical: the value a completion
+// puts first, before a base model runs on), "accuracy"
 // (answer_matches; only when answers are given) and
 // "retained" (kept context pairs / all context pairs, protected prefix included, on the layers
 // the policy compresses: policy_layers(), the global ones on a sliding-window model); `tokens` =
@@ -68,5 +70,8 @@ MultiqueryPrompt build_multiquery_prompt(const Tokenizer& tok, const MultiqueryC
 // boundaries (bench/peers/kvpress_multiquery.py scores the same way).
 std::string normalize_answer(const std::string& s);
 bool answer_matches(const std::string& output, const std::string& gold);
+// The first whitespace-separated word without trailing punctuation ("9463. At the" -> "9463"; bytes
+// >= 0x80 count as word characters), as bench/peers/kvpress_multiquery.py's first_word.
+std::string first_word(const std::string& answer);
 
 }  // namespace offgen

@@ -67,7 +67,10 @@ ContextSplit split_at_context(const Tokenizer& tok, const Request& r) {
     s.protected_len = tok.vocab().add_bos && !s.context_ids.empty() &&
                               s.context_ids.front() == tok.bos_id() ? 1 : 0;
   }
-  if (!chat) s.question_ids = r.prompt_ids.empty() ? continuation(tok, r.prompt) : r.prompt_ids;
+  if (!chat) {
+    s.question_ids = r.prompt_ids.empty() ? continuation(tok, r.prompt) : r.prompt_ids;
+    s.postfix_ids = continuation(tok, "\n");
+  }
   OFFGEN_CHECK(static_cast<int64_t>(s.context_ids.size()) > s.protected_len, kInput,
                "the context is empty");
   OFFGEN_CHECK(!s.question_ids.empty(), kInput, "the prompt after the context is empty");

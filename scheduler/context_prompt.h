@@ -16,8 +16,9 @@ struct ContextSplit {
   std::vector<int32_t> context_ids;   // the shared part, positions 0..
   int64_t protected_len = 0;          // leading context tokens always kept (never compressed)
   std::vector<int32_t> question_ids;  // the request's own part, positions after the context
-  // The chat template's tail after a user turn (turn end + assistant header): what KVzip's
-  // reconstruction prompt puts between its request and the context. Empty for plain prompts.
+  // What KVzip's reconstruction prompt puts between its request and the context: the chat
+  // template's tail after a user turn (turn end + assistant header), or for plain prompts a line
+  // break (kvpress's KVzipPress without a chat template).
   std::vector<int32_t> postfix_ids;
 };
 

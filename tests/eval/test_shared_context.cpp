@@ -227,6 +227,11 @@ TEST_CASE("multiquery contexts file: errors name the line and field", "[multique
   CHECK(answer_matches("The code of Ann is 4172.", "4172"));
   CHECK_FALSE(answer_matches("The code of Ann is 41723.", "4172"));
   CHECK(answer_matches("It is Z-1", "z 1"));
+  CHECK(first_word(" 9463. At the flower shop") == "9463");
+  CHECK(first_word("\tZ-1!\n") == "Z-1");
+  CHECK(first_word("...") == "");
+  CHECK(first_word("  ") == "");
+  CHECK(first_word("caf\xc3\xa9, then") == "caf\xc3\xa9");
 }
 
 TEST_CASE("bench --shared-context: the context is held once, compressed to the ratio",
