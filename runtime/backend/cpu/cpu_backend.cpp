@@ -428,6 +428,30 @@ void score_rows_avx512(const float* q, int64_t q_stride, const float* kt, int64_
 }
 #endif
 
+#if defined(__AVX512F__)
+// R rows against two blocks (kt: [2][hd][16]) at once: dst row r gets 32 scores, each block's
+// as score_rows_avx512 computes it (one kt load serves R rows, one q broadcast two blocks).
+template <int R>
+void score_rows_pair_avx512(const float* q, int64_t q_stride, const float* kt, int64_t hd,
+                            __m512 vscale, float* dst, int64_t dst_stride) {
+  const float* kt1 = kt + hd * kKeyBlock;
+  __m512 a[R], b[R];
+  for (int r = 0; r < R; ++r) a[r] = b[r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < hd; ++i) {
+    const __m512 ka = _mm512_loadu_ps(kt + i * kKeyBlock), kb = _mm512_loadu_ps(kt1 + i * kKeyBlock);
+    for (int r = 0; r < R; ++r) {
+      const __m512 qv = _mm512_set1_ps(q[r * q_stride + i]);
+      a[r] = _mm512_fmadd_ps(qv, ka, a[r]);
+      b[r] = _mm512_fmadd_ps(qv, kb, b[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(dst + r * dst_stride, _mm512_mul_ps(a[r], vscale));
+    _mm512_storeu_ps(dst + r * dst_stride + kKeyBlock, _mm512_mul_ps(b[r], vscale));
+  }
+}
+#endif
+
 // dst[r][0..16) = scale * q_r · kt for `rows` query rows (q rows `q_stride` apart, dst rows
 // `dst_stride` apart): the query rows of a prefill chunk, or a decode row's query heads of one KV
 // head. kt: a block of 16 keys transposed, [hd][16]. Each score sums over i in order, however
@@ -462,6 +486,22 @@ void score_rows(const float* q, int64_t q_stride, int64_t rows, const float* kt,
         acc[l] = __builtin_fmaf(qv[i], kt[i * kKeyBlock + l], acc[l]);
     for (int64_t l = 0; l < kKeyBlock; ++l) dst[r * dst_stride + l] = acc[l] * scale;
   }
+}
+
+// score_rows over two consecutive key blocks (kt: [2][hd][16]; dst rows get 32 scores).
+void score_rows_pair(const float* q, int64_t q_stride, int64_t rows, const float* kt, int64_t hd,
+                     float scale, float* dst, int64_t dst_stride) {
+  int64_t r = 0;
+#if defined(__AVX512F__)
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (; r + 4 <= rows; r += 4)
+    score_rows_pair_avx512<4>(q + r * q_stride, q_stride, kt, hd, vscale, dst + r * dst_stride,
+                              dst_stride);
+#endif
+  if (r == rows) return;
+  score_rows(q + r * q_stride, q_stride, rows - r, kt, hd, scale, dst + r * dst_stride, dst_stride);
+  score_rows(q + r * q_stride, q_stride, rows - r, kt + hd * kKeyBlock, hd, scale,
+             dst + r * dst_stride + kKeyBlock, dst_stride);
 }
 
 // o = sum_j p[j] · v_j over n keys (v rows `v_stride` apart; p: probabilities, already
@@ -559,8 +599,10 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
   // One task per (sequence, KV head): each key block is transposed once for the whole query
   // group. A task's arithmetic does not depend on the batch.
   ctx_.parallel_for(n_seqs * a.n_kv_heads, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> scores, kt(hd * kKeyBlock);
-    std::vector<int64_t> pre_lo;
+    // Scratch kept per thread across calls (no re-zeroing of a prefill's score rows each time).
+    thread_local std::vector<float> scores, kt;
+    thread_local std::vector<int64_t> pre_lo;
+    kt.resize(2 * hd * kKeyBlock);
     for (int64_t task = b; task < e; ++task) {
       const int64_t s = task / a.n_kv_heads;
       const int64_t kvh = task % a.n_kv_heads;
@@ -593,36 +635,48 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
       const int64_t width = pre_width + (n_keys + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
       const int64_t head_scores = sp.n_new * width;
       scores.resize(group * head_scores);
-      // Scores of rows [row0, row0 + n) against the transposed block in kt, for every query head
-      // of the group, at offset `at` of each head's scores: a chunk's rows together per head; a
-      // single row (decoding) with the group's heads together.
-      auto scores_for_block = [&](int64_t row0, int64_t n, int64_t at) {
+      // Scores of rows [row0, row0 + n) against the transposed block in kt (and the next one in
+      // kt's second half when `pair`), for every query head of the group, at offset `at` of each
+      // head's scores: a chunk's rows together per head; a single row (decoding) with the group's
+      // heads together.
+      auto scores_for_block = [&](int64_t row0, int64_t n, int64_t at, bool pair) {
         const float* q0 = q + row0 * row_stride + kvh * group * hd;
         if (n == 1) {
-          score_rows(q0, hd, group, kt.data(), hd, a.scale, scores.data() + at, head_scores);
+          for (int64_t b = 0; b < (pair ? 2 : 1); ++b)
+            score_rows(q0, hd, group, kt.data() + b * hd * kKeyBlock, hd, a.scale,
+                       scores.data() + at + b * kKeyBlock, head_scores);
           return;
         }
         for (int64_t g = 0; g < group; ++g)
-          score_rows(q0 + g * hd, row_stride, n, kt.data(), hd, a.scale,
-                     scores.data() + g * head_scores + at, width);
+          (pair ? score_rows_pair : score_rows)(q0 + g * hd, row_stride, n, kt.data(), hd,
+                                                a.scale, scores.data() + g * head_scores + at,
+                                                width);
       };
       for (int64_t j0 = n_pre > 0 ? pre_lo[0] / kKeyBlock * kKeyBlock : 0; j0 < n_pre;
            j0 += kKeyBlock) {
         const int64_t nk = std::min(kKeyBlock, n_pre - j0);
         transpose_keys(kv.prefix->k[kvh] + j0 * hd, hd, nk, hd, kt.data());
-        scores_for_block(sp.row_begin, sp.n_new, j0);
+        scores_for_block(sp.row_begin, sp.n_new, j0, false);
       }
-      // Q·Kᵀ by blocks of 16 keys; row t (position n_past + t) needs keys [first_slot(t),
-      // n_past + t]: rows [t0, t1) need this block.
-      for (int64_t j0 = first_slot(0) / kKeyBlock * kKeyBlock; j0 < n_keys; j0 += kKeyBlock) {
-        const int64_t nk = std::min(kKeyBlock, n_keys - j0);
+      // Q·Kᵀ by blocks of 16 keys, two at a time for a chunk's rows; row t (position n_past + t)
+      // needs keys [first_slot(t), n_past + t]: rows [t0, t1) need these blocks (a row that
+      // needs only the second gets the first's scores too, never read).
+      for (int64_t j0 = first_slot(0) / kKeyBlock * kKeyBlock; j0 < n_keys;) {
+        const bool pair = sp.n_new > 1 && j0 + kKeyBlock < n_keys;
+        const int64_t nk = std::min((pair ? 2 : 1) * kKeyBlock, n_keys - j0);
         const int64_t t0 = std::max<int64_t>(0, j0 - sp.n_past);
         const int64_t t1 = window > 0 && !key_pos
                                ? std::min(sp.n_new, j0 + nk + window - sp.n_past - 1)
                                : sp.n_new;
-        if (t1 <= t0) continue;
-        transpose_keys(kbase + j0 * slot_stride, slot_stride, nk, hd, kt.data());
-        scores_for_block(sp.row_begin + t0, t1 - t0, t0 * width + pre_width + j0);
+        if (t1 > t0) {
+          transpose_keys(kbase + j0 * slot_stride, slot_stride, std::min(kKeyBlock, nk), hd,
+                         kt.data());
+          if (pair)
+            transpose_keys(kbase + (j0 + kKeyBlock) * slot_stride, slot_stride, nk - kKeyBlock,
+                           hd, kt.data() + hd * kKeyBlock);
+          scores_for_block(sp.row_begin + t0, t1 - t0, t0 * width + pre_width + j0, pair);
+        }
+        j0 += pair ? 2 * kKeyBlock : kKeyBlock;
       }
       for (int64_t g = 0; g < group; ++g) {
         const int64_t h = kvh * group + g;
