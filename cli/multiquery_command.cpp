@@ -77,14 +77,18 @@ int EvalMultiqueryCommand::run() const {
     std::map<double, std::pair<double, double>> cells;
   };
   std::map<std::string, Line> table;
+  // A completion's whole answer includes what a base model runs on with after the value: the
+  // table and plot give the first words' agreement there.
+  const std::string shown = completion ? "first_word_agreement" : "agreement";
   for (const EvalRow& r : rows) {
     Line& line = table[std::string(kv_policy_name(r.policy))];
     line.kind = r.policy;
     auto& cell = line.cells.try_emplace(r.budget, 0.0, -1.0).first->second;
-    if (r.metric == "agreement") cell.first = r.value;
+    if (r.metric == shown) cell.first = r.value;
     if (r.metric == "accuracy") cell.second = r.value;
   }
-  std::printf("agreement with the full cache (accuracy) per retained ratio of the context\n");
+  std::printf("%s with the full cache (accuracy) per retained ratio of the context\n",
+              completion ? "first-word agreement" : "agreement");
   std::printf("%-14s", "policy");
   for (double b : o.ratios) std::printf(" %16s", fmt::format("ratio {:g}", b).c_str());
   std::printf("\n");
@@ -107,7 +111,8 @@ int EvalMultiqueryCommand::run() const {
     LinePlot lp;
     lp.title = "Multi-query answers over a context compressed once";
     lp.x_label = "context KV retained (fraction)";
-    lp.y_label = "agreement with the full cache";
+    lp.y_label = completion ? "first-word agreement with the full cache"
+                            : "agreement with the full cache";
     for (const auto& [policy, line] : table) {
       if (line.kind == KvPolicyKind::kFull) continue;
       PlotSeries s{policy, {}};
