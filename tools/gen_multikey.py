@@ -23,16 +23,16 @@ and everything else (facts, filler, positions, which facts are asked, their orde
 identical to the question-style file of the same seed and options; meta.questions = "completion".
 
 --style picks the relations: mixed (default; the eight relations in turn, in a random order per
-context, so facts differ in kind as well as key), code or city (one relation for every fact:
-harder for a small model, which then confuses the values). Keys (names, cities, colours) are distinct within a
-context, values too, and no key occurs in the filler, which is built from varied template
+context, so facts differ in kind as well as key), code or city (one relation for every fact: harder
+for a small model, which then confuses the values). Keys (names, cities, colours) are distinct
+within a context, values too, and no key occurs in the filler, which is built from varied template
 sentences about everyday scenes. The facts are spread over the context: the filler is cut into
 --facts equal segments and each fact lands at a random sentence boundary in its segment, so some
 facts sit near the start and some near the end; meta.asked lists, per question, the index of its
 fact in text order. Questions ask --questions distinct facts in random order. Length: filler is
-added until the approximate token count (approx_tokens(): one token per word, digit and
-punctuation mark, within a few percent of SmolLM2's tokenizer on this text) of the whole context
-reaches --filler-tokens-approx.
+added until the approximate token count (approx_tokens(): one token per word, digit and punctuation
+mark, within a few percent of SmolLM2's tokenizer on this text) of the whole context reaches
+--filler-tokens-approx.
 
 Real mode (--real FILE[,FILE...]): contexts from real texts, e.g. Debian's licences under
 /usr/share/common-licenses. Hard line wraps are joined (each paragraph becomes one line, inner
@@ -202,7 +202,8 @@ def completion_prompt(fact_template: str, key: str) -> str:
     return head.format(k=key)
 
 
-def make_facts(rng: random.Random, style: str, n: int, completion: bool = False) -> list[tuple[str, str, str]]:
+def make_facts(rng: random.Random, style: str, n: int,
+               completion: bool = False) -> list[tuple[str, str, str]]:
     """n facts as (fact sentence, question, answer); keys and values distinct within the list.
     With completion=True the question is the start of the fact's sentence (completion_prompt);
     the random draws are the same either way."""
