@@ -712,8 +712,8 @@ def main() -> int:
             head = sum(first_word(a) == first_word(b) for a, b in zip(answers, full))
             acc = sum(correct(q.get("answer", ""), a) for q, a in zip(ctx["questions"], answers))
             log(f"ctx {ci + 1}/{len(rows_in)} {ctx['id']} C={n_ctx} {policy:10s} r={r:<4} kept={frac:.3f} "
-                f"agree={agree}/{len(answers)} acc={acc}/{len(answers)} first_word={head}/{len(answers)} "
-                f"({time.time() - t0:.1f}s)")
+                f"agree={agree}/{len(answers)} acc={acc}/{len(answers)} "
+                + (f"first_word={head}/{len(answers)} " if args.completion else "") + f"({time.time() - t0:.1f}s)")
         log(f"ctx {ci + 1}/{len(rows_in)} done in {time.time() - t_ctx:.0f}s; "
             f"elapsed {(time.time() - t_start) / 60:.1f} min")
 
@@ -734,7 +734,7 @@ def main() -> int:
                     acc += correct(q["answer"], a)
         kept = sum(res["kept"]) / len(res["kept"])
         vals = {"agreement": agree / n_q, "accuracy": acc / n_gold if n_gold else None, "kept_fraction": kept,
-                "agreement_first_word": head / n_q}
+                "agreement_first_word": head / n_q if args.completion else None}
         for metric, value in vals.items():
             if value is None:
                 continue
@@ -777,17 +777,19 @@ def main() -> int:
                          f"{model.config.sliding_window} positions)" if sliding and args.completion
                          else "layers × KV heads")
         + ". agreement = answers identical to the full cache's; accuracy = gold answer "
-        "contained in the output (normalised); first word = the answers' first words (trailing punctuation "
-        "stripped) identical to the full cache's. Presses at r = 1 reuse the full-cache answers"
+        "contained in the output (normalised)"
+        + ("; first word = the answers' first words (trailing punctuation stripped) identical to the full "
+           "cache's" if args.completion else "")
+        + ". Presses at r = 1 reuse the full-cache answers"
         + (" (rerun here)." if args.rerun_unity else "."),
         "",
-        "| policy | budget r | kept | agreement | accuracy | first word |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| policy | budget r | kept | agreement | accuracy |" + (" first word |" if args.completion else ""),
+        "|---|---:|---:|---:|---:|" + ("---:|" if args.completion else ""),
     ]
     for policy, r, kept, agr, accv, agree, acc, n_q, n_gold, headv, head in table:
         acc_s = f"{accv:.3f} ({acc}/{n_gold})" if accv is not None else "—"
-        lines.append(f"| {policy} | {r:g} | {kept:.3f} | {agr:.3f} ({agree}/{n_q}) | {acc_s} | "
-                     f"{headv:.3f} ({head}/{n_q}) |")
+        lines.append(f"| {policy} | {r:g} | {kept:.3f} | {agr:.3f} ({agree}/{n_q}) | {acc_s} |"
+                     + (f" {headv:.3f} ({head}/{n_q}) |" if args.completion else ""))
     # compact curves: agreement per policy across r
     rs = sorted({r for (p, r) in results if p not in ("full", "full_eager")})
     if rs:
@@ -806,6 +808,7 @@ def main() -> int:
             lines.append(f"| {p} | " + " | ".join(
                 f"{next(t[4] for t in table if t[0] == p and t[1] == r) or 0:.3f}" if (p, r) in results else "—"
                 for r in rs) + " |")
+    if rs and args.completion:
         lines += ["", "First-word agreement with the full cache:", "",
                   "| policy | " + " | ".join(f"{r:g}" for r in rs) + " |",
                   "|---|" + "---:|" * len(rs)]
