@@ -13,17 +13,26 @@ context, each asking for a different key. Every value is a number; the relations
   passcode  "The passcode of Lisbon is 7391."          Q: "What is the passcode of Lisbon?"
   room, ticket, locker, order (of a person), phone (of a city), safe ("The PIN of the red safe")
 
-and --style picks them: mixed (default; the eight relations in turn, in a random order per context,
-so facts differ in kind as well as key), code or city (one relation for every fact: harder for a
-small model, which then confuses the values). Keys (names, cities, colours) are distinct within a
-context, values too, and no key occurs in the filler, which is built from varied template
+With --completion (for base models without a chat template) each question is instead the start
+of its fact's sentence, which the model completes with the value:
+
+  fact "The ticket number of Vincent is 76362."   q: "The ticket number of Vincent is"   answer "76362"
+  fact "The PIN of the red safe is 4821."         q: "The PIN of the red safe is"
+
+and everything else (facts, filler, positions, which facts are asked, their order, the ids) is
+identical to the question-style file of the same seed and options; meta.questions = "completion".
+
+--style picks the relations: mixed (default; the eight relations in turn, in a random order per
+context, so facts differ in kind as well as key), code or city (one relation for every fact: harder
+for a small model, which then confuses the values). Keys (names, cities, colours) are distinct
+within a context, values too, and no key occurs in the filler, which is built from varied template
 sentences about everyday scenes. The facts are spread over the context: the filler is cut into
 --facts equal segments and each fact lands at a random sentence boundary in its segment, so some
 facts sit near the start and some near the end; meta.asked lists, per question, the index of its
 fact in text order. Questions ask --questions distinct facts in random order. Length: filler is
-added until the approximate token count (approx_tokens(): one token per word, digit and
-punctuation mark, within a few percent of SmolLM2's tokenizer on this text) of the whole context
-reaches --filler-tokens-approx.
+added until the approximate token count (approx_tokens(): one token per word, digit and punctuation
+mark, within a few percent of SmolLM2's tokenizer on this text) of the whole context reaches
+--filler-tokens-approx.
 
 Real mode (--real FILE[,FILE...]): contexts from real texts, e.g. Debian's licences under
 /usr/share/common-licenses. Hard line wraps are joined (each paragraph becomes one line, inner
@@ -43,6 +52,8 @@ Examples (the committed datasets):
 
     tools/gen_multikey.py --seed 1 --contexts 20 --facts 8 --questions 8 \
         --filler-tokens-approx 1000 --out bench/multiquery/multikey.jsonl
+    tools/gen_multikey.py --seed 1 --contexts 20 --facts 8 --questions 8 \
+        --filler-tokens-approx 1000 --completion --out bench/multiquery/multikey_completion.jsonl
     tools/gen_multikey.py --seed 2 --contexts 4 --facts 8 --questions 8 \
         --filler-tokens-approx 4200 --out bench/multiquery/multikey_4k.jsonl
     tools/gen_multikey.py --seed 3 --real /usr/share/common-licenses/{GPL-3,Apache-2.0,MPL-2.0,GFDL-1.3} \
@@ -182,8 +193,20 @@ STYLES = {
 }
 
 
-def make_facts(rng: random.Random, style: str, n: int) -> list[tuple[str, str, str]]:
-    """n facts as (fact sentence, question, answer); keys and values distinct within the list."""
+def completion_prompt(fact_template: str, key: str) -> str:
+    """The fact's sentence up to its value: "The ticket number of {k} is {v}." -> "The ticket
+    number of Vincent is" (what a base model completes with the value)."""
+    head, sep, _ = fact_template.partition(" {v}")
+    if not sep:
+        raise ValueError(f"fact template without ' {{v}}': {fact_template!r}")
+    return head.format(k=key)
+
+
+def make_facts(rng: random.Random, style: str, n: int,
+               completion: bool = False) -> list[tuple[str, str, str]]:
+    """n facts as (fact sentence, question, answer); keys and values distinct within the list.
+    With completion=True the question is the start of the fact's sentence (completion_prompt);
+    the random draws are the same either way."""
     pools = {"name": rng.sample(NAMES, len(NAMES)), "city": rng.sample(CITIES, len(CITIES)),
              "colour": rng.sample(COLOURS, len(COLOURS))}
     rels = STYLES[style]
@@ -200,7 +223,8 @@ def make_facts(rng: random.Random, style: str, n: int) -> list[tuple[str, str, s
             if v not in used:
                 break
         used.add(v)
-        facts.append((fact.format(k=key, v=v), question.format(k=key), v))
+        q = completion_prompt(fact, key) if completion else question.format(k=key)
+        facts.append((fact.format(k=key, v=v), q, v))
     return facts
 
 
@@ -209,7 +233,7 @@ def synthetic(args) -> list[dict]:
     out = []
     for c in range(args.contexts):
         style = args.style
-        facts = make_facts(rng, style, args.facts)
+        facts = make_facts(rng, style, args.facts, args.completion)
         values = [f[2] for f in facts]
         fact_tokens = sum(approx_tokens(f[0]) for f in facts)
         sentences: list[str] = []
@@ -250,7 +274,7 @@ def synthetic(args) -> list[dict]:
             "context": context,
             "questions": questions,
             "meta": {"style": style, "facts": args.facts, "approx_tokens": approx_tokens(context),
-                     "asked": asked},
+                     "asked": asked, **({"questions": "completion"} if args.completion else {})},
         })
     return out
 
@@ -371,9 +395,13 @@ def main() -> int:
                     help="approximate context length in tokens (synthetic: whole context; real: chunk)")
     ap.add_argument("--style", choices=sorted(STYLES), default="mixed",
                     help="fact relations: mixed (eight kinds in turn), code or city (one kind)")
+    ap.add_argument("--completion", action="store_true",
+                    help="synthetic: each question is the start of its fact's sentence, for base models")
     ap.add_argument("--real", default="", help="comma list of text files: build contexts from them instead")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
+    if args.real and args.completion:
+        raise SystemExit("--completion applies to synthetic contexts only (--real has its own cloze questions)")
     if not args.real and not 1 <= args.questions <= args.facts:
         raise SystemExit("need 1 <= --questions <= --facts")
     rows = real(args) if args.real else synthetic(args)

@@ -67,6 +67,36 @@ tokens = context tokens summed over the contexts, plus "questions", "system", "d
 per question]} for the C++ side to compare with) and --md (a table, also printed). --answers FILE
 writes every (policy, r, context, question) output as JSONL.
 
+Completion style (--completion; automatic when the tokenizer has no chat template), for base models
+such as Gemma 3 270M and datasets whose questions are sentence starts (gen_multikey.py --completion).
+kvpress's pipeline is NOT used: without a chat template it puts the BOS token's text before the
+context and appends "\n" to every question, which this prompt does not. The script drives the model
+and the press itself:
+
+* context ids  = [BOS] + tokenizer.encode(CONTEXT, add_special_tokens=False)   (Gemma 3: BOS = 2)
+* question ids = tokenizer.encode("\n\n" + Q, add_special_tokens=False), no suffix; e.g. for Gemma 3
+  "\n\nThe PIN of the brown safe is" = 108 818 54268 529 506 8864 6338 563 ("\n\n" is one token, 108)
+* prefill: model.model(context_ids) under the press on a fresh DynamicCache, positions 0..C-1;
+  each question then as above: one forward at positions C..C+Lq-1 over the cache, argmax, up to
+  max_new_tokens - 1 single-token steps; stop after EOS (generation_config.eos_token_id; Gemma 3:
+  <eos> = 1) or as soon as the decoded text holds a newline (the answer is cut there anyway); the
+  cache is cut back after each question. answer = decode(skip_special_tokens=True), cut at the
+  first "\n", .strip().
+* Sliding-window models (Gemma 3: 15 local layers with a 512-token window, 3 global layers): the
+  presses act on the GLOBAL layers only; the local layers keep the whole context and attend to its
+  last 512 positions as the model always does (kvpress itself skips them for
+  Gemma3ForConditionalGeneration; for the text-only Gemma3ForCausalLM 0.5.5 would hook them too,
+  and its KVzipPress refuses Gemma 3, hence the Global*Press classes below). The attention masks of
+  the question/answer forwards are built here (layer_masks()), since transformers sizes both from
+  layer 0 (a local layer) and would let question tokens see later ones in a shortened global layer.
+  kept_fraction counts the global layers only.
+* checks on the first context: whole-question vs token-by-token last logits under every press
+  (no look-ahead through the masks), and, on the full cache, against transformers' own masks.
+
+Metrics as above, plus agreement_first_word (the answers' first words, trailing punctuation
+stripped, equal to the full cache's): a base model runs on after the value ("9463. At the flower
+shop, ..."), so whole-answer agreement also counts changes in that continuation.
+
 Run with /opt/offgen-kvpress/bin/python (kvpress 0.5.5 + transformers 5.2.0), on the Hugging Face
 export of the model (tools/export_hf_checkpoint.py): KVzipPress loads the tokenizer from
 model.config.name_or_path, which must be a directory. See bench/peers/README.md. Dev-time only.
@@ -87,17 +117,22 @@ import re
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TQDM_DISABLE", "1")
+# torch's OpenMP threads spin-wait by default; with another job on the cores that made a 2-thread
+# single-token step ~10x slower here (1.4 s against 0.12 s). Sleeping waits change no numerics.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, pipeline  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 import kvpress  # noqa: E402,F401  (registers the "kv-press-text-generation" pipeline)
+import kvpress.presses.kvzip_press as kvzip_module  # noqa: E402
 from kvpress import KVzipPress, ObservedAttentionPress, SnapKVPress, StreamingLLMPress  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,6 +140,7 @@ DEFAULT_MODEL = Path.home() / ".cache/offgen/models/SmolLM2-135M-Instruct-hf"
 DEFAULT_CONTEXTS = REPO / "bench/multiquery/multikey.jsonl"
 QUESTION_PREFIX = "\n\n"
 ALL_POLICIES = ["kvzip", "kvzip_sys", "snapkv", "snapkv_q1", "h2o", "sinks"]
+COMPLETION_POLICIES = ["kvzip", "snapkv", "snapkv_q1", "h2o", "sinks"]
 
 
 def log(msg: str) -> None:
@@ -130,6 +166,13 @@ def correct(gold: str, out: str) -> bool:
 
 def clean(answer: str) -> str:
     return answer.split("\n", 1)[0].strip()
+
+
+def first_word(answer: str) -> str:
+    """The answer's first whitespace-separated word without trailing punctuation ("9463. At the" ->
+    "9463"): what a completion-style answer puts first, before the base model runs on."""
+    words = answer.split()
+    return re.sub(r"[^\w]+$", "", words[0]) if words else ""
 
 
 @dataclasses.dataclass
@@ -162,6 +205,265 @@ class KVzipKeepPrefixPress(KVzipPress):
         super().compress_post(model)
 
 
+# ---------------------------------------------------------------- completion style, sliding-window models
+#
+# kvpress 0.5.5 and Gemma3ForCausalLM (see bench/peers/README.md, "completion style"): BasePress hooks
+# every layer of a text-only Gemma 3, sliding ones included (it skips them only for
+# Gemma3ForConditionalGeneration), and KVzipPress refuses any Gemma3PreTrainedModel. The classes below
+# keep kvpress's scoring and leave the sliding-window (local) layers whole, as kvpress itself does for
+# Gemma3ForConditionalGeneration and as offgen does (its policies act on the global layers).
+
+
+def is_sliding(module) -> bool:
+    return bool(getattr(module, "is_sliding", False))
+
+
+def has_sliding_layers(model) -> bool:
+    return any(is_sliding(layer.self_attn) for layer in model.model.layers)
+
+
+def compressed_layers(model) -> list[int]:
+    """The layers a press acts on: the global ones of a sliding-window model, else all."""
+    idx = [i for i, layer in enumerate(model.model.layers) if not is_sliding(layer.self_attn)]
+    return idx if has_sliding_layers(model) else list(range(len(model.model.layers)))
+
+
+def _crop_layer(cache, layer_idx: int, n: int) -> None:
+    layer = cache.layers[layer_idx]
+    layer.keys, layer.values = layer.keys[:, :, :n], layer.values[:, :, :n]
+
+
+class GlobalLayersOnly:
+    """Mixin for a BasePress: the forward hook acts on global layers only; a sliding layer keeps its
+    KV (cut to the context when the prefill also held question 1, n_context > 0)."""
+
+    def forward_hook(self, module, input, kwargs, output):
+        if not is_sliding(module):
+            return super().forward_hook(module, input, kwargs, output)
+        n = getattr(self, "n_context", 0)
+        if n:
+            _crop_layer(kwargs["past_key_values"], module.layer_idx, n)
+        return output
+
+
+class GlobalSnapKVPress(GlobalLayersOnly, SnapKVPress):
+    pass
+
+
+class GlobalFirstQuestionSnapKVPress(GlobalLayersOnly, FirstQuestionSnapKVPress):
+    pass
+
+
+class GlobalObservedAttentionPress(GlobalLayersOnly, ObservedAttentionPress):
+    pass
+
+
+class GlobalStreamingLLMPress(GlobalLayersOnly, StreamingLLMPress):
+    pass
+
+
+class _NotAModel:
+    """Stands in for Gemma3PreTrainedModel in KVzipPress's refusal check (nothing is an instance)."""
+
+
+@dataclasses.dataclass
+class GlobalKVzipPress(KVzipPress):
+    """kvpress's KVzipPress (context reconstruction, max attention score, masked eviction) on the
+    global layers of a sliding-window model. kvpress 0.5.5 refuses Gemma 3 (kvzip_press.py, first
+    check of __call__); that check is lifted for the duration of the call. The reconstruction pass
+    runs through the whole model as kvpress runs it; a sliding layer is not scored and its copy of the
+    reconstruction input is cut off, as kvpress cuts it off every layer. The eviction is kvpress's
+    compress_post restricted to the global layers: with layerwise=False one bottom-k over global
+    layers x KV heads x positions (int(numel * compression_ratio) pairs, the first n_sink protected),
+    then a bottom-k inside each layer; sliding layers get no masked keys."""
+
+    @contextlib.contextmanager
+    def __call__(self, model):
+        with mock.patch.object(kvzip_module, "Gemma3PreTrainedModel", _NotAModel):
+            with super().__call__(model):
+                yield
+
+    def forward_hook(self, module, input, kwargs, output):
+        if is_sliding(module):
+            _crop_layer(kwargs["past_key_values"], module.layer_idx, self.context_length)
+            return output
+        return super().forward_hook(module, input, kwargs, output)
+
+    def compress_post(self, model):
+        layers = model.model.layers
+        for layer in layers:
+            layer.self_attn.masked_key_indices = None
+        if self.compression_ratio <= 0 or self.score_val is None:
+            return
+        glob = compressed_layers(model)
+        scores = self.score_val[glob].clone()  # (G, bsz, kv heads, C)
+        scores[..., : self.n_sink] = scores.amax() + 1.0
+        n_glob, bsz, n_heads, n_ctx = scores.shape
+        per_layer_numel = bsz * n_heads * n_ctx
+        if self.layerwise:
+            pruned = [int(per_layer_numel * self.compression_ratio)] * n_glob
+        else:
+            n_pruned = int(scores.numel() * self.compression_ratio)
+            flat = torch.topk(-scores.reshape(-1), n_pruned).indices
+            pruned = torch.bincount(flat // per_layer_numel, minlength=n_glob).tolist()
+        for gi, li in enumerate(glob):
+            k = int(pruned[gi])
+            idx = torch.topk(-scores[gi].reshape(bsz, -1), k, dim=1).indices.flatten().cpu()
+            layers[li].self_attn.masked_key_indices = (torch.arange(bsz).repeat_interleave(k), idx // n_ctx,
+                                                       idx % n_ctx)
+
+
+def make_completion_press(policy: str, r: float, args, sliding: bool):
+    """The press of `policy` for completion mode: kvpress's own classes on a model without sliding
+    layers, the global-layers-only variants above on one with them."""
+    if not sliding:
+        return make_press(policy, r, args)
+    cr = 1.0 - r
+    if policy == "kvzip":
+        return GlobalKVzipPress(compression_ratio=cr, n_sink=args.sinks, layerwise=args.kvzip_layerwise,
+                                chunk_size=args.kvzip_chunk)
+    if policy == "snapkv":
+        return GlobalSnapKVPress(compression_ratio=cr, window_size=args.snapkv_window,
+                                 kernel_size=args.snapkv_kernel)
+    if policy == "snapkv_q1":
+        return GlobalFirstQuestionSnapKVPress(compression_ratio=cr, kernel_size=args.snapkv_kernel)
+    if policy == "h2o":
+        return GlobalObservedAttentionPress(compression_ratio=cr)
+    if policy == "sinks":
+        return GlobalStreamingLLMPress(compression_ratio=cr, n_sink=args.sinks)
+    raise SystemExit(f"policy {policy!r} not available with --completion "
+                     f"(known: {', '.join(COMPLETION_POLICIES)})")
+
+
+def completion_ids(tok, context: str, questions: list[str]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The completion-style prompt: [BOS] + encode(context), and per question encode("\n\n" + q),
+    all without special tokens added by the tokenizer; no suffix."""
+    if tok.bos_token_id is None:
+        raise SystemExit("--completion needs a tokenizer with a BOS token")
+    ctx = [tok.bos_token_id] + tok.encode(context, add_special_tokens=False)
+    qs = [torch.tensor([tok.encode(QUESTION_PREFIX + q, add_special_tokens=False)]) for q in questions]
+    return torch.tensor([ctx]), qs
+
+
+def layer_masks(model, cache, q_len: int) -> dict:
+    """Attention masks for q_len new tokens over a cache whose global layers may hold fewer pairs than
+    its sliding layers (transformers sizes both masks from layer 0, a sliding layer, so its own masks
+    would let question tokens see later question tokens in a shortened global layer). Global layers:
+    the P_g cached pairs are all visible, the new tokens causal among themselves. Sliding layers (never
+    compressed, so column = position): key j visible to new token i iff P_s + i - window < j <= P_s + i,
+    transformers' sliding-window rule. Boolean for sdpa, additive 0 / -inf-like for eager."""
+    types = model.config.layer_types
+    lens = {t: {cache.get_seq_length(i) for i, ty in enumerate(types) if ty == t} for t in set(types)}
+    if any(len(v) != 1 for v in lens.values()):
+        raise RuntimeError(f"layers of one type hold different lengths: {lens}")
+    p_g, p_s = lens["full_attention"].pop(), lens["sliding_attention"].pop()
+    i = torch.arange(q_len)[:, None]
+    jg, js = torch.arange(p_g + q_len)[None], torch.arange(p_s + q_len)[None]
+    full = jg <= p_g + i
+    slide = (js <= p_s + i) & (js > p_s + i - model.config.sliding_window)
+    out = {}
+    for name, m in (("full_attention", full), ("sliding_attention", slide)):
+        m = m[None, None]
+        if model.config._attn_implementation == "eager":
+            m = torch.zeros(m.shape, dtype=model.dtype).masked_fill(~m, torch.finfo(model.dtype).min)
+        out[name] = m
+    return out
+
+
+def step(model, ids: torch.Tensor, cache, pos: int, sliding: bool, own_masks: bool = False) -> torch.Tensor:
+    """One forward of `ids` at positions pos.. over the cache; the last position's logits."""
+    mask = layer_masks(model, cache, ids.shape[1]) if sliding and not own_masks else None
+    out = model(input_ids=ids, past_key_values=cache, attention_mask=mask,
+                position_ids=torch.arange(pos, pos + ids.shape[1])[None], logits_to_keep=1)
+    return out.logits[0, -1]
+
+
+def cache_lengths(cache) -> list[int]:
+    return [cache.get_seq_length(i) for i in range(len(cache))]
+
+
+def crop_cache(cache, lengths: list[int]) -> None:
+    for i, n in enumerate(lengths):
+        _crop_layer(cache, i, n)
+
+
+def answer_completion(model, tok, cache, q_ids: torch.Tensor, n_ctx: int, args, sliding: bool) -> str:
+    """Greedy answer to one question over the cache at positions n_ctx..; stops after EOS or once the
+    text holds a newline (the answer is cut there anyway); the cache is cut back afterwards."""
+    eos = model.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, list) else [eos])
+    lengths = cache_lengths(cache)
+    gen: list[int] = []
+    ids, pos = q_ids, n_ctx
+    for _ in range(args.max_new_tokens):
+        nxt = int(step(model, ids, cache, pos, sliding).argmax())
+        gen.append(nxt)
+        pos += ids.shape[1]
+        ids = torch.tensor([[nxt]])
+        if nxt in eos or "\n" in tok.decode(gen, skip_special_tokens=True):
+            break
+    crop_cache(cache, lengths)
+    return tok.decode(gen, skip_special_tokens=True)
+
+
+def check_masks(model, cache, q_ids: torch.Tensor, n_ctx: int, sliding: bool, label: str,
+                compare_own: bool = False) -> float:
+    """Self-check on one question: the last logits of one forward over the whole question equal those
+    of token-by-token forwards (no token sees a later one through the masks); with compare_own, also
+    those of transformers' own masks (valid only while every layer holds the whole context)."""
+    lengths = cache_lengths(cache)
+    whole = step(model, q_ids, cache, n_ctx, sliding)
+    crop_cache(cache, lengths)
+    for t in range(q_ids.shape[1]):
+        last = step(model, q_ids[:, t:t + 1], cache, n_ctx + t, sliding)
+    crop_cache(cache, lengths)
+    diff = float((whole - last).abs().max())
+    msg = f"mask check {label}: max |dlogit| whole question vs token by token {diff:.2e}"
+    if compare_own:
+        own = step(model, q_ids, cache, n_ctx, sliding, own_masks=True)
+        crop_cache(cache, lengths)
+        own_diff = float((whole - own).abs().max())
+        msg += f", vs transformers' own masks {own_diff:.2e}"
+        diff = max(diff, own_diff)
+    log(msg)
+    if diff > 1e-3:
+        raise RuntimeError(msg)
+    return diff
+
+
+@torch.inference_mode()
+def run_one_completion(model, tok, policy: str, r: float, ctx_ids: torch.Tensor, q_ids: list[torch.Tensor],
+                       args, check: bool = False) -> tuple[list[str], float]:
+    """Completion mode: answers (cleaned) and kept fraction for one context under one press, driving
+    the model and press directly (prefill under the press, then each question over the cache)."""
+    sliding = has_sliding_layers(model)
+    clear_masks(model)
+    cache = DynamicCache()
+    n_ctx = ctx_ids.shape[1]
+    if policy == "full":
+        model.model(input_ids=ctx_ids, past_key_values=cache)
+    elif policy == "snapkv_q1":
+        press = make_completion_press(policy, r, args, sliding)
+        press.window_size = q_ids[0].shape[1]
+        press.n_context = n_ctx
+        with press(model):
+            model.model(input_ids=torch.cat([ctx_ids, q_ids[0]], dim=1), past_key_values=cache)
+    else:
+        press = make_completion_press(policy, r, args, sliding)
+        with press(model):
+            model.model(input_ids=ctx_ids, past_key_values=cache)
+    for i in range(len(cache)):
+        n = cache.get_seq_length(i)
+        if (i not in compressed_layers(model) or policy in ("full", "kvzip")) and n != n_ctx:
+            raise RuntimeError(f"{policy} r={r}: layer {i} holds {n} pairs, expected the whole context {n_ctx}")
+    if check:
+        check_masks(model, cache, q_ids[0], n_ctx, sliding, f"{policy} r={r}", compare_own=policy == "full")
+    answers = [answer_completion(model, tok, cache, q, n_ctx, args, sliding) for q in q_ids]
+    frac = kept_fraction(model, cache, n_ctx)
+    clear_masks(model)
+    return [clean(a) for a in answers], frac
+
+
 def make_press(policy: str, r: float, args):
     cr = 1.0 - r
     if policy == "kvzip":
@@ -187,11 +489,14 @@ def clear_masks(model) -> None:
 
 
 def kept_fraction(model, cache, n_ctx: int) -> float:
-    """Kept KV pairs / (layers x KV heads x n_ctx) of the compressed context cache."""
+    """Kept KV pairs / (layers x KV heads x n_ctx) of the compressed context cache; on a
+    sliding-window model over the global layers only (the ones the presses act on)."""
     cfg = model.config
-    total = cfg.num_hidden_layers * cfg.num_key_value_heads * n_ctx
+    layers = compressed_layers(model)
+    total = len(layers) * cfg.num_key_value_heads * n_ctx
     kept = 0
-    for li, layer in enumerate(model.model.layers):
+    for li in layers:
+        layer = model.model.layers[li]
         length = cache.get_seq_length(li)
         kept += cfg.num_key_value_heads * length
         masked = getattr(layer.self_attn, "masked_key_indices", None)
@@ -264,6 +569,9 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=Path(__file__).with_name("kvpress_multiquery.json"))
     ap.add_argument("--md", type=Path, default=Path(__file__).with_name("kvpress_multiquery.md"))
     ap.add_argument("--answers", type=Path, default=None, help="also write every answer as JSONL here")
+    ap.add_argument("--completion", action="store_true",
+                    help="completion-style prompt for base models: [BOS] + context, questions '\\n\\n' + q, "
+                         "no chat template (automatic when the tokenizer has none)")
     args = ap.parse_args()
 
     t_start = time.time()
@@ -280,18 +588,31 @@ def main() -> int:
         rows_in = rows_in[: args.limit]
 
     tok = AutoTokenizer.from_pretrained(args.model)
+    if tok.chat_template is None and not args.completion:
+        log("the tokenizer has no chat template: completion-style prompt (--completion)")
+        args.completion = True
+    if args.completion and (bad := [p for p in policies if p not in COMPLETION_POLICIES]):
+        raise SystemExit(f"--completion: policies {bad} not available (known: {', '.join(COMPLETION_POLICIES)}; "
+                         "kvzip_sys has no chat-template prefix to keep)")
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="sdpa").eval()
-    pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tok, device="cpu")
-    pipe_eager = None
+    pipe = pipe_eager = model_e = None
+    if not args.completion:
+        pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tok, device="cpu")
     if "h2o" in policies or not args.no_eager_check:
         model_e = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32,
                                                        attn_implementation="eager").eval()
-        pipe_eager = pipeline("kv-press-text-generation", model=model_e, tokenizer=tok, device="cpu")
+        if not args.completion:
+            pipe_eager = pipeline("kv-press-text-generation", model=model_e, tokenizer=tok, device="cpu")
+    sliding = has_sliding_layers(model)
+    glob = compressed_layers(model)
 
     # the chat-template prefix length (what KVzipPress calls prefix_length) for the diagnostics
-    probe = pipe.preprocess("", questions=["q"], answer_prefix="", max_context_length=int(1e10))
-    args.prefix_len = probe["context_ids"].shape[1]
-    args.kvzip_prefix_stats = True
+    if args.completion:
+        args.prefix_len = 0
+    else:
+        probe = pipe.preprocess("", questions=["q"], answer_prefix="", max_context_length=int(1e10))
+        args.prefix_len = probe["context_ids"].shape[1]
+    args.kvzip_prefix_stats = not args.completion
     args.kvzip_prefix_evicted = {}
 
     weights = sorted(args.model.glob("*.safetensors"))
@@ -307,6 +628,9 @@ def main() -> int:
         "h2o": "ObservedAttentionPress (eager attention)",
         "sinks": f"StreamingLLMPress(n_sink={args.sinks})",
     }
+    if args.completion and sliding:
+        for k in ("kvzip", "snapkv", "snapkv_q1", "h2o", "sinks"):
+            presses[k] += f" on the {len(glob)} global layers only (sliding-window layers left whole)"
     run = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "kvpress": md.version("kvpress"), "transformers": md.version("transformers"),
@@ -317,6 +641,16 @@ def main() -> int:
         "prompt": "chat template, context in the user turn; question = '\\n\\n' + q + "
                   "'<|im_end|>\\n<|im_start|>assistant\\n', tokenised separately",
     }
+    if args.completion:
+        kvzip_repeat = (tok.encode("\n\nRepeat the previous context exactly.", add_special_tokens=False)
+                        + tok.encode("\n", add_special_tokens=False))
+        run.update({
+            "prompt": "completion style: context ids = [BOS] + encode(context); question ids = "
+                      "encode('\\n\\n' + q), no suffix; both add_special_tokens=False, tokenised separately",
+            "bos_id": tok.bos_token_id, "eos_ids": model.generation_config.eos_token_id,
+            "kvzip_repeat_ids": kvzip_repeat + ["<context ids, BOS included>"],
+            "compressed_layers": glob if sliding else "all",
+        })
     log(f"{system}, transformers {run['transformers']}, torch {run['torch']}, {len(rows_in)} contexts "
         f"from {args.contexts}, policies {policies}, ratios {ratios}")
 
@@ -325,7 +659,14 @@ def main() -> int:
     example = None
     for ci, ctx in enumerate(rows_in):
         questions = [QUESTION_PREFIX + q["q"] for q in ctx["questions"]]
-        if example is None:
+        if args.completion:
+            ctx_ids, q_ids = completion_ids(tok, ctx["context"], [q["q"] for q in ctx["questions"]])
+            n_ctx = ctx_ids.shape[1]
+            if example is None:
+                example = {"id": ctx["id"], "context_ids_head": ctx_ids[0, :40].tolist(),
+                           "context_ids_tail": ctx_ids[0, -8:].tolist(), "question_ids": q_ids[0][0].tolist(),
+                           "context_tokens": n_ctx}
+        elif example is None:
             inp = pipe.preprocess(ctx["context"], questions=questions, answer_prefix="", max_context_length=int(1e10))
             # the documented prompt, built by hand, must give the pipeline's ids exactly
             sys_user = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
@@ -340,8 +681,9 @@ def main() -> int:
                        "context_ids_tail": inp["context_ids"][0, -8:].tolist(),
                        "question_ids": inp["questions_ids"][0][0].tolist(),
                        "context_tokens": inp["context_ids"].shape[1]}
-        n_ctx = pipe.preprocess(ctx["context"], questions=questions[:1], answer_prefix="",
-                                max_context_length=int(1e10))["context_ids"].shape[1]
+        if not args.completion:
+            n_ctx = pipe.preprocess(ctx["context"], questions=questions[:1], answer_prefix="",
+                                    max_context_length=int(1e10))["context_ids"].shape[1]
         combos = [("full", 1.0)]
         if not args.no_eager_check:
             combos.append(("full_eager", 1.0))
@@ -349,7 +691,12 @@ def main() -> int:
         t_ctx = time.time()
         for policy, r in combos:
             t0 = time.time()
-            if policy == "full_eager":
+            reuse_full = r == 1.0 and policy not in ("full", "full_eager") and not args.rerun_unity
+            if args.completion and not reuse_full:
+                m = model_e if policy in ("full_eager", "h2o") else model
+                answers, frac = run_one_completion(m, tok, "full" if policy == "full_eager" else policy, r,
+                                                   ctx_ids, q_ids, args, check=ci == 0)
+            elif policy == "full_eager":
                 answers, frac = run_one(pipe_eager, "full", 1.0, ctx, questions, args)
             elif r == 1.0 and policy != "full" and not args.rerun_unity:
                 answers, frac = results[("full", 1.0)]["answers"][ctx["id"]], 1.0
@@ -362,9 +709,11 @@ def main() -> int:
             res["tokens"] += n_ctx
             full = results[("full", 1.0)]["answers"][ctx["id"]]
             agree = sum(a == b for a, b in zip(answers, full))
+            head = sum(first_word(a) == first_word(b) for a, b in zip(answers, full))
             acc = sum(correct(q.get("answer", ""), a) for q, a in zip(ctx["questions"], answers))
             log(f"ctx {ci + 1}/{len(rows_in)} {ctx['id']} C={n_ctx} {policy:10s} r={r:<4} kept={frac:.3f} "
-                f"agree={agree}/{len(answers)} acc={acc}/{len(answers)} ({time.time() - t0:.1f}s)")
+                f"agree={agree}/{len(answers)} acc={acc}/{len(answers)} "
+                + (f"first_word={head}/{len(answers)} " if args.completion else "") + f"({time.time() - t0:.1f}s)")
         log(f"ctx {ci + 1}/{len(rows_in)} done in {time.time() - t_ctx:.0f}s; "
             f"elapsed {(time.time() - t_start) / 60:.1f} min")
 
@@ -374,16 +723,18 @@ def main() -> int:
     full_answers = results[("full", 1.0)]["answers"]
     rows, table = [], []
     for (policy, r), res in results.items():
-        n_q = agree = n_gold = acc = 0
+        n_q = agree = n_gold = acc = head = 0
         for cid, answers in res["answers"].items():
             for q, a, f in zip(gold[cid], answers, full_answers[cid]):
                 n_q += 1
                 agree += a == f
+                head += first_word(a) == first_word(f)
                 if "answer" in q:
                     n_gold += 1
                     acc += correct(q["answer"], a)
         kept = sum(res["kept"]) / len(res["kept"])
-        vals = {"agreement": agree / n_q, "accuracy": acc / n_gold if n_gold else None, "kept_fraction": kept}
+        vals = {"agreement": agree / n_q, "accuracy": acc / n_gold if n_gold else None, "kept_fraction": kept,
+                "agreement_first_word": head / n_q if args.completion else None}
         for metric, value in vals.items():
             if value is None:
                 continue
@@ -393,7 +744,8 @@ def main() -> int:
             if policy == "full" and metric == "agreement":
                 row["answers"] = res["answers"]
             rows.append(row)
-        table.append((policy, r, kept, vals["agreement"], vals["accuracy"], agree, acc, n_q, n_gold))
+        table.append((policy, r, kept, vals["agreement"], vals["accuracy"], agree, acc, n_q, n_gold,
+                      vals["agreement_first_word"], head))
 
     if args.answers:
         with open(args.answers, "w") as f:
@@ -411,20 +763,33 @@ def main() -> int:
         f"Python {run['python']}, {args.threads} threads, fp32, CPU.",
         f"Model `{args.model.name}` (model.safetensors sha256 `{run['model_sha256']}`).",
         f"Dataset `{args.contexts.name}`: {len(rows_in)} contexts, {sum(len(c['questions']) for c in rows_in)} "
-        f"questions, {n_tok} context tokens in all (chat-template prefix included; "
-        f"{n_tok / len(rows_in):.0f} per context on average). Greedy, at most {args.max_new_tokens} new tokens.",
+        f"questions, {n_tok} context tokens in all ("
+        + ("BOS included" if args.completion else "chat-template prefix included")
+        + f"; {n_tok / len(rows_in):.0f} per context on average). "
+        f"Greedy, at most {args.max_new_tokens} new tokens.",
+        ("Prompt: completion style (no chat template): context = [BOS] + context ids, each question = ids of "
+         "'\\n\\n' + q, no suffix (see bench/peers/README.md)." if args.completion else
+         "Prompt: the chat template, context in the user turn (see bench/peers/README.md)."),
         "Policies: " + "; ".join(f"{k} = {presses[k]}" for k in ["full"] + policies) + ".",
         "Budget r = retained fraction (compression_ratio = 1 − r); kept = mean kept fraction of the context's KV "
-        "pairs over layers × KV heads. agreement = answers identical to the full cache's; accuracy = gold answer "
-        "contained in the output (normalised). Presses at r = 1 reuse the full-cache answers"
+        "pairs over " + (f"the {len(glob)} global layers × KV heads (the sliding-window layers keep the whole "
+                         "context; their attention reaches its last "
+                         f"{model.config.sliding_window} positions)" if sliding and args.completion
+                         else "layers × KV heads")
+        + ". agreement = answers identical to the full cache's; accuracy = gold answer "
+        "contained in the output (normalised)"
+        + ("; first word = the answers' first words (trailing punctuation stripped) identical to the full "
+           "cache's" if args.completion else "")
+        + ". Presses at r = 1 reuse the full-cache answers"
         + (" (rerun here)." if args.rerun_unity else "."),
         "",
-        "| policy | budget r | kept | agreement | accuracy |",
-        "|---|---:|---:|---:|---:|",
+        "| policy | budget r | kept | agreement | accuracy |" + (" first word |" if args.completion else ""),
+        "|---|---:|---:|---:|---:|" + ("---:|" if args.completion else ""),
     ]
-    for policy, r, kept, agr, accv, agree, acc, n_q, n_gold in table:
+    for policy, r, kept, agr, accv, agree, acc, n_q, n_gold, headv, head in table:
         acc_s = f"{accv:.3f} ({acc}/{n_gold})" if accv is not None else "—"
-        lines.append(f"| {policy} | {r:g} | {kept:.3f} | {agr:.3f} ({agree}/{n_q}) | {acc_s} |")
+        lines.append(f"| {policy} | {r:g} | {kept:.3f} | {agr:.3f} ({agree}/{n_q}) | {acc_s} |"
+                     + (f" {headv:.3f} ({head}/{n_q}) |" if args.completion else ""))
     # compact curves: agreement per policy across r
     rs = sorted({r for (p, r) in results if p not in ("full", "full_eager")})
     if rs:
@@ -443,6 +808,14 @@ def main() -> int:
             lines.append(f"| {p} | " + " | ".join(
                 f"{next(t[4] for t in table if t[0] == p and t[1] == r) or 0:.3f}" if (p, r) in results else "—"
                 for r in rs) + " |")
+    if rs and args.completion:
+        lines += ["", "First-word agreement with the full cache:", "",
+                  "| policy | " + " | ".join(f"{r:g}" for r in rs) + " |",
+                  "|---|" + "---:|" * len(rs)]
+        for p in policies:
+            lines.append(f"| {p} | " + " | ".join(
+                f"{next(t[9] for t in table if t[0] == p and t[1] == r):.3f}" if (p, r) in results else "—"
+                for r in rs) + " |")
     if args.kvzip_prefix_evicted:
         lines += ["", "KVzipPress and the chat-template prefix (system prompt + `<|im_start|>user\\n`, "
                   f"{args.prefix_len} tokens): kvpress scores it 0 (only the context after it is reconstructed) "
@@ -451,7 +824,9 @@ def main() -> int:
                       f"r={r:g}: {sum(v) / len(v):.2f}" for r, v in sorted(args.kvzip_prefix_evicted.items())) + "."]
     lines += ["", f"Example token ids (context `{example['id']}`, {example['context_tokens']} context tokens): "
               f"context starts `{example['context_ids_head']}` … ends `{example['context_ids_tail']}`; "
-              f"question 1 = `{example['question_ids']}`.",
+              f"question 1 = `{example['question_ids']}`."
+              + (f" KVzipPress's reconstruction input = `{run['kvzip_repeat_ids'][:-1]}` + the context ids "
+                 "(BOS included)." if args.completion else ""),
               "", "Generated by `bench/peers/kvpress_multiquery.py`; raw rows in the JSON next to this file.", ""]
     text_md = "\n".join(lines)
     print(text_md)
