@@ -192,6 +192,8 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
     const auto full_run = answers_for(compressor.keep(KvPolicyKind::kFull, 1.0));
     const std::vector<std::vector<int32_t>>& full = full_run.first;
     const int64_t full_pairs = full_run.second;
+    std::vector<std::string> full_text;  // the reference answers, decoded once per context
+    for (const auto& ids : full) full_text.push_back(tok.decode(ids, true));
     auto score = [&](KvPolicyKind policy, double ratio,
                      const std::vector<std::vector<int32_t>>& got, int64_t kept) {
       const std::string name(kv_policy_name(policy));
@@ -199,22 +201,23 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
       kind = policy;
       t.kept += kept, t.pairs += full_pairs;
       for (size_t i = 0; i < got.size(); ++i) {
+        const std::string answer = tok.decode(got[i], true);
         if (answers_out.is_open())
           answers_out << json{{"context", mc.id},
                               {"question", mc.questions[i].q},
                               {"policy", name},
                               {"ratio", ratio},
-                              {"answer", tok.decode(got[i], true)},
-                              {"full_answer", tok.decode(full[i], true)},
+                              {"answer", answer},
+                              {"full_answer", full_text[i]},
                               {"gold", mc.questions[i].answer.value_or("")}}
                                  .dump(-1, ' ', false, json::error_handler_t::replace)
                           << "\n";
         ++t.questions;
         t.agree += got[i] == full[i];
-        t.first_agree += first_word(tok.decode(got[i], true)) == first_word(tok.decode(full[i], true));
+        t.first_agree += first_word(answer) == first_word(full_text[i]);
         if (const auto& gold = mc.questions[i].answer) {
           ++t.graded;
-          t.correct += answer_matches(tok.decode(got[i], true), *gold);
+          t.correct += answer_matches(answer, *gold);
         }
       }
     };

@@ -14,7 +14,7 @@ namespace offgen {
 namespace {
 
 // Per (layer, KV head) kept lists from a per-head slot policy over the evictable slots [P, n),
-// on the global layers (the others are left empty).
+// on policy_layers() (the others are left empty).
 std::vector<std::vector<int32_t>> keep_per_head(const ModelConfig& c, int64_t n, int64_t P,
                                                 double ratio, const KvSlotPolicy& policy,
                                                 const std::vector<std::vector<float>>& score) {

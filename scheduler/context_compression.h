@@ -45,9 +45,10 @@ class ContextCompressor {
   // for kvzip, per head otherwise. On a model with sliding-window layers the policy acts on the
   // global layers (kvzip's threshold runs over their pairs only) and each sliding-window layer
   // keeps the context's last window of slots (with_windows): a question after the context sees
-  // no earlier key there. Where every layer slides, the policy acts on all, within the window. A policy's scores are computed on its first use and reused for every
-  // ratio. Throws kConfig for a policy that cannot compress a context (the registry's
-  // context_policy_names() lists those that can) or a ratio outside (0, 1].
+  // no earlier key there. Where every layer slides, the policy acts on all, within the window.
+  // A policy's scores are computed on its first use and reused for every ratio. Throws kConfig
+  // for a policy that cannot compress a context (the registry's context_policy_names() lists
+  // those that can) or a ratio outside (0, 1].
   std::vector<std::vector<int32_t>> keep(KvPolicyKind policy, double ratio);
   // The retained ratio a KV budget gives this context: a fraction (0, 1] as it is, a token
   // count B > 1 as B / (evictable context tokens), at most 1.

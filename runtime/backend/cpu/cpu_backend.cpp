@@ -413,95 +413,65 @@ void transpose_keys(const float* k, int64_t stride, int64_t nk, int64_t hd, floa
 }
 
 #if defined(__AVX512F__)
-// R rows of score_rows at once, sharing each kt load.
-template <int R>
+// R rows against B consecutive transposed blocks (kt: [B][hd][16]) at once: one kt load serves
+// R rows, one q broadcast B blocks; dst row r gets B x 16 scores.
+template <int R, int B>
 void score_rows_avx512(const float* q, int64_t q_stride, const float* kt, int64_t hd,
                        __m512 vscale, float* dst, int64_t dst_stride) {
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  __m512 acc[B][R];
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r < R; ++r) acc[b][r] = _mm512_setzero_ps();
   for (int64_t i = 0; i < hd; ++i) {
-    const __m512 k = _mm512_loadu_ps(kt + i * kKeyBlock);
-    for (int r = 0; r < R; ++r)
-      acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * q_stride + i]), k, acc[r]);
-  }
-  for (int r = 0; r < R; ++r) _mm512_storeu_ps(dst + r * dst_stride, _mm512_mul_ps(acc[r], vscale));
-}
-#endif
-
-#if defined(__AVX512F__)
-// R rows against two blocks (kt: [2][hd][16]) at once: dst row r gets 32 scores, each block's
-// as score_rows_avx512 computes it (one kt load serves R rows, one q broadcast two blocks).
-template <int R>
-void score_rows_pair_avx512(const float* q, int64_t q_stride, const float* kt, int64_t hd,
-                            __m512 vscale, float* dst, int64_t dst_stride) {
-  const float* kt1 = kt + hd * kKeyBlock;
-  __m512 a[R], b[R];
-  for (int r = 0; r < R; ++r) a[r] = b[r] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < hd; ++i) {
-    const __m512 ka = _mm512_loadu_ps(kt + i * kKeyBlock), kb = _mm512_loadu_ps(kt1 + i * kKeyBlock);
+    __m512 k[B];
+    for (int b = 0; b < B; ++b) k[b] = _mm512_loadu_ps(kt + (b * hd + i) * kKeyBlock);
     for (int r = 0; r < R; ++r) {
       const __m512 qv = _mm512_set1_ps(q[r * q_stride + i]);
-      a[r] = _mm512_fmadd_ps(qv, ka, a[r]);
-      b[r] = _mm512_fmadd_ps(qv, kb, b[r]);
+      for (int b = 0; b < B; ++b) acc[b][r] = _mm512_fmadd_ps(qv, k[b], acc[b][r]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    _mm512_storeu_ps(dst + r * dst_stride, _mm512_mul_ps(a[r], vscale));
-    _mm512_storeu_ps(dst + r * dst_stride + kKeyBlock, _mm512_mul_ps(b[r], vscale));
-  }
+  for (int b = 0; b < B; ++b)
+    for (int r = 0; r < R; ++r)
+      _mm512_storeu_ps(dst + r * dst_stride + b * kKeyBlock, _mm512_mul_ps(acc[b][r], vscale));
 }
 #endif
 
-// dst[r][0..16) = scale * q_r · kt for `rows` query rows (q rows `q_stride` apart, dst rows
-// `dst_stride` apart): the query rows of a prefill chunk, or a decode row's query heads of one KV
-// head. kt: a block of 16 keys transposed, [hd][16]. Each score sums over i in order, however
-// many rows share the pass.
+// dst[r][0..16 B) = scale * q_r · kt for `rows` query rows (q rows `q_stride` apart, dst rows
+// `dst_stride` apart) against B consecutive blocks of 16 keys, transposed (kt: [B][hd][16]): the
+// query rows of a prefill chunk, or a decode row's query heads of one KV head. Each score sums
+// over i in order, however many rows and blocks share the pass.
+template <int B>
 void score_rows(const float* q, int64_t q_stride, int64_t rows, const float* kt, int64_t hd,
                 float scale, float* dst, int64_t dst_stride) {
-  int64_t r = 0;
 #if defined(__AVX512F__)
   const __m512 vscale = _mm512_set1_ps(scale);
+  int64_t r = 0;
   for (; r + 4 <= rows; r += 4)
-    score_rows_avx512<4>(q + r * q_stride, q_stride, kt, hd, vscale, dst + r * dst_stride, dst_stride);
+    score_rows_avx512<4, B>(q + r * q_stride, q_stride, kt, hd, vscale, dst + r * dst_stride,
+                            dst_stride);
+  q += r * q_stride, dst += r * dst_stride;
   switch (rows - r) {
     case 3:
-      score_rows_avx512<3>(q + r * q_stride, q_stride, kt, hd, vscale, dst + r * dst_stride, dst_stride);
-      break;
+      return score_rows_avx512<3, B>(q, q_stride, kt, hd, vscale, dst, dst_stride);
     case 2:
-      score_rows_avx512<2>(q + r * q_stride, q_stride, kt, hd, vscale, dst + r * dst_stride, dst_stride);
-      break;
+      return score_rows_avx512<2, B>(q, q_stride, kt, hd, vscale, dst, dst_stride);
     case 1:
-      score_rows_avx512<1>(q + r * q_stride, q_stride, kt, hd, vscale, dst + r * dst_stride, dst_stride);
-      break;
+      return score_rows_avx512<1, B>(q, q_stride, kt, hd, vscale, dst, dst_stride);
     default:
-      break;
+      return;
   }
-  r = rows;
-#endif
-  for (; r < rows; ++r) {
-    const float* qv = q + r * q_stride;
-    float acc[kKeyBlock] = {};
-    for (int64_t i = 0; i < hd; ++i)
+#else
+  for (int64_t r = 0; r < rows; ++r)
+    for (int b = 0; b < B; ++b) {
+      const float* qv = q + r * q_stride;
+      const float* kb = kt + b * hd * kKeyBlock;
+      float acc[kKeyBlock] = {};
+      for (int64_t i = 0; i < hd; ++i)
+        for (int64_t l = 0; l < kKeyBlock; ++l)
+          acc[l] = __builtin_fmaf(qv[i], kb[i * kKeyBlock + l], acc[l]);
       for (int64_t l = 0; l < kKeyBlock; ++l)
-        acc[l] = __builtin_fmaf(qv[i], kt[i * kKeyBlock + l], acc[l]);
-    for (int64_t l = 0; l < kKeyBlock; ++l) dst[r * dst_stride + l] = acc[l] * scale;
-  }
-}
-
-// score_rows over two consecutive key blocks (kt: [2][hd][16]; dst rows get 32 scores).
-void score_rows_pair(const float* q, int64_t q_stride, int64_t rows, const float* kt, int64_t hd,
-                     float scale, float* dst, int64_t dst_stride) {
-  int64_t r = 0;
-#if defined(__AVX512F__)
-  const __m512 vscale = _mm512_set1_ps(scale);
-  for (; r + 4 <= rows; r += 4)
-    score_rows_pair_avx512<4>(q + r * q_stride, q_stride, kt, hd, vscale, dst + r * dst_stride,
-                              dst_stride);
+        dst[r * dst_stride + b * kKeyBlock + l] = acc[l] * scale;
+    }
 #endif
-  if (r == rows) return;
-  score_rows(q + r * q_stride, q_stride, rows - r, kt, hd, scale, dst + r * dst_stride, dst_stride);
-  score_rows(q + r * q_stride, q_stride, rows - r, kt + hd * kKeyBlock, hd, scale,
-             dst + r * dst_stride + kKeyBlock, dst_stride);
 }
 
 // o = sum_j p[j] · v_j over n keys (v rows `v_stride` apart; p: probabilities, already
@@ -640,17 +610,15 @@ void CpuBackend::attention(const float* q, const AttentionArgs& a, float* out) {
       // head's scores: a chunk's rows together per head; a single row (decoding) with the group's
       // heads together.
       auto scores_for_block = [&](int64_t row0, int64_t n, int64_t at, bool pair) {
+        const auto score = pair ? score_rows<2> : score_rows<1>;
         const float* q0 = q + row0 * row_stride + kvh * group * hd;
         if (n == 1) {
-          for (int64_t b = 0; b < (pair ? 2 : 1); ++b)
-            score_rows(q0, hd, group, kt.data() + b * hd * kKeyBlock, hd, a.scale,
-                       scores.data() + at + b * kKeyBlock, head_scores);
+          score(q0, hd, group, kt.data(), hd, a.scale, scores.data() + at, head_scores);
           return;
         }
         for (int64_t g = 0; g < group; ++g)
-          (pair ? score_rows_pair : score_rows)(q0 + g * hd, row_stride, n, kt.data(), hd,
-                                                a.scale, scores.data() + g * head_scores + at,
-                                                width);
+          score(q0 + g * hd, row_stride, n, kt.data(), hd, a.scale,
+                scores.data() + g * head_scores + at, width);
       };
       for (int64_t j0 = n_pre > 0 ? pre_lo[0] / kKeyBlock * kKeyBlock : 0; j0 < n_pre;
            j0 += kKeyBlock) {
