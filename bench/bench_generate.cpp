@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     eo.threads = threads;
     eo.weight_dtype = WeightMode::parse(weight_dtype);
     eo.policy.gpu_batch_size = max_batch;
-    eo.prefill_chunk = std::max<int64_t>(2048, prompt_len * max_batch);
+    // Prefill in the backend's default chunks (EngineOptions::prefill_chunk), as `offgen run`.
     Engine engine(eo);
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> tok(100, static_cast<int32_t>(engine.config().vocab_size) - 1);

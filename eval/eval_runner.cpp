@@ -80,8 +80,9 @@ std::vector<EvalRow> run_eval_ppl(const EngineOptions& base, const EvalPplOption
   eo.policy.gpu_batch_size = static_cast<int64_t>(o.texts.size());
   eo.policy.num_gpu_batches = 1;
   eo.policy.batch_given = true;
-  eo.prefill_chunk = std::max<int64_t>(eo.prefill_chunk > 0 ? eo.prefill_chunk : 2048,
-                                       o.prefix);  // the prefix is one chunk
+  eo.prefill_chunk = std::max<int64_t>(
+      eo.prefill_chunk > 0 ? eo.prefill_chunk : backend_caps(eo.backend).default_prefill_chunk,
+      o.prefix);  // the prefix is one chunk
 
   // The full cache first: the tokeniser for the texts, and the reference for agreement.
   auto t0 = std::chrono::steady_clock::now();

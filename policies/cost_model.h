@@ -10,6 +10,7 @@
 
 #include "policies/hardware_profile.h"
 #include "policies/policy.h"
+#include "runtime/backend/backend_caps.h"
 #include "runtime/model/config.h"
 
 namespace offgen {
@@ -53,7 +54,9 @@ struct Workload {
   int64_t prompt_len = 512;
   int64_t gen_len = 32;
   int64_t num_requests = 0;     // 0 = one block of the policy's batch
-  int64_t prefill_chunk = 2048; // the engine's tokens per prefill forward
+  // The engine's tokens per prefill forward (the CPU backend's default: the planner's profile
+  // is the CPU's).
+  int64_t prefill_chunk = BackendCaps{}.default_prefill_chunk;
   void validate() const;        // throws Error(kConfig) naming the field
 };
 

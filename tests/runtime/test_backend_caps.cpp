@@ -40,7 +40,7 @@ TEST_CASE("backend caps: a constructed CPU backend reports its kind's", "[backen
     const BackendCaps c = be->caps();
     CHECK(c.device_is_host == backend_caps(k).device_is_host);
     CHECK(be->device_is_host() == (k == BackendKind::kCpu));
-    CHECK(c.default_prefill_chunk == 2048);
+    CHECK(c.default_prefill_chunk == 1024);
     // Only the plain CPU backend is what `offgen calibrate` measures, and offloads everything.
     const bool plain = k == BackendKind::kCpu;
     CHECK(c.calibrated_profile == plain);

@@ -28,7 +28,6 @@ BackendCaps cpu_backend_caps(bool emulate_device) {
   for (const FormatTraits& f : all_formats())
     if (cpu::cpu_matmul_kernel(f.type) != nullptr)
       c.matmul_storages |= BackendCaps::storage_bit(f.type);
-  c.default_prefill_chunk = 2048;
   c.calibrated_profile = !emulate_device;
   c.device_is_host = !emulate_device;
   // The emulated device has what the GPU backend has: KV wholly on the device or, computed on
