@@ -43,7 +43,7 @@ struct EngineOptions {
   // Placement and batch split: up to gpu_batch_size x num_gpu_batches sequences decode together,
   // split into num_gpu_batches batches that share each unit's weight load.
   Policy policy;
-  // Max prompt tokens per prefill forward; 0 = the backend's default (BackendCaps: 2048 on the
+  // Max prompt tokens per prefill forward; 0 = the backend's default (BackendCaps: 1024 on the
   // CPU, 65536 on a GPU, a whole block of FlexGen's workload in one forward, so weights
   // streamed to the GPU move once for it).
   int64_t prefill_chunk = 0;
