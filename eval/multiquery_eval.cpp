@@ -156,7 +156,6 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
     if (id != tok.eos_id() && tok.token_bytes(id).find('\n') != std::string::npos)
       stop.push_back(id);
   const KvzipRepeat repeat = KvzipRepeat::from(tok);
-  const std::vector<int64_t> compressed_layers = policy_layers(c);
 
   struct Tally {
     int64_t questions = 0, agree = 0, first_agree = 0, graded = 0, correct = 0, kept = 0,
@@ -182,11 +181,8 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
     // (sliding-window layers keep their window whatever the policy).
     const auto answers_for = [&](const std::vector<std::vector<int32_t>>& kept) {
       const SharedContext shared(*backend, c, cache, kept, n);
-      int64_t pairs = 0;
-      for (int64_t l : compressed_layers)
-        for (int64_t h = 0; h < c.n_kv_heads; ++h)
-          pairs += static_cast<int64_t>(kept[l * c.n_kv_heads + h].size());
-      return std::pair{runner.answer(shared, p.question_ids, o.max_answer_tokens, stop), pairs};
+      return std::pair{runner.answer(shared, p.question_ids, o.max_answer_tokens, stop),
+                       policy_pairs(c, kept)};
     };
     ContextCompressor compressor(runner, cache, p, repeat);
     const auto full_run = answers_for(compressor.keep(KvPolicyKind::kFull, 1.0));

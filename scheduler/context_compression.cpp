@@ -66,6 +66,14 @@ std::vector<int64_t> policy_layers(const ModelConfig& c) {
   return out;
 }
 
+int64_t policy_pairs(const ModelConfig& c, const std::vector<std::vector<int32_t>>& kept) {
+  int64_t pairs = 0;
+  for (int64_t l : policy_layers(c))
+    for (int64_t h = 0; h < c.n_kv_heads; ++h)
+      pairs += static_cast<int64_t>(kept[l * c.n_kv_heads + h].size());
+  return pairs;
+}
+
 std::vector<std::vector<int32_t>> with_windows(const ModelConfig& c, int64_t n,
                                                std::vector<std::vector<int32_t>> kept) {
   for (int64_t l = 0; l < c.n_layers; ++l) {

@@ -25,6 +25,9 @@ struct KvzipRepeat {
 // window), or every layer of a model whose layers all slide (the window then bounds what the
 // policy keeps there).
 std::vector<int64_t> policy_layers(const ModelConfig& c);
+// The pairs `kept` (per (layer, KV head), row-major) holds on those layers: what a context's
+// retained ratio counts, against policy_layers(c).size() x c.n_kv_heads x its tokens.
+int64_t policy_pairs(const ModelConfig& c, const std::vector<std::vector<int32_t>>& kept);
 
 // `kept` (per (layer, KV head), row-major) with every sliding-window layer's empty lists set to
 // the last c.sliding_window slots of an n-slot context (all of them when n is shorter) and its

@@ -70,7 +70,8 @@ struct GenerationStats {
   int64_t context_tokens = 0;     // their tokens (uncompressed)
   double context_seconds = 0;     // prefill + scoring + selection, all contexts
   double context_prefill_seconds = 0;  // the prefill part of it
-  int64_t context_pairs = 0, context_kept_pairs = 0;  // KV pairs over all contexts, and kept
+  // KV pairs over all contexts on the layers the policy compresses (policy_layers), and kept.
+  int64_t context_pairs = 0, context_kept_pairs = 0;
   int64_t context_peak_bytes = 0;  // most shared-context K+V bytes held at once
   // Requests whose max_tokens was cut to fit the context window (prompt + completion).
   int64_t max_tokens_clamped = 0;

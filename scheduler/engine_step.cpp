@@ -111,8 +111,9 @@ void Engine::build_context(SharedContextJob& job) {
   stats_.context_tokens += n;
   stats_.context_seconds += dt;
   stats_.prefill_seconds += dt;
-  stats_.context_pairs += c.n_layers * c.n_kv_heads * n;
-  stats_.context_kept_pairs += job.shared->kept_pairs();
+  // Counted on the layers the policy compresses (sliding-window layers keep their window).
+  stats_.context_pairs += static_cast<int64_t>(policy_layers(c).size()) * c.n_kv_heads * n;
+  stats_.context_kept_pairs += policy_pairs(c, kept);
 }
 
 void Engine::accept(Sequence& s, int32_t tok) {

@@ -11,6 +11,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/loaders/model_loader.h"
+#include "scheduler/context_compression.h"
 #include "scheduler/context_prompt.h"
 #include "scheduler/engine.h"
 #include "tests/engine_run.h"
@@ -172,6 +173,10 @@ TEST_CASE("engine shared context on sliding-window layers: kept whole it is the 
   const int64_t n = got.stats.context_tokens;
   REQUIRE(n > c.sliding_window);
   CHECK(got.kept_pairs == c.n_kv_heads * (n + (c.n_layers - 1) * c.sliding_window));
+  // The retained ratio (--report) counts the layer the policy compresses: kept whole, all of it.
+  REQUIRE(policy_layers(c).size() == 1);
+  CHECK(got.stats.context_pairs == c.n_kv_heads * n);
+  CHECK(got.stats.context_kept_pairs == got.stats.context_pairs);
   Policy kvzip = base_policy();
   kvzip.kv.kind = KvPolicyKind::kKvzip;
   kvzip.kv.budget = 1.0;
@@ -183,6 +188,9 @@ TEST_CASE("engine shared context on sliding-window layers: kept whole it is the 
   const Run small = run(kvzip, shared_reqs, true, model);
   CHECK(small.kept_pairs < got.kept_pairs);
   CHECK(small.kept_pairs > c.n_kv_heads * (c.n_layers - 1) * c.sliding_window);
+  CHECK(small.stats.context_kept_pairs ==
+        small.kept_pairs - c.n_kv_heads * (c.n_layers - 1) * c.sliding_window);
+  CHECK(small.stats.context_kept_pairs < small.stats.context_pairs);
   CHECK(small.touched == 0);
 }
 
