@@ -51,7 +51,8 @@ struct BackendCaps {
   bool cpu_cache_compute = true;         // KV wholly in host memory, its attention on the CPU
   // Prompt tokens per prefill forward. On the CPU 1024: a forward's activations stay in cache for
   // small models (prefill at batch 16-64 over 512-token prompts 5-10% faster than 2048 on
-  // SmolLM2 135M and Gemma 3 270M, bench/RESULTS.md); the GPU takes whole blocks (cuda_caps).
+  // SmolLM2 135M and Gemma 3 270M, a few % on a 7B shape; bench/RESULTS.md); the GPU takes
+  // whole blocks (cuda_caps).
   int64_t default_prefill_chunk = 1024;
   // `offgen calibrate`'s hardware profile describes this backend (the planner, --predict).
   bool calibrated_profile = true;
