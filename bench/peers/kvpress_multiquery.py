@@ -792,30 +792,27 @@ def main() -> int:
                      + (f" {headv:.3f} ({head}/{n_q}) |" if args.completion else ""))
     # compact curves: agreement per policy across r
     rs = sorted({r for (p, r) in results if p not in ("full", "full_eager")})
+    def curve(title, col, none_as_zero=False):
+        """A table of column `col` of `table`: rows the policies, columns the budgets."""
+        out = ["", title, "", "| policy | " + " | ".join(f"{r:g}" for r in rs) + " |",
+               "|---|" + "---:|" * len(rs)]
+        for p in policies:
+            cells = []
+            for r in rs:
+                if (p, r) not in results:
+                    cells.append("—")
+                    continue
+                v = next(t[col] for t in table if t[0] == p and t[1] == r)
+                cells.append(f"{(v or 0) if none_as_zero else v:.3f}")
+            out.append(f"| {p} | " + " | ".join(cells) + " |")
+        return out
+
     if rs:
-        lines += ["", "Agreement with the full cache (rows: policy; columns: r):", "",
-                  "| policy | " + " | ".join(f"{r:g}" for r in rs) + " |",
-                  "|---|" + "---:|" * len(rs)]
-        for p in policies:
-            lines.append(f"| {p} | " + " | ".join(
-                f"{next(t[3] for t in table if t[0] == p and t[1] == r):.3f}" if (p, r) in results else "—"
-                for r in rs) + " |")
-        lines += ["", "Accuracy (full cache: "
-                  f"{next(t[4] for t in table if t[0] == 'full') or 0:.3f}):", "",
-                  "| policy | " + " | ".join(f"{r:g}" for r in rs) + " |",
-                  "|---|" + "---:|" * len(rs)]
-        for p in policies:
-            lines.append(f"| {p} | " + " | ".join(
-                f"{next(t[4] for t in table if t[0] == p and t[1] == r) or 0:.3f}" if (p, r) in results else "—"
-                for r in rs) + " |")
-    if rs and args.completion:
-        lines += ["", "First-word agreement with the full cache:", "",
-                  "| policy | " + " | ".join(f"{r:g}" for r in rs) + " |",
-                  "|---|" + "---:|" * len(rs)]
-        for p in policies:
-            lines.append(f"| {p} | " + " | ".join(
-                f"{next(t[9] for t in table if t[0] == p and t[1] == r):.3f}" if (p, r) in results else "—"
-                for r in rs) + " |")
+        lines += curve("Agreement with the full cache (rows: policy; columns: r):", 3)
+        lines += curve("Accuracy (full cache: "
+                       f"{next(t[4] for t in table if t[0] == 'full') or 0:.3f}):", 4, none_as_zero=True)
+        if args.completion:
+            lines += curve("First-word agreement with the full cache:", 9)
     if args.kvzip_prefix_evicted:
         lines += ["", "KVzipPress and the chat-template prefix (system prompt + `<|im_start|>user\\n`, "
                   f"{args.prefix_len} tokens): kvpress scores it 0 (only the context after it is reconstructed) "
