@@ -33,6 +33,7 @@ struct CommonFlags {
   int threads = 0;
   std::string weight_dtype_text = "native";  // GGML blocks as the file holds them
   std::string backend_text{backend_name(BackendKind::kCpu)};
+  int64_t prefill_chunk = 0;  // 0 = the backend's default (generate and bench only)
   // Parsed by resolve() after the command line.
   BackendKind backend = BackendKind::kCpu;
   WeightMode weight_dtype = WeightMode::native_mode();
@@ -48,6 +49,33 @@ void add_common(CLI::App* app, CommonFlags& f) {
   app->add_option("--backend", f.backend_text, "Compute backend: cpu (default) or cuda (GPU 0)")
       ->check(CLI::IsMember(backend_flag_names()));
   add_weight_dtype(app, f.weight_dtype_text);
+}
+
+// Commands that run the engine: the prompt tokens per prefill forward (activation memory against
+// forwards: each forward reads every weight once).
+void add_prefill_chunk(CLI::App* app, CommonFlags& f) {
+  app->add_option("--prefill-chunk", f.prefill_chunk,
+                  "Max prompt tokens per prefill forward (0 = the backend's default: 1024 on the "
+                  "CPU, 65536 on a GPU)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+}
+
+// The engine options every engine-running command shares.
+EngineOptions engine_options(const CommonFlags& f, const Policy& policy, int64_t max_context) {
+  EngineOptions eo;
+  eo.model = f.model;
+  eo.threads = f.threads;
+  eo.backend = f.backend;
+  eo.weight_dtype = f.weight_dtype;
+  eo.policy = policy;
+  eo.prefill_chunk = f.prefill_chunk;
+  eo.max_context = max_context;
+  return eo;
+}
+
+// The planner's workload forwards as the engine will run them.
+void set_workload_chunk(const CommonFlags& f, Workload& w) {
+  if (f.prefill_chunk > 0) w.prefill_chunk = f.prefill_chunk;
 }
 
 void add_sampling(CLI::App* app, SamplingParams& s) {
@@ -80,7 +108,8 @@ Policy plan_for_job(const CommonFlags& f, const GenerateJobOptions& job,
     if (l.request) requests.push_back(*l.request);
   OpenedModel opened = open_model(f.model);
   const Tokenizer tokenizer(std::move(opened.vocab));
-  const Workload w = job_workload(tokenizer, requests, max_context, job.input);
+  Workload w = job_workload(tokenizer, requests, max_context, job.input);
+  set_workload_chunk(f, w);
   const PlanningContext ctx{f.model, base.weight_storage(f.weight_dtype), f.threads, "", base.offload_dir,
                             calibration_progress};
   return auto_plan(planning_inputs(ctx), w, base).policy;
@@ -109,16 +138,10 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
   install_stop_handlers();
   check_job_files(job);
   const JobInput input = load_job_input(job);  // once: the input may be a pipe
-  EngineOptions eo;
-  eo.policy = pf.resolve();
+  Policy policy = pf.resolve();
   check_auto_backend(f, pf);
-  if (pf.auto_policy()) eo.policy = plan_for_job(f, job, input.lines, eo.policy, max_context);
-  eo.max_context = max_context;
-  eo.model = f.model;
-  eo.threads = f.threads;
-  eo.backend = f.backend;
-  eo.weight_dtype = f.weight_dtype;
-  Engine engine(eo);
+  if (pf.auto_policy()) policy = plan_for_job(f, job, input.lines, policy, max_context);
+  Engine engine(engine_options(f, policy, max_context));
   const double load_seconds = since_start();
   job.progress = !quiet;
   JobSummary s = run_generate_job(engine, job, input, [] { return g_stop_signal.load() != 0; });
@@ -164,6 +187,7 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
   w.prompt_len = bo.prompt_len;
   w.gen_len = bo.gen_len;
   w.num_requests = bo.batch_size;
+  set_workload_chunk(f, w);
   // The planner's inputs (model layout, hardware profile), loaded once for every variant.
   std::optional<PlanningInputs> in;
   if (pf.auto_policy() || predict_flag)
@@ -171,14 +195,7 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
                                          variants.front().offload_dir, calibration_progress});
   for (Policy p : variants) {
     if (pf.auto_policy()) p = auto_plan(*in, w, p).policy;
-    EngineOptions eo;
-    eo.model = f.model;
-    eo.threads = f.threads;
-    eo.backend = f.backend;
-    eo.weight_dtype = f.weight_dtype;
-    eo.policy = p;
-    eo.max_context = bo.prompt_len + bo.gen_len;
-    Engine engine(eo);
+    Engine engine(engine_options(f, p, bo.prompt_len + bo.gen_len));
     const BenchReport r = run_bench(engine, bo);
     std::printf("%s\n", r.summary().c_str());
     nlohmann::json j = r.to_json();
@@ -215,12 +232,8 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
 
 int cmd_shared_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& bo,
                      int64_t context_len, bool separate, const std::string& json_path) {
-  EngineOptions eo;
-  eo.model = f.model;
-  eo.threads = f.threads;
-  eo.weight_dtype = f.weight_dtype;
-  eo.backend = f.backend;
-  eo.policy = pf.resolve();  // placement; batch sizes and the KV policy are the bench's
+  // Placement from the flags; batch sizes and the KV policy are the bench's.
+  const EngineOptions eo = engine_options(f, pf.resolve(), 0);
   SharedBenchOptions o;
   o.context_len = context_len;
   o.question_len = bo.prompt_len;
@@ -264,6 +277,7 @@ int main(int argc, char** argv) {
   bool quiet = false;
   auto* gen = app.add_subcommand("generate", "Complete every request of a JSONL file");
   add_common(gen, gen_common);
+  add_prefill_chunk(gen, gen_common);
   gen->add_option("--input", job.input,
                   "Input JSONL (one request per line): a file, a named pipe, or - for standard input")
       ->required();
@@ -295,6 +309,7 @@ int main(int argc, char** argv) {
   std::string bench_json;
   auto* bench = app.add_subcommand("bench", "FlexGen's throughput workload: random prompts, fixed lengths");
   add_common(bench, bench_common);
+  add_prefill_chunk(bench, bench_common);
   bench_policy.add_to(bench);
   bench->add_option("--prompt-len", bench_opts.prompt_len, "Prompt tokens (default 512)")
       ->check(CLI::Range(1, 1 << 20));

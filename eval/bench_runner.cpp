@@ -77,6 +77,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.d2h = s.d2h_bytes;
   r.backend = engine.backend().name();
   r.weight_dtype = engine.options().weight_dtype.name();
+  r.prefill_chunk = engine.options().prefill_chunk;
   r.lanes = s.lanes;
   const double busiest = std::max({s.lanes.load, s.lanes.compute, s.lanes.store});
   r.overlap_efficiency = s.lanes.wall > 0 ? busiest / s.lanes.wall : 0.0;
@@ -94,6 +95,7 @@ nlohmann::json BenchReport::to_json() const {
       {"batch_size", batch_size},
       {"backend", backend},
       {"weight_dtype", weight_dtype},
+      {"prefill_chunk", prefill_chunk},
       {"batch_limited_by", batch_limited_by},
       {"kv_policy", kv_policy},
       {"kv_slots_per_seq", kv_slots_per_seq},

@@ -33,6 +33,7 @@ struct BenchReport {
   int64_t peak_device = 0, peak_host = 0, peak_disk = 0;
   int64_t disk_read = 0, disk_write = 0, h2d = 0, d2h = 0;
   std::string backend, weight_dtype;
+  int64_t prefill_chunk = 0;       // prompt tokens per prefill forward, at most
   LaneTimes lanes;
   double overlap_efficiency = 0;          // busiest lane over the whole run / wall
   double forward_overlap_efficiency = 0;  // LaneTimes::bound / wall

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end checks of `offgen generate` / `offgen inspect` on the real model: mixed valid and
-# invalid request lines, prompts over the context window, missing and corrupt model files.
+# invalid request lines, prompts over the context window, missing and corrupt model files,
+# --prefill-chunk.
 # Usage: test_cli_generate.sh OFFGEN_BINARY MODEL_PATH (exit 77 = skipped when the model is absent).
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -35,6 +36,15 @@ expect("temperature" in recs["bad-temp"]["error"]["message"] and "line 6" in rec
 expect(any("duplicate id 'good-1'" in r.get("error", {}).get("message", "") for r in recs.values()), "duplicate id reported")
 PY
 check "summary line reports failures" grep -q "4 failed" "$work/err.txt"
+
+# --prefill-chunk: prompts prefilled in forwards of at most 8 tokens give the same records.
+"$bin" generate --model "$model" --input "$work/in.jsonl" --output "$work/chunked.jsonl" \
+  --max-context 64 --prefill-chunk 8 --quiet 2> /dev/null
+check "--prefill-chunk 8: the same records as the default chunk" cmp -s "$work/out.jsonl" "$work/chunked.jsonl"
+"$bin" bench --model "$model" --threads 1 --prompt-len 20 --gen-len 2 --gpu-batch-size 1 \
+  --prefill-chunk 8 --no-warmup --json "$work/chunk_bench.json" > /dev/null
+check "bench reports the prefill chunk it ran with" \
+  python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["prefill_chunk"] != 8)' "$work/chunk_bench.json"
 
 "$bin" generate --model "$work/missing.gguf" --input "$work/in.jsonl" --output "$work/o2.jsonl" 2> "$work/err2.txt"
 rc=$?
