@@ -111,6 +111,10 @@ void PlanCommand::add_to(CLI::App* app) {
       ->check(non_negative_int());
   cmd_->add_option("--max-batch", max_batch, "Largest block of sequences considered")
       ->check(CLI::Range(1, 1 << 20));
+  cmd_->add_option("--prefill-chunk", prefill_chunk,
+                   "Max prompt tokens per prefill forward, as the run will use (0 = the CPU "
+                   "backend's default, 1024)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   cmd_->add_option("--profile", profile, "Hardware profile (default the cache; measured when absent)");
   cmd_->add_option("--json", json, "Write the plan and its predicted figures as JSON");
   policy.add_to(cmd_);
@@ -121,7 +125,9 @@ int PlanCommand::run() const {
   const WeightMode storage = base.weight_storage(WeightMode::parse(weight_dtype));
   PlanningContext ctx{model, storage, threads, profile, base.offload_dir, progress};
   const PlanningInputs in = planning_inputs(ctx);
-  PlanOptions o = calibrated_plan_options(workload, base);
+  Workload w = workload;
+  if (prefill_chunk > 0) w.prefill_chunk = prefill_chunk;
+  PlanOptions o = calibrated_plan_options(w, base);
   o.max_batch = max_batch;
   const PlanResult r = plan(in.facts, in.compute, in.hw, o);
   const Prediction& pr = r.prediction;

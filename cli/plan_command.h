@@ -39,6 +39,7 @@ class PlanCommand {
   int threads = 0;
   Workload workload;
   int64_t max_batch = 4096;
+  int64_t prefill_chunk = 0;  // 0 = the workload's default
   PolicyFlags policy;
 };
 
