@@ -101,6 +101,14 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   weight_need_ = weight_need(*facts_, p);
   const Placement placement = facts_->placement(p);
   p.check_fits(weight_need_, "the model's weights");
+  // No RAM limit given: admit KV caches within the RAM available now (with 10% to spare), so a
+  // request asking for a huge max_tokens cannot take the machine down.
+  const bool ram_limited = p.cpu_mem > 0 || (backend_->device_is_host() && p.gpu_mem > 0);
+  if (!ram_limited) {
+    const int64_t avail = available_ram_bytes();
+    if (avail > 0) ram_limit_ = ram_part(weight_need_) + avail / 10 * 9;
+  }
+  check_kv_limited();
   if (p.uses_disk()) {
     NvmeStoreOptions no;
     no.dir = p.offload_dir;
@@ -127,13 +135,6 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   max_context_ = model_->config().context_length;
   for (int32_t id : tokenizer_->end_of_generation()) end_of_generation_.insert(id);
   if (options_.max_context > 0) max_context_ = std::min(max_context_, options_.max_context);
-  // No RAM limit given: admit KV caches within the RAM available now (with 10% to spare), so a
-  // request asking for a huge max_tokens cannot take the machine down.
-  const bool ram_limited = p.cpu_mem > 0 || (backend_->device_is_host() && p.gpu_mem > 0);
-  if (!ram_limited) {
-    const int64_t avail = available_ram_bytes();
-    if (avail > 0) ram_limit_ = ram_part(weight_need_) + avail / 10 * 9;
-  }
 }
 
 
@@ -234,7 +235,31 @@ int64_t Engine::fit_sequences(int64_t capacity) const {
   limit(p.gpu_mem, weight_need_.device, one.device);
   limit(p.cpu_mem, weight_need_.host, one.host);
   limit(p.disk_mem, weight_need_.disk, one.disk);
+  limit(ram_limit_, ram_part(weight_need_), ram_part(one));
   return n;
+}
+
+void Engine::check_kv_limited() const {
+  const Policy& p = options_.policy;
+  if (p.batch_given || !p.has_capacity_limit()) return;
+  // Sizes from capacity limits: one of them (or the default RAM limit) must bound the KV cache,
+  // or admission, and bench's fit, would be unbounded.
+  const TierBytes one = kv_need(1);
+  const bool bound = (p.gpu_mem > 0 && one.device > 0) || (p.cpu_mem > 0 && one.host > 0) ||
+                     (p.disk_mem > 0 && one.disk > 0) || (ram_limit_ > 0 && ram_part(one) > 0);
+  std::vector<std::string> tiers;
+  if (one.device > 0) tiers.emplace_back("GPU (--gpu-mem)");
+  if (one.host > 0) tiers.emplace_back("CPU (--cpu-mem)");
+  if (one.disk > 0) tiers.emplace_back("disk (--disk-mem)");
+  OFFGEN_CHECK(bound, kConfig,
+               "no batch size is given, and the capacity limits given do not limit the tier the KV "
+               "cache is placed on ({}), so nothing would bound how many sequences run at once: "
+               "give --gpu-batch-size, or a limit for that tier{}",
+               fmt::join(tiers, ", "),
+               backend_->device_is_host()
+                   ? " (on the CPU backend the GPU and CPU tiers are both RAM; --percent WG WC 0 "
+                     "100 HG HC places the cache on the CPU tier)"
+                   : "");
 }
 
 int64_t Engine::max_active() const {

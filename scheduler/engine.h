@@ -161,8 +161,8 @@ class Engine {
   int64_t kv_capacity(int64_t prompt, int64_t max_tokens) const;
   // Bytes per tier of one sequence's KV table of `capacity` slots (with its slot metadata).
   TierBytes kv_need(int64_t capacity) const;
-  // Largest number of sequences of `capacity` slots that fit the tier capacities next to the
-  // weights (capped at 2^20; 0 when not even one fits).
+  // Largest number of sequences of `capacity` slots that fit the tier capacities (and the
+  // default RAM limit) next to the weights (capped at 2^20; 0 when not even one fits).
   int64_t fit_sequences(int64_t capacity) const;
   // Sequences that may run at once: the policy's block, or (no batch sizes given, a tier
   // capacity set) as many as the capacities admit.
@@ -204,6 +204,8 @@ class Engine {
   int64_t ram_part(const TierBytes& need) const;
   bool fits_memory(const TierBytes& need) const;
   void check_memory(const TierBytes& need, const std::string& what) const;
+  // Sizes from capacity limits: throws Error(kConfig) when no limit bounds the KV cache.
+  void check_kv_limited() const;
   void build_context(SharedContextJob& job);
   void run_prefill(std::vector<Sequence*>& seqs);
   void run_decode(std::vector<Sequence*>& seqs);

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/core/error.h"
 #include "scheduler/engine.h"
 #include "tests/engine_run.h"
 #include "tests/model_path.h"
@@ -200,6 +201,32 @@ TEST_CASE("tier capacities defer admission without changing any result", "[model
     CHECK(res.finish_reason == FinishReason::kError);
     CHECK(res.error.find("--cpu-mem") != std::string::npos);
   }
+}
+
+TEST_CASE("a capacity limit must bound the KV cache when it sizes the batch", "[model][memory]") {
+  // The cache on the GPU tier (RAM on the CPU backend) and only --cpu-mem given: nothing would
+  // bound admission, nor bench's fit (it once tried 2^20 sequences).
+  EngineOptions eo;
+  eo.model = test::default_model_path();
+  eo.policy = placement(100, 0, 100, 0, true);
+  eo.policy.cpu_mem = int64_t{1} << 30;
+  try {
+    Engine e(eo);
+    FAIL("an unbounded KV cache was accepted");
+  } catch (const Error& e) {
+    CHECK(e.category() == ErrorCategory::kConfig);
+    CHECK_THAT(e.what(), Catch::Contains("GPU (--gpu-mem)") && Catch::Contains("--gpu-batch-size"));
+  }
+  // A limit on the cache's tier bounds it, and so does a given batch size.
+  eo.policy.cpu_mem = 0;
+  eo.policy.gpu_mem = int64_t{1} << 30;
+  const int64_t fit = Engine(eo).fit_sequences(64);
+  CHECK(fit > 0);
+  CHECK(fit < (int64_t{1} << 20));
+  eo.policy.gpu_mem = 0;
+  eo.policy.cpu_mem = int64_t{1} << 30;
+  eo.policy.batch_given = true;
+  CHECK_NOTHROW(Engine(eo));
 }
 
 TEST_CASE("finished sequences' disk KV space is reused", "[model][io]") {
