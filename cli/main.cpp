@@ -136,7 +136,7 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   install_stop_handlers();
-  check_job_files(job);
+  check_job_files(job, f.model);
   const JobInput input = load_job_input(job);  // once: the input may be a pipe
   Policy policy = pf.resolve();
   check_auto_backend(f, pf);

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <vector>
 
 #include "runtime/core/error.h"
 #include "runtime/core/hash.h"
@@ -26,11 +28,69 @@ std::string read_context_file(const std::string& path) {
 
 std::string fnv_hex(std::string_view bytes) { return fmt::format("{:016x}", fnv1a64(bytes)); }
 
-// Whether two paths name the same existing file (through links too).
+// The absolute path with its existing directories resolved (links, "..", "."); "" on errors.
+std::filesystem::path resolved(const std::string& path) {
+  std::error_code ec;
+  auto p = std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec), ec);
+  return ec ? std::filesystem::path() : p;
+}
+
+// Whether two paths name the same file: the same existing inode (links included), or, for a
+// file not created yet, the same absolute path once the existing directories are resolved.
 bool same_file(const std::string& a, const std::string& b) {
   struct stat sa {}, sb {};
-  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
-         sa.st_ino == sb.st_ino;
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  const auto ra = resolved(a);
+  return !ra.empty() && ra == resolved(b);
+}
+
+// Whether `path` is the regular file standard input reads (an input of "-" redirected from a file).
+bool is_stdin_file(const std::string& path) {
+  struct stat si {}, sp {};
+  return ::fstat(0, &si) == 0 && S_ISREG(si.st_mode) && ::stat(path.c_str(), &sp) == 0 &&
+         si.st_dev == sp.st_dev && si.st_ino == sp.st_ino;
+}
+
+// The output: an existing one must be a regular file (the journal truncates and locks it), a new
+// one must be creatable (checked before the model loads, which can take minutes).
+void check_output_location(const std::string& output) {
+  struct stat st {};
+  if (::stat(output.c_str(), &st) == 0) {
+    OFFGEN_CHECK(S_ISREG(st.st_mode), kConfig,
+                 "--output {}: not a regular file (the output is a resumable journal on disk)",
+                 output);
+    return;
+  }
+  check_writable_location(output, "--output");
+}
+
+// A file the job reads, which its outputs must not replace.
+struct ReadFile {
+  std::string path;  // "" = none
+  std::string what;
+};
+
+// Refuses `path` (the output or the report, named by `flag`) when it is one of the job's read
+// files, or a file inside the model's checkpoint directory.
+void check_not_read(const std::string& path, const std::string& flag,
+                    const std::vector<ReadFile>& read, const std::string& model) {
+  for (const ReadFile& r : read)
+    OFFGEN_CHECK(r.path.empty() || !same_file(path, r.path), kConfig,
+                 "{} {} is {} {}: writing it would destroy it; choose another path", flag, path,
+                 r.what, r.path);
+  OFFGEN_CHECK(!is_stdin_file(path), kConfig,
+               "{} {} is the file standard input reads the requests from: writing it would "
+               "destroy them; choose another path",
+               flag, path);
+  std::error_code ec;
+  if (!model.empty() && std::filesystem::is_directory(model, ec)) {
+    const auto dir = resolved(model), file = resolved(path);
+    OFFGEN_CHECK(dir.empty() || file.parent_path() != dir || !std::filesystem::exists(file, ec),
+                 kConfig,
+                 "{} {} is a file of the model checkpoint {}; choose another path", flag, path,
+                 model);
+  }
 }
 
 }  // namespace
@@ -43,17 +103,20 @@ JobInput load_job_input(const GenerateJobOptions& opts) {
   return in;
 }
 
-void check_job_files(const GenerateJobOptions& opts) {
-  const bool stdin_input = opts.input == "-";
-  OFFGEN_CHECK(stdin_input || !same_file(opts.input, opts.output), kConfig,
-               "--output {} is the input file {}: writing it would destroy the requests; choose "
-               "another output",
-               opts.output, opts.input);
+void check_job_files(const GenerateJobOptions& opts, const std::string& model) {
+  const std::vector<ReadFile> read = {
+      {opts.input == "-" ? "" : opts.input, "the input file"},
+      {model, "the model file"},
+      {opts.context_file, "the --context file"}};
+  check_not_read(opts.output, "--output", read, model);
+  check_output_location(opts.output);
   if (opts.report.empty()) return;
-  OFFGEN_CHECK(opts.report != opts.output && !same_file(opts.report, opts.output), kConfig,
-               "--report {} is the output file", opts.report);
-  OFFGEN_CHECK(stdin_input || !same_file(opts.report, opts.input), kConfig,
-               "--report {} is the input file", opts.report);
+  OFFGEN_CHECK(!same_file(opts.report, opts.output), kConfig, "--report {} is the output file",
+               opts.report);
+  OFFGEN_CHECK(!same_file(opts.report, output_sidecar_path(opts.output)), kConfig,
+               "--report {} is the output's sidecar (the record of the job's settings)",
+               opts.report);
+  check_not_read(opts.report, "--report", read, model);
   check_writable_location(opts.report, "--report");
 }
 

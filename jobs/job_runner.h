@@ -40,10 +40,13 @@ struct JobInput {
 // Throws offgen::Error for an unreadable input or context file, or an empty context file.
 JobInput load_job_input(const GenerateJobOptions& opts);
 
-// Refuses, before any work, file arrangements that would lose data: the output being the input
-// (directly or through a link) or the report being either, and a report path that cannot be
-// written. Throws Error(kConfig).
-void check_job_files(const GenerateJobOptions& opts);
+// Refuses, before any work (the model is not loaded yet), file arrangements that would lose data
+// or fail late: the output or the report being a file the job reads (the input, also as standard
+// input, the model `model` or a file of its checkpoint directory, the --context file), the report
+// being the output or its sidecar, an output that is not a regular file or cannot be created, and
+// a report path that cannot be written. Links and paths not created yet count. Throws
+// Error(kConfig).
+void check_job_files(const GenerateJobOptions& opts, const std::string& model);
 
 struct JobSummary {
   int64_t lines = 0;   // requests read (valid or not)

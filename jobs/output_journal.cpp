@@ -16,13 +16,14 @@
 #include "runtime/core/atomic_file.h"
 
 namespace offgen {
-namespace {
 
-std::string sidecar_path(const std::string& path) { return path + ".offgen.json"; }
+std::string output_sidecar_path(const std::string& output) { return output + ".offgen.json"; }
+
+namespace {
 
 void write_sidecar(const std::string& path, const nlohmann::json& fingerprint) {
   try {
-    write_json_atomically(sidecar_path(path), fingerprint);
+    write_json_atomically(output_sidecar_path(path), fingerprint);
   } catch (const Error& e) {
     OFFGEN_THROW(kIo, "cannot write the job sidecar: {}", e.what());
   }
@@ -71,10 +72,11 @@ OutputJournal::OutputJournal(const std::string& path, const nlohmann::json& fing
   try {
     const off_t size = ::lseek(fd, 0, SEEK_END);
     if (size > 0 && !overwrite) {
-      const std::string side = sidecar_path(path);
+      const std::string side = output_sidecar_path(path);
       std::ifstream in(side, std::ios::binary);
       OFFGEN_CHECK(in.good(), kConfig,
-                   "{}: exists but was not written by offgen (no {}); use --overwrite to replace it",
+                   "{}: exists but was not written by offgen (no {}); choose another output, or "
+                   "--overwrite to replace it",
                    path, side);
       nlohmann::json previous;
       try {
@@ -118,7 +120,7 @@ OutputJournal::~OutputJournal() {
   if (created_ && appended_ == 0 && std::uncaught_exceptions() > uncaught_) {
     std::fclose(f_);
     ::unlink(path_.c_str());
-    ::unlink(sidecar_path(path_).c_str());
+    ::unlink(output_sidecar_path(path_).c_str());
     return;
   }
   if (fsync_ != FsyncPolicy::kNever) ::fdatasync(fileno(f_));

@@ -23,6 +23,9 @@ inline constexpr FsyncPolicy kFsyncPolicies[] = {FsyncPolicy::kAlways, FsyncPoli
 std::string_view fsync_policy_name(FsyncPolicy p);  // "always", "periodic", "never"
 FsyncPolicy parse_fsync_policy(std::string_view s);  // throws kConfig
 
+// The sidecar of an output file: OUTPUT.offgen.json.
+std::string output_sidecar_path(const std::string& output);
+
 class OutputJournal {
  public:
   // `fingerprint` identifies what produced the records (input content, model, settings). With

@@ -189,6 +189,41 @@ expect_refused "--stop empty" "--stop.*must not be empty" --stop ""
 expect_refused "--seed -1" "--seed.*whole number >= 0 \(got -1\)" --seed -1
 expect_refused "--max-tokens -1" "--max-tokens.*whole number >= 0 \(got -1\)" --max-tokens -1
 expect_refused "--policy on a directory" "$work: is a directory, not a policy file" --policy "$work"
+# The report naming the output (a new one, spelled otherwise) or its sidecar; outputs naming a
+# file the job reads (the --context file, the model, the file behind --input -).
+expect_refused "--report = the new output, spelled otherwise" "--report .* is the output file" \
+  --report "$work/./refused.jsonl"
+expect_refused "--report = the output's sidecar" "is the output's sidecar" \
+  --report "$work/refused.jsonl.offgen.json"
+printf 'A shared context.\n' > "$work/ctx_keep.txt"
+cp "$work/ctx_keep.txt" "$work/ctx.txt"
+expect_refused "--report = the --context file" "--report .* is the --context file" \
+  --context "$work/ctx.txt" --report "$work/ctx.txt"
+check "--report = the --context file: the context intact" cmp -s "$work/ctx_keep.txt" "$work/ctx.txt"
+refused_output() {  # refused_output WHAT PATTERN ARGS... (ARGS name the output)
+  local what=$1 pattern=$2
+  shift 2
+  "$bin" generate --quiet "$@" 2> "$work/refused.txt"
+  local rc=$?
+  check "$what: exit 2 (got $rc)" test "$rc" -eq 2
+  check "$what: one line matching '$pattern'" \
+    test "$(wc -l < "$work/refused.txt")" -eq 1 -a -n "$(grep -E -- "$pattern" "$work/refused.txt")"
+}
+refused_output "--output = the --context file" "--output .* is the --context file" --model "$model" \
+  --input "$work/six.jsonl" --context "$work/ctx.txt" --output "$work/ctx.txt" --overwrite
+check "--output = the --context file: the context intact" cmp -s "$work/ctx_keep.txt" "$work/ctx.txt"
+printf 'not a model\n' > "$work/fake.gguf"
+refused_output "--output = the model" "--output .* is the model file" --model "$work/fake.gguf" \
+  --input "$work/six.jsonl" --output "$work/fake.gguf" --overwrite
+check "--output = the model: the model intact" grep -q "not a model" "$work/fake.gguf"
+cp "$work/six.jsonl" "$work/stdin.jsonl"
+refused_output "--output = the file behind --input -" "standard input reads the requests" \
+  --model "$model" --input - --output "$work/stdin.jsonl" --overwrite < "$work/stdin.jsonl"
+check "--output = the file behind --input -: the requests intact" cmp -s "$work/six.jsonl" "$work/stdin.jsonl"
+refused_output "--output in a missing directory" "--output .*cannot write there" --model "$model" \
+  --input "$work/six.jsonl" --output "$work/nodir/o.jsonl"
+refused_output "--output not a regular file" "--output /dev/null: not a regular file" \
+  --model "$model" --input "$work/six.jsonl" --output /dev/null
 
 # --- A full output disk at the start leaves neither an empty output nor a sidecar: when the
 # sidecar cannot be written, and when the first record cannot.
