@@ -138,16 +138,19 @@ void Engine::accept(Sequence& s, int32_t tok) {
   std::string& text = s.result.text;
   const size_t before = text.size();
   text += tokenizer_->token_bytes(tok);
+  // Cut at the earliest occurrence of any stop string (each one ends in the new bytes: none
+  // occurred before), whatever their order.
   static const std::vector<std::string> kNoStops;
+  size_t cut = std::string::npos;
   for (const std::string& stop : forced ? kNoStops : sp.stop) {
     const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
-    const size_t at = text.find(stop, from);
-    if (at != std::string::npos) {
-      text.resize(at);
-      s.result.finish_reason = FinishReason::kStop;
-      s.finished = true;
-      return;
-    }
+    cut = std::min(cut, text.find(stop, from));
+  }
+  if (cut != std::string::npos) {
+    text.resize(cut);
+    s.result.finish_reason = FinishReason::kStop;
+    s.finished = true;
+    return;
   }
   if (static_cast<int64_t>(s.result.tokens.size()) >= s.max_tokens) {
     s.result.finish_reason = FinishReason::kLength;

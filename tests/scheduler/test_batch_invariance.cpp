@@ -1,7 +1,9 @@
 // Batched generation gives every request the same greedy tokens as running it alone, for
-// several batch sizes (continuous batching mixes prefill lengths and decode positions).
+// several batch sizes (continuous batching mixes prefill lengths and decode positions); stop
+// strings.
 #include <catch2/catch.hpp>
 
+#include "runtime/text/tokenizer.h"
 #include "scheduler/engine.h"
 #include "tests/model_path.h"
 
@@ -63,5 +65,44 @@ TEST_CASE("greedy text is identical alone and in batches of 16, 5 and 3", "[mode
       CHECK(batched[i].text == alone[i].text);
       CHECK(batched[i].finish_reason == alone[i].finish_reason);
     }
+  }
+}
+
+TEST_CASE("stop strings cut at the earliest occurrence, whatever their order", "[model][stop]") {
+  EngineOptions eo;
+  eo.model = test::default_model_path();
+  Engine engine(eo);
+  Request base;
+  base.id = "free";
+  base.prompt = "List of European capitals: Paris, Berlin,";
+  base.sampling.max_tokens = 16;
+  base.sampling.ignore_eos = true;
+  const Result free = engine.generate({base})[0];
+  // Two stops that complete in the same token (the case where their order once decided): the
+  // first and last two bytes of a token of 4 or more bytes, each occurring first there.
+  std::string early, late;
+  size_t at = 0;
+  for (int32_t tok : free.tokens) {
+    const std::string b = engine.tokenizer().token_bytes(tok);
+    if (early.empty() && b.size() >= 4 && free.text.find(b.substr(0, 2)) == at &&
+        free.text.find(b.substr(b.size() - 2)) == at + b.size() - 2) {
+      early = b.substr(0, 2);
+      late = b.substr(b.size() - 2);
+      break;
+    }
+    at += b.size();
+  }
+  INFO("text: " << free.text);
+  REQUIRE(!early.empty());
+  std::vector<Request> reqs;
+  for (const auto& stops : {std::vector<std::string>{late, early}, {early, late}}) {
+    Request r = base;
+    r.id = std::to_string(reqs.size());
+    r.sampling.stop = stops;
+    reqs.push_back(r);
+  }
+  for (const Result& res : engine.generate(reqs)) {
+    CHECK(res.finish_reason == FinishReason::kStop);
+    CHECK(res.text == free.text.substr(0, at));
   }
 }
