@@ -1,6 +1,11 @@
 // CLI flag validators.
 #include "cli/flag_checks.h"
 
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
 #include <string>
 
 #include <fmt/format.h>
@@ -14,9 +19,29 @@ CLI::Validator non_negative_int() {
       [](std::string& s) -> std::string {
         const bool digits =
             !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
-        return digits ? std::string() : fmt::format("must be a whole number >= 0 (got {})", s);
+        if (!digits) return fmt::format("must be a whole number >= 0 (got {})", s);
+        uint64_t v = 0;
+        const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+        return r.ec == std::errc() ? std::string()
+                                   : fmt::format("must be at most {} (got {})",
+                                                 std::numeric_limits<uint64_t>::max(), s);
       },
       "INT>=0");
+}
+
+CLI::Validator number_in(double lo, double hi, bool lo_open) {
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        const std::string range = fmt::format("{}{:g}, {:g}]", lo_open ? "(" : "[", lo, hi);
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        const bool parsed = !s.empty() && end == s.c_str() + s.size();
+        // NaN fails every comparison, so it is tested by name, as is infinity.
+        if (!parsed || !std::isfinite(v) || v > hi || (lo_open ? v <= lo : v < lo))
+          return fmt::format("must be a number in {} (got {})", range, s);
+        return std::string();
+      },
+      fmt::format("{}{:g},{:g}]", lo_open ? "(" : "[", lo, hi));
 }
 
 CLI::Validator utf8_text() {

@@ -1,5 +1,6 @@
 // CLI11 validators with messages a user can act on: whole numbers >= 0 (no wrap-around of "-1"
-// into an unsigned value, no 310-digit bounds) and non-empty, valid UTF-8 text.
+// into an unsigned value, nothing past 2^64 - 1 clamped), finite numbers in a range, and
+// non-empty, valid UTF-8 text.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -8,6 +9,9 @@ namespace offgen {
 
 // A whole number >= 0 written in decimal digits ("must be a whole number >= 0 (got -1)").
 CLI::Validator non_negative_int();
+// A finite number in [lo, hi] ((lo, hi] when lo_open); NaN and infinities are refused by name
+// (CLI::Range lets NaN through: every comparison with it is false).
+CLI::Validator number_in(double lo, double hi, bool lo_open = false);
 // Text that is not empty and is valid UTF-8 (stop strings and other texts that reach JSON).
 CLI::Validator utf8_text();
 

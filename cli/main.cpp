@@ -82,8 +82,8 @@ void add_sampling(CLI::App* app, SamplingParams& s) {
   app->add_option("--max-tokens", s.max_tokens, "Max tokens to generate per request")
       ->check(non_negative_int());
   app->add_option("--temperature", s.temperature, "Sampling temperature (0 = greedy)")
-      ->check(CLI::Range(0.0, 100.0));
-  app->add_option("--top-p", s.top_p, "Nucleus sampling mass (0, 1]")->check(CLI::Range(1e-9, 1.0));
+      ->check(number_in(0.0, 100.0));
+  app->add_option("--top-p", s.top_p, "Nucleus sampling mass (0, 1]")->check(number_in(0.0, 1.0, true));
   app->add_option("--top-k", s.top_k, "Keep the k most likely tokens (0 = all)")
       ->check(non_negative_int());
   app->add_option("--seed", s.seed, "Sampling seed (mixed with each request's id unless the request sets one)")
