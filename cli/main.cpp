@@ -139,6 +139,9 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
   check_job_files(job, f.model);
   const JobInput input = load_job_input(job);  // once: the input may be a pipe
   Policy policy = pf.resolve();
+  OFFGEN_CHECK(job.context_file.empty() || policy.kv.info().compresses_context(), kConfig,
+               "--context: --kv-policy {} cannot compress a shared context; use one of: {}",
+               policy.kv.name(), fmt::join(context_policy_names(), ", "));
   check_auto_backend(f, pf);
   if (pf.auto_policy()) policy = plan_for_job(f, job, input.lines, policy, max_context);
   Engine engine(engine_options(f, policy, max_context));

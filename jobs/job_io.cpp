@@ -436,12 +436,16 @@ nlohmann::json result_record(const JobLine& line, const Result& r, const std::st
     failed.error = fmt::format("line {}: {}", line.line_no, r.error);
     failed.error_kind = request_error_kind_name(
         r.error_kind == RequestErrorKind::kNone ? RequestErrorKind::kFailed : r.error_kind);
-    if (r.error_kind == RequestErrorKind::kPromptTooLong) {
+    if (r.error_in_context) {
+      // The line's own "context" field; a --context file's context is no field of the line.
+      if (line.request && !line.request->context.empty()) failed.error_field = "context";
+    } else if (r.error_kind == RequestErrorKind::kPromptTooLong) {
       const bool chat = line.request && !line.request->messages.empty();
       failed.error_field = std::string(line.openai ? "body." : "") + (chat ? "messages" : "prompt");
+    }
+    if (!failed.error_field.empty())
       failed.error =
           fmt::format("line {}: field '{}': {}", line.line_no, failed.error_field, r.error);
-    }
     return error_record(failed);
   }
   if (!line.openai)

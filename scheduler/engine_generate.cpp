@@ -80,10 +80,13 @@ void Engine::plan_contexts(Run& run) {
   for (size_t i = 0; i < run.requests.size(); ++i) {
     const Request& r = run.requests[i];
     if (!r.has_context()) continue;
-    OFFGEN_CHECK(options_.policy.kv.info().compresses_context(), kConfig,
-                 "--kv-policy {} cannot compress a shared context (request '{}' has one); use "
-                 "one of: {}",
-                 options_.policy.kv.name(), r.id, fmt::join(context_policy_names(), ", "));
+    if (!options_.policy.kv.info().compresses_context()) {  // this request fails, the rest run
+      run.split_error[i] = fmt::format(
+          "--kv-policy {} cannot compress a shared context; run requests with a context under "
+          "one of: {}",
+          options_.policy.kv.name(), fmt::join(context_policy_names(), ", "));
+      continue;
+    }
     try {
       ContextSplit sp = split_at_context(*tokenizer_, r);
       auto [it, fresh] = index.try_emplace(sp.context_ids, static_cast<int64_t>(run.jobs.size()));
@@ -137,6 +140,7 @@ std::unique_ptr<Engine::Sequence> Engine::prepare(Run& run, size_t i) {
   s->result.id = r.id;
   try {
     r.sampling.validate();
+    s->result.error_in_context = !run.split_error[i].empty();
     OFFGEN_CHECK(run.split_error[i].empty(), kInput, "{}", run.split_error[i]);
     s->context = run.job_of[i];
     if (s->context >= 0) {
@@ -154,6 +158,7 @@ std::unique_ptr<Engine::Sequence> Engine::prepare(Run& run, size_t i) {
           job.error = e.what();
         }
       }
+      s->result.error_in_context = !job.error.empty();
       OFFGEN_CHECK(job.error.empty(), kInput, "shared context: {}", job.error);
       for (int32_t id : run.own[i])
         OFFGEN_CHECK(id >= 0 && id < c.vocab_size, kInput,

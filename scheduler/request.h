@@ -51,6 +51,7 @@ struct Result {
   int64_t completion_tokens = 0;
   std::string error;            // set when finish_reason == kError
   RequestErrorKind error_kind = RequestErrorKind::kNone;  // set when finish_reason == kError
+  bool error_in_context = false;  // the error concerns the request's shared context
 };
 
 }  // namespace offgen

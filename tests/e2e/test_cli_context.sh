@@ -86,4 +86,16 @@ echo '{"id": "x", "context": "", "prompt": "hi"}' > "$work/bad.jsonl"
 "$bin" generate --model "$model" --input "$work/bad.jsonl" --output "$work/bad.out" --quiet 2> /dev/null
 check "empty context: an error record naming the field" \
   test "$(jq -r '.error.field + " " + .error.kind' "$work/bad.out")" = "context invalid_value"
+# A line with a context under a policy that cannot compress one: that line's error record
+# (field "context"), the other lines run.
+printf '%s\n' '{"id": "c", "context": "Some facts.", "prompt": "Q?"}' '{"id": "p", "prompt": "Hi"}' \
+  > "$work/mixed.jsonl"
+"$bin" generate --model "$model" --input "$work/mixed.jsonl" --output "$work/mixed.out" \
+  --kv-policy window --kv-budget 0.5 --max-tokens 2 --quiet 2> /dev/null
+rc=$?
+check "context line under window: exit 3, the job ran (got $rc)" test "$rc" -eq 3
+check "context line under window: its record names the field" \
+  test "$(jq -r 'select(.id == "c") | .error.field' "$work/mixed.out")" = "context"
+check "context line under window: the other line answered" \
+  test "$(jq -r 'select(.id == "p") | .usage.completion_tokens' "$work/mixed.out")" = "2"
 exit $fail

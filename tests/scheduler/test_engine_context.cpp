@@ -267,7 +267,7 @@ TEST_CASE("engine shared contexts: each distinct one built once, released after 
 }
 
 TEST_CASE("engine shared context: errors", "[context]") {
-  SECTION("a policy that cannot compress a context is a config error") {
+  SECTION("under a policy that cannot compress a context, requests with one fail, the rest run") {
     Policy p = base_policy();
     p.kv.kind = KvPolicyKind::kTova;
     p.kv.budget = 0.5;
@@ -275,13 +275,18 @@ TEST_CASE("engine shared context: errors", "[context]") {
     eo.model = kModel;
     eo.policy = p;
     Engine engine(eo);
-    try {
-      engine.generate(context_requests({"Code of Ann?"}));
-      FAIL("expected an error");
-    } catch (const Error& e) {
-      CHECK(e.category() == ErrorCategory::kConfig);
-      CHECK_THAT(e.what(), Catch::Contains("tova") && Catch::Contains("kvzip"));
-    }
+    std::vector<Request> reqs = context_requests({"Code of Ann?"});
+    Request plain;
+    plain.id = "plain";
+    plain.prompt = "Hello there, how are";
+    plain.sampling.max_tokens = 3;
+    reqs.push_back(plain);
+    const std::vector<Result> got = engine.generate(reqs);
+    CHECK(got[0].finish_reason == FinishReason::kError);
+    CHECK(got[0].error_in_context);
+    CHECK_THAT(got[0].error, Catch::Contains("tova") && Catch::Contains("kvzip"));
+    CHECK(got[1].error.empty());
+    CHECK(got[1].tokens.size() == 3);
   }
   SECTION("a context too long for the window fails its own requests only") {
     Policy p = base_policy();
@@ -298,6 +303,8 @@ TEST_CASE("engine shared context: errors", "[context]") {
     reqs.push_back(ok);
     const auto res = engine.generate(reqs);
     CHECK_THAT(res[0].error, Catch::Contains("context") && Catch::Contains("window"));
+    CHECK(res[0].error_in_context);
+    CHECK(!res[2].error_in_context);
     CHECK(res[1].error == res[0].error);
     CHECK(res[2].error.empty());
     CHECK(engine.last_stats().contexts == 0);
