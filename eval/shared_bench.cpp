@@ -113,13 +113,12 @@ SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchO
   // The decode attention op over a built context, on the engine's backend, timed inside the
   // callback (and excluded from the answer time).
   double callback_seconds = 0;
-  const auto time_context = [&](Engine& on, double& attention, int64_t& bytes, int64_t* kept) {
+  const auto time_context = [&](Engine& on, double& attention, int64_t& bytes) {
     Backend* be = &on.backend();
     GenerateCallbacks cb;
-    cb.on_context = [&, be, kept](const SharedContext& ctx) {
+    cb.on_context = [&, be](const SharedContext& ctx) {
       const auto t0 = std::chrono::steady_clock::now();
       bytes = ctx.bytes();
-      if (kept) *kept = ctx.kept_pairs();
       attention = time_attention(*be, c, ctx, o.question_len, o.questions, 3);
       callback_seconds += since(t0);
     };
@@ -127,8 +126,7 @@ SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchO
   };
 
   // Shared: the context once, compressed once, every question over it.
-  int64_t kept = 0;
-  const GenerateCallbacks cb = time_context(engine, r.attention_seconds, r.context_bytes, &kept);
+  const GenerateCallbacks cb = time_context(engine, r.attention_seconds, r.context_bytes);
   auto t = std::chrono::steady_clock::now();
   for (const Result& res : engine.generate(shared, cb))
     OFFGEN_CHECK(res.error.empty(), kResource, "bench: a shared-context request failed: {}",
@@ -139,8 +137,11 @@ SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchO
   r.shared_score_seconds = st.context_seconds - st.context_prefill_seconds;
   r.shared_answer_seconds = shared_seconds - st.context_seconds;
   r.shared_throughput = static_cast<double>(o.questions * o.gen_len) / shared_seconds;
-  r.retained = static_cast<double>(kept) / static_cast<double>(c.n_layers * c.n_kv_heads * o.context_len);
-  r.context_bytes_full = c.kv_bytes_per_token() * o.context_len;
+  // Over the layers the policy compresses, as generate --report counts it (policy_pairs).
+  r.retained = st.context_pairs > 0 ? static_cast<double>(st.context_kept_pairs) /
+                                          static_cast<double>(st.context_pairs)
+                                    : 1.0;
+  r.context_bytes_full = c.kv_bytes_held(o.context_len);
   // The same attention over the whole context: one question through a full-context engine.
   if (!kv_policy_info(o.policy).takes(KvParam::kBudget) || o.ratio >= 1) {
     r.attention_full_seconds = r.attention_seconds;
@@ -151,7 +152,7 @@ SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchO
     std::vector<Request> one(1, shared[0]);
     one[0].sampling.max_tokens = 1;
     int64_t whole_bytes = 0;
-    whole.generate(one, time_context(whole, r.attention_full_seconds, whole_bytes, nullptr));
+    whole.generate(one, time_context(whole, r.attention_full_seconds, whole_bytes));
     OFFGEN_CHECK(whole_bytes == r.context_bytes_full, kInternal,
                  "bench: the whole context holds {} bytes, expected {}", whole_bytes,
                  r.context_bytes_full);
@@ -169,7 +170,7 @@ SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchO
     OFFGEN_CHECK(res.error.empty(), kResource, "bench: a separate prompt failed: {}", res.error);
   r.separate_seconds = since(t);
   r.separate_throughput = static_cast<double>(o.questions * o.gen_len) / r.separate_seconds;
-  r.separate_kv_bytes = o.questions * o.context_len * c.kv_bytes_per_token();
+  r.separate_kv_bytes = o.questions * c.kv_bytes_held(o.context_len);
   return r;
 }
 

@@ -32,7 +32,7 @@ struct SharedBenchReport {
   double shared_prefill_seconds = 0, shared_score_seconds = 0, shared_answer_seconds = 0;
   double shared_throughput = 0;     // generated tokens / (prefill + score + answer)
   int64_t context_bytes_full = 0, context_bytes = 0;  // K+V held for the context, once
-  double retained = 1;              // kept pairs / context pairs
+  double retained = 1;              // kept / context pairs on the layers the policy compresses
   double separate_seconds = 0, separate_throughput = 0;  // engine: Q prompts of N + question
   int64_t separate_kv_bytes = 0;    // Q sequences' KV for the context part
   double attention_full_seconds = 0, attention_seconds = 0;  // decode attention op, all layers

@@ -1,6 +1,7 @@
 // ModelConfig validation.
 #include "runtime/model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -54,6 +55,13 @@ void ModelConfig::validate() const {
     rope_inv_freq(false);
     if (n_sliding_layers() > 0) rope_inv_freq(true);
   }
+}
+
+int64_t ModelConfig::kv_bytes_held(int64_t tokens) const {
+  const int64_t sliding = n_sliding_layers();
+  const int64_t rows =
+      (n_layers - sliding) * tokens + sliding * std::min(tokens, sliding_window);
+  return 2 * rows * kv_dim() * 4;
 }
 
 int64_t ModelConfig::n_sliding_layers() const {

@@ -71,6 +71,9 @@ struct ModelConfig {
   std::vector<float> rope_inv_freq(bool sliding) const;
   // Bytes of fp32 K+V per token across all layers.
   int64_t kv_bytes_per_token() const { return 2 * n_layers * kv_dim() * 4; }
+  // Bytes of fp32 K+V that `tokens` tokens hold across all layers, a sliding-window layer at most
+  // its window's (the rows alone: no slot metadata, no page rounding).
+  int64_t kv_bytes_held(int64_t tokens) const;
   // Throws offgen::Error(kInput) naming the offending field.
   void validate() const;
 };

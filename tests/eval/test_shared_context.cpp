@@ -251,3 +251,26 @@ TEST_CASE("bench --shared-context: the context is held once, compressed to the r
   o.policy = KvPolicyKind::kTova;
   CHECK_THROWS_AS(run_shared_bench(eo, o), Error);
 }
+
+TEST_CASE("bench --shared-context on sliding-window layers: bytes at the window, retained on the "
+          "policy's layers", "[multiquery]") {
+  // The tiny Gemma 3: five sliding-window layers of window 4, one global; a 40-token context.
+  EngineOptions eo;
+  eo.model = std::string(OFFGEN_TEST_DATA) + "/hf_models/gemma3";
+  eo.threads = 2;
+  SharedBenchOptions o;
+  o.context_len = 40, o.question_len = 5, o.gen_len = 4, o.questions = 2, o.ratio = 0.5;
+  o.separate = false;
+  const OpenedModel om = open_model(eo.model);
+  const ModelConfig& c = om.source->config();
+  REQUIRE(c.n_sliding_layers() == c.n_layers - 1);
+  const int64_t whole = 2 * ((c.n_layers - 1) * c.sliding_window + 40) * c.kv_dim() * 4;
+  CHECK(c.kv_bytes_held(40) == whole);
+  const SharedBenchReport r = run_shared_bench(eo, o);  // once failed its whole-context check
+  CHECK(r.context_bytes_full == whole);
+  CHECK(r.retained == Approx(0.5).margin(0.03));
+  o.policy = KvPolicyKind::kFull;
+  const SharedBenchReport kept = run_shared_bench(eo, o);
+  CHECK(kept.retained == 1.0);
+  CHECK(kept.context_bytes == whole);
+}
