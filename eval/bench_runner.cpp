@@ -9,6 +9,7 @@
 #include "policies/policy.h"
 #include "runtime/backend/backend.h"
 #include "runtime/core/error.h"
+#include "runtime/core/memory_info.h"
 
 namespace offgen {
 
@@ -53,7 +54,8 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   engine.generate(reqs);
   const GenerationStats& s = engine.last_stats();
   BenchReport r;
-  r.batch_size = b;
+  r.num_prompts = b;
+  r.batch_size = std::min(b, engine.max_active());
   r.kv_policy = policy.kv.describe();
   r.kv_slots_per_seq = capacity;
   const TierBytes kv = engine.kv_need(capacity);
@@ -71,6 +73,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.peak_device = peak.device;
   r.peak_host = peak.host;
   r.peak_disk = peak.disk;
+  r.peak_rss = peak_rss_bytes();
   r.disk_read = static_cast<int64_t>(s.io.bytes_read);
   r.disk_write = static_cast<int64_t>(s.io.bytes_written);
   r.h2d = s.h2d_bytes;
@@ -93,6 +96,7 @@ nlohmann::json BenchReport::to_json() const {
       {"prefill_seconds", prefill_seconds},
       {"decode_seconds", decode_seconds},
       {"batch_size", batch_size},
+      {"num_prompts", num_prompts},
       {"backend", backend},
       {"weight_dtype", weight_dtype},
       {"prefill_chunk", prefill_chunk},
@@ -103,6 +107,7 @@ nlohmann::json BenchReport::to_json() const {
       {"prompt_len", prompt_len},
       {"gen_len", gen_len},
       {"peak_bytes", {{"device", peak_device}, {"host", peak_host}, {"disk", peak_disk}}},
+      {"peak_rss_bytes", peak_rss},
       {"io_bytes", {{"disk_read", disk_read}, {"disk_write", disk_write}, {"h2d", h2d}, {"d2h", d2h}}},
       {"lane_busy_seconds", {{"load", lanes.load}, {"compute", lanes.compute}, {"store", lanes.store}}},
       {"overlap_efficiency", overlap_efficiency},
@@ -112,18 +117,20 @@ nlohmann::json BenchReport::to_json() const {
 
 std::string BenchReport::summary() const {
   return fmt::format(
-      "batch {} x prompt {} + gen {} (batch set by {}); KV {}: {} slots, {} per sequence\n"
+      "batch {}{} x prompt {} + gen {} (batch set by {}); KV {}: {} slots, {} per sequence\n"
       "  prefill {:10.1f} tok/s  ({:.3f} s)\n"
       "  decode  {:10.1f} tok/s  ({:.3f} s)\n"
       "  total   {:10.1f} tok/s\n"
-      "  peak memory: device {}, host {}, disk {}\n"
+      "  peak memory placed: device {}, host {}, disk {}; process peak RSS {}\n"
       "  disk I/O: read {}, written {}\n"
       "  lanes busy: load {:.3f} s, compute {:.3f} s, store {:.3f} s of {:.3f} s; overlap "
       "efficiency {:.2f} (forward by forward {:.2f})",
-      batch_size, prompt_len, gen_len, batch_limited_by, kv_policy, kv_slots_per_seq,
+      batch_size,
+      num_prompts != batch_size ? fmt::format(" ({} prompts)", num_prompts) : std::string(),
+      prompt_len, gen_len, batch_limited_by, kv_policy, kv_slots_per_seq,
       format_bytes(kv_bytes_per_seq), prefill_throughput, prefill_seconds, decode_throughput,
       decode_seconds, total_throughput, format_bytes(peak_device), format_bytes(peak_host),
-      format_bytes(peak_disk),
+      format_bytes(peak_disk), format_bytes(peak_rss),
       format_bytes(disk_read), format_bytes(disk_write), lanes.load, lanes.compute, lanes.store,
       lanes.wall, overlap_efficiency, forward_overlap_efficiency);
 }

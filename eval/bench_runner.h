@@ -23,14 +23,18 @@ struct BenchOptions {
 };
 
 struct BenchReport {
-  int64_t batch_size = 0, prompt_len = 0, gen_len = 0;
+  int64_t batch_size = 0;   // sequences run at once (FlexGen's gpu batch x num gpu batches)
+  int64_t num_prompts = 0;  // prompts run (batch_size unless --num-prompts says otherwise)
+  int64_t prompt_len = 0, gen_len = 0;
   std::string kv_policy;           // e.g. "h2o@0.2"
   int64_t kv_slots_per_seq = 0;    // KV table capacity of one sequence
   int64_t kv_bytes_per_seq = 0;    // its bytes on all tiers (K, V and slot metadata)
   std::string batch_limited_by;    // "policy" (given sizes) or "memory" (fit to the capacities)
   double prefill_seconds = 0, decode_seconds = 0;
   double prefill_throughput = 0, decode_throughput = 0, total_throughput = 0;
-  int64_t peak_device = 0, peak_host = 0, peak_disk = 0;
+  // The bytes offgen places per tier at most (weights, staging, KV, shared contexts; not
+  // activations, the tokenizer or the allocator's slack) and the process's peak RSS so far.
+  int64_t peak_device = 0, peak_host = 0, peak_disk = 0, peak_rss = 0;
   int64_t disk_read = 0, disk_write = 0, h2d = 0, d2h = 0;
   std::string backend, weight_dtype;
   int64_t prefill_chunk = 0;       // prompt tokens per prefill forward, at most

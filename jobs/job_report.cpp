@@ -8,6 +8,7 @@
 
 #include "runtime/backend/backend.h"
 #include "runtime/core/error.h"
+#include "runtime/core/memory_info.h"
 
 namespace offgen {
 
@@ -63,7 +64,7 @@ nlohmann::json job_report(const Engine& engine, const GenerateJobOptions& job,
       {"prefill_throughput", rate(s.prefill_tokens, s.prefill_seconds)},
       {"decode_throughput", rate(s.decode_tokens, s.decode_seconds)},
       {"total_throughput", rate(s.completion_tokens, s.prefill_seconds + s.decode_seconds)},
-      {"batch_size", engine.options().batch_size()},
+      {"batch_size", s.peak_active},
       {"shared_contexts",
        {{"built", s.contexts},
         {"tokens", s.context_tokens},
@@ -74,6 +75,7 @@ nlohmann::json job_report(const Engine& engine, const GenerateJobOptions& job,
                                          : 1.0},
         {"peak_bytes", s.context_peak_bytes}}},
       {"peak_bytes", {{"device", peak.device}, {"host", peak.host}, {"disk", peak.disk}}},
+      {"peak_rss_bytes", peak_rss_bytes()},
       {"weight_bytes",
        {{"device", weights_device}, {"host", weights_host}, {"disk", ws.disk_bytes}}},
       {"kv_peak_bytes",

@@ -58,6 +58,7 @@ struct GenerationStats {
   int64_t prefill_tokens = 0;
   int64_t decode_tokens = 0;      // tokens produced by decode forwards
   int64_t completion_tokens = 0;  // all sampled tokens (first one comes from prefill)
+  int64_t peak_active = 0;        // most sequences running at once (the batch that ran)
   double prefill_seconds = 0;
   double decode_seconds = 0;
   double wall_seconds = 0;

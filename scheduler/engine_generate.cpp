@@ -243,6 +243,7 @@ void Engine::admit(Run& run) {
       continue;
     }
     run.active.push_back(std::move(run.prepared));
+    stats_.peak_active = std::max(stats_.peak_active, static_cast<int64_t>(run.active.size()));
   }
 }
 

@@ -1,6 +1,7 @@
 // /proc/meminfo and cgroup v2 readings.
 #include "runtime/core/memory_info.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +47,12 @@ int64_t available_ram_bytes() {
   const int64_t used = cgroup_number("/sys/fs/cgroup/memory.current");
   if (limit > 0 && used >= 0) avail = std::min(avail, std::max<int64_t>(0, limit - used));
   return avail;
+}
+
+int64_t peak_rss_bytes() {
+  struct rusage u {};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;  // kilobytes on Linux
 }
 
 }  // namespace offgen

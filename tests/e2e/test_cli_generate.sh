@@ -39,7 +39,9 @@ check "summary line reports failures" grep -q "4 failed" "$work/err.txt"
 
 # --prefill-chunk: prompts prefilled in forwards of at most 8 tokens give the same records.
 "$bin" generate --model "$model" --input "$work/in.jsonl" --output "$work/chunked.jsonl" \
-  --max-context 64 --prefill-chunk 8 --quiet 2> /dev/null
+  --max-context 64 --prefill-chunk 8 --report "$work/chunked.json" --quiet 2> /dev/null
+check "report: batch_size is the two valid requests that ran together" \
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(not (r["batch_size"] == 2 and r["peak_rss_bytes"] > 0))' "$work/chunked.json"
 check "--prefill-chunk 8: the same records as the default chunk" cmp -s "$work/out.jsonl" "$work/chunked.jsonl"
 "$bin" bench --model "$model" --threads 1 --prompt-len 20 --gen-len 2 --gpu-batch-size 1 \
   --prefill-chunk 8 --no-warmup --json "$work/chunk_bench.json" > /dev/null

@@ -73,7 +73,7 @@ auto, pred = (json.load(open(p)) for p in sys.argv[1:])
 def expect(cond, what):
     print(("ok: " if cond else "FAIL: ") + what)
     if not cond: sys.exit(1)
-expect(auto["policy_source"] == "auto" and auto["batch_size"] == 6, "auto bench ran the 6 prompts")
+expect(auto["policy_source"] == "auto" and auto["num_prompts"] == 6 and 1 <= auto["batch_size"] <= 6, "auto bench ran the 6 prompts")
 expect(auto["predicted_total_throughput"] > 0 and auto["total_throughput"] > 0, "predicted beside measured")
 expect(pred["policy_source"] == "given" and pred["io_bytes"]["disk_write"] > 0, "--predict on a KV-on-disk policy")
 expect(pred["predicted_lane_busy_seconds"]["store"] > 0, "predicted store lane for KV on disk")
