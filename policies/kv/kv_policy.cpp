@@ -15,6 +15,8 @@ void KvPolicyConfig::validate() const {
                "--kv-budget {} must be a fraction in (0, 1] or a token count > 1", budget);
   OFFGEN_CHECK(budget <= 1 || budget == std::floor(budget), kConfig,
                "--kv-budget {}: a token count must be a whole number", budget);
+  OFFGEN_CHECK(budget <= kMaxBudgetTokens, kConfig,
+               "--kv-budget {}: a token count must be at most {}", budget, kMaxBudgetTokens);
   OFFGEN_CHECK(std::isfinite(recent_fraction) && recent_fraction > 0 && recent_fraction <= 1,
                kConfig, "kv recent_fraction {} must be in (0, 1]", recent_fraction);
   OFFGEN_CHECK(sinks >= 0, kConfig, "kv sinks {} must be >= 0", sinks);
@@ -22,19 +24,21 @@ void KvPolicyConfig::validate() const {
   OFFGEN_CHECK(kernel >= 1 && kernel % 2 == 1, kConfig, "kv kernel {} must be odd and >= 1", kernel);
 }
 
+int64_t KvPolicyConfig::budget_of(int64_t tokens) const {
+  // Clamped as a double first: a cast of a value past INT64_MAX is undefined.
+  const double b = budget <= 1 ? std::ceil(budget * static_cast<double>(tokens)) : budget;
+  return static_cast<int64_t>(std::clamp(b, 1.0, static_cast<double>(tokens)));
+}
+
 int64_t KvPolicyConfig::budget_tokens(int64_t prompt, int64_t generate) const {
   const int64_t total = prompt + generate;
   if (!evicts()) return total;
-  const int64_t b = budget <= 1 ? static_cast<int64_t>(std::ceil(budget * static_cast<double>(total)))
-                                : static_cast<int64_t>(budget);
-  return std::clamp<int64_t>(b, 1, total);
+  return budget_of(total);
 }
 
 int64_t KvPolicyConfig::prompt_keep(int64_t prompt) const {
   if (!evicts()) return prompt;
-  const int64_t b = budget <= 1 ? static_cast<int64_t>(std::ceil(budget * static_cast<double>(prompt)))
-                                : static_cast<int64_t>(budget);
-  return std::clamp<int64_t>(b, 1, std::max<int64_t>(prompt, 1));
+  return budget_of(std::max<int64_t>(prompt, 1));
 }
 
 int64_t KvPolicyConfig::table_slots(int64_t prompt, int64_t max_tokens) const {
@@ -53,8 +57,7 @@ int64_t KvPolicyConfig::compact_slots(int64_t prompt, int64_t max_tokens) const 
 
 std::string KvPolicyConfig::describe() const {
   if (!info().takes(KvParam::kBudget)) return std::string(name());
-  const std::string b = budget <= 1 ? fmt::format("{:g}", budget)
-                                    : std::to_string(static_cast<int64_t>(budget));
+  const std::string b = budget <= 1 ? fmt::format("{:g}", budget) : fmt::format("{:.0f}", budget);
   return fmt::format("{}@{}{}", name(), b, scope == KvScope::kPrompt ? " (prompt)" : "");
 }
 

@@ -14,6 +14,9 @@
 
 namespace offgen {
 
+// The largest token-count budget (2^40: past any context window, exact as a double).
+inline constexpr double kMaxBudgetTokens = 1099511627776.0;
+
 struct KvPolicyConfig {
   KvPolicyKind kind = KvPolicyKind::kFull;
   double budget = 1.0;           // (0, 1]: fraction of prompt + generated tokens; > 1: token count
@@ -30,6 +33,8 @@ struct KvPolicyConfig {
   std::string_view name() const { return kv_policy_name(kind); }
   // Slots a sequence of `prompt` + `generate` tokens may hold (>= 1, <= prompt + generate).
   int64_t budget_tokens(int64_t prompt, int64_t generate) const;
+  // The budget over `tokens` (>= 1) tokens: ceil(budget x tokens) or the count, within [1, tokens].
+  int64_t budget_of(int64_t tokens) const;
   // Slots the prompt keeps under scope "prompt" (>= 1, <= prompt).
   int64_t prompt_keep(int64_t prompt) const;
   // The KV table of a sequence of `prompt` tokens generating up to `max_tokens`: its slots (the

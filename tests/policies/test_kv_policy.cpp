@@ -175,6 +175,15 @@ TEST_CASE("kv policy config: budgets and validation", "[kv_policy]") {
   CHECK(c.budget_tokens(100, 20) == 50);
   c.budget = 500;
   CHECK(c.budget_tokens(100, 20) == 120);
+  // A count past INT64_MAX keeps everything (its cast once gave INT64_MIN, clamped to 1 token),
+  // and validation refuses counts past 2^40.
+  c.budget = 1e30;
+  CHECK(c.budget_tokens(100, 20) == 120);
+  CHECK(c.prompt_keep(100) == 100);
+  CHECK(c.describe() == "h2o@1000000000000000019884624838656");
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("at most 1099511627776"));
+  c.budget = kMaxBudgetTokens;
+  CHECK_NOTHROW(c.validate());
   c.budget = 2.5;
   CHECK_THROWS_AS(c.validate(), Error);
   c.budget = 0;
