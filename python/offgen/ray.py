@@ -14,6 +14,7 @@ restarted by Ray and its batch retried, so every row appears once in the output.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ Row = Dict[str, Any]
 
 # The keys of preprocess's dict that make the request; the others are carried to the output.
 _REQUEST_KEYS = ("prompt", "messages", "context", "id")
+_SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
 GENERATED_COLUMNS = ("generated_text", "finish_reason", "num_generated_tokens", "error")
 
 
@@ -134,6 +136,31 @@ def _strip_line(message: str) -> str:
     return re.sub(r"^line \d+: ", "", message)
 
 
+def _sampling_fields(sp: Any) -> Row:
+    """A row's ``sampling_params`` as request fields: SamplingParams fields only (a ``prompt`` or
+    ``id`` there would replace the row's own), None values dropped (Arrow fills the fields other
+    rows of the batch set with None)."""
+    if sp is None:
+        return {}
+    if not isinstance(sp, Mapping):
+        raise TypeError(f"sampling_params is {type(sp).__name__}, not a dict")
+    given = {k: v for k, v in sp.items() if v is not None}
+    unknown = sorted(set(given) - _SAMPLING_FIELDS)
+    if unknown:
+        raise ValueError(f"sampling_params: unknown field {unknown[0]!r} (SamplingParams fields: "
+                         f"{', '.join(sorted(_SAMPLING_FIELDS))})")
+    return given
+
+
+def _table(rows: List[Row]) -> Any:
+    """The output rows as one table: every key of any row a column (None where a row lacks it;
+    pyarrow's from_pylist would keep only the first row's keys)."""
+    import pyarrow as pa
+
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    return pa.Table.from_pydict({c: [row.get(c) for row in rows] for c in columns})
+
+
 def _error_row(carried: Row, message: str) -> Row:
     row = dict(carried)
     row.update(generated_text=None, finish_reason="error", num_generated_tokens=0, error=message)
@@ -171,10 +198,7 @@ class _OffgenStage:
                 if not isinstance(pre, Mapping):
                     raise TypeError(f"preprocess returned {type(pre).__name__}, not a dict")
                 request = {k: pre[k] for k in _REQUEST_KEYS if k in pre}
-                sp = pre.get("sampling_params") or {}
-                if not isinstance(sp, Mapping):
-                    raise TypeError(f"sampling_params is {type(sp).__name__}, not a dict")
-                request.update(sp)
+                request.update(_sampling_fields(pre.get("sampling_params")))
             except Exception as e:  # the user's function: any failure is this row's
                 out[i] = _error_row(row, f"preprocess: {type(e).__name__}: {e}")
                 continue
@@ -213,7 +237,7 @@ class _OffgenStage:
                     out[i] = dict(post)
                 except Exception as e:
                     out[i] = _error_row(row, f"postprocess: {type(e).__name__}: {e}")
-        table = pa.Table.from_pylist(out)
+        table = _table(out)
         # Columns that are None in every row of this batch would be typed null: fix the types.
         types = {"generated_text": pa.string(), "finish_reason": pa.string(),
                  "num_generated_tokens": pa.int64(), "error": pa.string()}

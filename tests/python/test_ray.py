@@ -147,3 +147,33 @@ def test_killed_actor_is_retried_and_rows_stay_once(model, cluster, reference, t
     out = run(model, tmp_path, "killed", make_rows(), pre=pre)
     assert os.path.exists(marker)
     check_all_rows(out, reference)
+
+
+def test_stage_batches_keep_every_rows_columns(model):
+    """One batch through the stage itself (no cluster): rows whose sampling_params set different
+    fields (Arrow fills the others with None), a sampling_params naming a request field, and a
+    postprocess that fails on the batch's first row while the others keep their own columns."""
+    import pyarrow as pa
+
+    from offgen.ray import _OffgenStage
+
+    cfg = ProcessorConfig(model=model, engine_kwargs={"threads": 1},
+                          sampling_params={"max_tokens": 4})
+    rows = [{"qid": 0, "prompt": "Hi", "sampling_params": {"temperature": 0.0, "max_tokens": None}},
+            {"qid": 1, "prompt": "Yo", "sampling_params": {"temperature": None, "max_tokens": 2}},
+            {"qid": 2, "prompt": "Hey", "sampling_params": {"prompt": "hijack"}}]
+    out = _OffgenStage(cfg, None, None)(pa.Table.from_pylist(rows)).to_pylist()
+    assert out[0]["error"] is None and out[1]["error"] is None, out
+    assert out[1]["num_generated_tokens"] <= 2
+    assert out[2]["error"].startswith("preprocess: ValueError: sampling_params: unknown field "
+                                      "'prompt'"), out[2]
+
+    def post(row):
+        if row["qid"] == 0:
+            raise KeyError("boom")
+        return {"qid": row["qid"], "answer": row["generated_text"]}
+
+    plain = [{"qid": q, "prompt": p} for q, p in ((0, "Hi"), (1, "Yo"))]
+    out = _OffgenStage(cfg, None, post)(pa.Table.from_pylist(plain)).to_pylist()
+    assert out[0]["error"] == "postprocess: KeyError: 'boom'"
+    assert out[1]["answer"] and out[1]["qid"] == 1 and out[1].get("error") is None, out
