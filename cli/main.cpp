@@ -108,7 +108,8 @@ Policy plan_for_job(const CommonFlags& f, const GenerateJobOptions& job,
     if (l.request) requests.push_back(*l.request);
   OpenedModel opened = open_model(f.model);
   const Tokenizer tokenizer(std::move(opened.vocab));
-  Workload w = job_workload(tokenizer, requests, max_context, job.input);
+  Workload w = job_workload(tokenizer, requests, max_context);
+  if (w.num_requests == 0) return unplanned_policy(base);
   set_workload_chunk(f, w);
   const PlanningContext ctx{f.model, base.weight_storage(f.weight_dtype), f.threads, "", base.offload_dir,
                             calibration_progress};

@@ -109,7 +109,7 @@ PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& 
 }
 
 Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& requests,
-                      int64_t max_context, const std::string& source) {
+                      int64_t max_context) {
   Workload w;
   w.prompt_len = 1;
   w.gen_len = 2;
@@ -122,11 +122,15 @@ Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& re
     w.gen_len = std::max<int64_t>(w.gen_len, r.sampling.max_tokens);
     ++w.num_requests;
   }
-  OFFGEN_CHECK(w.num_requests > 0, kInput, "{}: --policy auto: no valid request to plan for",
-               source);
   if (max_context > 0)
     w.gen_len = std::max<int64_t>(2, std::min(w.gen_len, max_context - w.prompt_len));
   return w;
+}
+
+Policy unplanned_policy(const Policy& base) {
+  Policy p = base;
+  p.batch_given = true;
+  return p;
 }
 
 }  // namespace offgen

@@ -46,8 +46,11 @@ PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& 
 
 // The workload a job is planned for: its longest prompt and largest max_tokens over the requests
 // that tokenise (others fail on their own when run), gen_len capped by max_context (0 = none).
-// Throws Error(kInput) "`source`: --policy auto: no valid request to plan for" when none does.
+// num_requests == 0 when none does (nothing to plan: every request gets its error).
 Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& requests,
-                      int64_t max_context, const std::string& source);
+                      int64_t max_context);
+// The policy of a job without a valid request (nothing runs; each request gets its error): the
+// base with its batch sizes taken as given, so no capacity limit has to size a batch.
+Policy unplanned_policy(const Policy& base);
 
 }  // namespace offgen

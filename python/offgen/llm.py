@@ -158,15 +158,22 @@ class LLM:
             raise ConfigError(f"on_error must be 'raise' or 'return' (got {on_error!r})")
         lines, texts = _request_lines(items, context)
         defaults = _defaults(sampling_params, len(items))
-        if self._engine is None:  # policy="auto": planned for this call's requests
-            policy = _core.plan_job(
+        if not items:
+            return []
+        engine = self._engine
+        if engine is None:  # policy="auto": planned for the first call with a valid request
+            policy, planned = _core.plan_job(
                 self.model, self.weight_dtype, self.threads, self._resolved, lines, defaults,
                 chat, self.max_context,
             )
-            self._engine = self._make_engine(policy)
+            # No valid request: an engine reports each one's error, and the plan waits for a call
+            # with something to plan for.
+            engine = self._make_engine(policy)
+            if planned:
+                self._engine = engine
         bar = _ProgressBar(len(items)) if _want_bar(use_tqdm) else None
         try:
-            outs = self._engine.generate(
+            outs = engine.generate(
                 lines, defaults, chat, bar.update if bar else None,
                 threading.current_thread() is threading.main_thread(),
             )

@@ -3,6 +3,7 @@
 // with the GIL released while the engine runs, progress reported to a Python callable and
 // Ctrl-C (a pending signal) stopping the run between engine iterations.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -169,8 +170,8 @@ class PyEngine {
 };
 
 // `policy="auto"`: the planner's policy for these requests (as `generate --policy auto` plans
-// for its input file).
-Policy plan_job(const std::string& model, const std::string& weight_dtype, int threads,
+// for its input file) and true; without a valid request, unplanned_policy(base) and false.
+std::pair<Policy, bool> plan_job(const std::string& model, const std::string& weight_dtype, int threads,
                 const Policy& base, const std::vector<std::string>& lines,
                 const std::vector<SamplingParams>& defaults, bool chat, int64_t max_context) {
   std::vector<Request> requests;
@@ -178,7 +179,8 @@ Policy plan_job(const std::string& model, const std::string& weight_dtype, int t
     if (l.request) requests.push_back(*l.request);
   OpenedModel opened = open_model(model);
   const Tokenizer tokenizer(std::move(opened.vocab));
-  const Workload w = job_workload(tokenizer, requests, max_context, "generate()");
+  const Workload w = job_workload(tokenizer, requests, max_context);
+  if (w.num_requests == 0) return {unplanned_policy(base), false};
   const PlanningContext ctx{model,
                             base.weight_storage(WeightMode::parse(weight_dtype)),
                             threads,
@@ -187,7 +189,7 @@ Policy plan_job(const std::string& model, const std::string& weight_dtype, int t
                             [](const std::string& what) {
                               std::fprintf(stderr, "offgen: calibrating: %s\n", what.c_str());
                             }};
-  return auto_plan(planning_inputs(ctx), w, base).policy;
+  return {auto_plan(planning_inputs(ctx), w, base).policy, true};
 }
 
 }  // namespace

@@ -87,4 +87,12 @@ rc=$?
 check "generate --policy auto: exit 3 for the one bad line (got $rc)" test "$rc" -eq 3
 check "generate --policy auto: plans for the valid requests" grep -q "policy auto: " "$work/gen.err"
 check "generate --policy auto: every line answered" test "$(wc -l < "$work/out.jsonl")" -eq 3
+# No valid line: nothing to plan for; every line still gets its error record.
+printf '%s\n' '{"id": "x"}' '{"id": "y", "prompt": ""}' > "$work/bad.jsonl"
+"$bin" generate --model "$model" --threads 1 --policy auto --cpu-mem 400M --offload-dir "$work" \
+  --input "$work/bad.jsonl" --output "$work/bad_out.jsonl" -q 2> "$work/bad.err"
+rc=$?
+check "generate --policy auto, no valid line: exit 3 (got $rc)" test "$rc" -eq 3
+check "generate --policy auto, no valid line: two error records" \
+  test "$(grep -c '"error"' "$work/bad_out.jsonl")" -eq 2
 exit $fail

@@ -243,6 +243,11 @@ def test_policy_auto_plans_for_the_first_call(model, profile, monkeypatch):
     monkeypatch.setenv("OFFGEN_PROFILE", str(profile))
     llm = offgen.LLM(model, policy="auto", threads=1, cpu_mem="2G")
     assert llm.resolved_policy.gpu_batch_size is None  # not planned before the requests are known
+    # Calls without a valid request plan nothing: [] for no request, error outputs otherwise.
+    assert llm.generate([]) == []
+    bad = llm.generate([""], on_error="return")
+    assert bad[0].outputs[0].finish_reason == "error" and "must not be empty" in bad[0].error
+    assert llm.resolved_policy.gpu_batch_size is None
     outs = llm.generate(PROMPTS[:3], offgen.SamplingParams(max_tokens=6))
     ref = offgen.LLM(model, threads=1).generate(PROMPTS[:3], offgen.SamplingParams(max_tokens=6))
     assert texts(outs) == texts(ref)
