@@ -1,6 +1,7 @@
 // `offgen inspect` over any model spec (GGUF file, Hugging Face directory, dummy preset).
 #include "cli/inspect_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -122,8 +123,10 @@ int run_inspect(const std::string& model, int threads, const std::string& weight
   if (facts.window_layers > 0)
     std::printf("; %lld sliding-window layers hold only their window of %lld",
                 (long long)facts.window_layers, (long long)facts.window);
-  std::printf("\n    per sequence: %.2f MiB at 4096 tokens, %.1f MiB at the full context of %lld\n",
-              per_seq(4096), per_seq(c.context_length), (long long)c.context_length);
+  const int64_t some = std::min<int64_t>(4096, c.context_length);
+  std::printf("\n    per sequence: %.2f MiB at %lld tokens, %.1f MiB at the full context of %lld\n",
+              per_seq(some), (long long)some, per_seq(c.context_length),
+              (long long)c.context_length);
   return 0;
 }
 

@@ -167,14 +167,14 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
   }
   std::fprintf(stderr,
                "offgen: done: %lld requests (%lld resumed from an earlier run), %lld failed; prefill %lld tokens in %.2fs (%.1f tok/s), "
-               "decode %lld tokens in %.2fs (%.1f tok/s); wall %.2fs; output %s\n",
+               "decode %lld tokens in %.2fs (%.1f tok/s); generate %.2fs, wall %.2fs (load %.2fs); output %s\n",
                static_cast<long long>(s.lines), static_cast<long long>(s.resumed),
                static_cast<long long>(s.failed),
                static_cast<long long>(st.prefill_tokens), st.prefill_seconds,
                st.prefill_seconds > 0 ? st.prefill_tokens / st.prefill_seconds : 0.0,
                static_cast<long long>(st.decode_tokens), st.decode_seconds,
                st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0, st.wall_seconds,
-               job.output.c_str());
+               since_start(), load_seconds, job.output.c_str());
   return s.failed > 0 ? 3 : 0;
 }
 
