@@ -362,6 +362,8 @@ int main(int argc, char** argv) {
   try {
     for (CommonFlags* f : {&gen_common, &ins_common, &bench_common}) f->resolve();
     job.fsync = parse_fsync_policy(fsync_text);
+    if (gen->get_option("--temperature")->count() > 0)
+      job.openai_temperature = job.defaults.temperature;
     if (gen->parsed()) return cmd_generate(gen_common, job, gen_policy, max_context, quiet);
     if (ins->parsed()) return cmd_inspect(ins_common);
     if (bench->parsed() && shared_context > 0)

@@ -175,7 +175,7 @@ void parse_simple(const json& obj, JobLine& out, Request& r) {
     fail("missing_field", "prompt", "missing (give 'prompt' or 'messages')");
 }
 
-void parse_openai(const json& obj, JobLine& out, Request& r) {
+void parse_openai(const json& obj, JobLine& out, Request& r, std::optional<float> temperature) {
   for (auto it = obj.begin(); it != obj.end(); ++it) {
     const std::string& k = it.key();
     if (k != "custom_id" && k != "method" && k != "url" && k != "body")
@@ -192,7 +192,7 @@ void parse_openai(const json& obj, JobLine& out, Request& r) {
   const json& body = obj["body"];
   json_object(body, "body");
   check_prompt_or_messages(body, "body.");
-  r.sampling.temperature = 1.0f;  // the API's default
+  r.sampling.temperature = temperature.value_or(1.0f);  // the API's default unless given
   for (auto it = body.begin(); it != body.end(); ++it) {
     const std::string& k = it.key();
     const std::string path = "body." + k;
@@ -289,7 +289,7 @@ json parse_json(const std::string& line, std::optional<LineError>& deferred) {
 }  // namespace
 
 JobLine parse_request_line(const std::string& line, int64_t line_no, const SamplingParams& defaults,
-                           bool chat_default) {
+                           bool chat_default, std::optional<float> openai_temperature) {
   JobLine out;
   out.line_no = line_no;
   out.id = fmt::format("line-{}", line_no);
@@ -319,7 +319,7 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
     r.id = out.id;
     r.sampling = defaults;
     r.chat = chat_default;
-    if (out.openai) parse_openai(obj, out, r);
+    if (out.openai) parse_openai(obj, out, r, openai_temperature);
     else parse_simple(obj, out, r);
     const bool has_seed =
         obj.contains("seed") || (obj.contains("body") && obj["body"].is_object() && obj["body"].contains("seed"));
@@ -376,7 +376,7 @@ void assign_generated_id(JobLine& jl, std::string id, const SamplingParams& defa
 }  // namespace
 
 std::vector<JobLine> parse_request_text(std::string_view text, const SamplingParams& defaults,
-                                        bool chat_default) {
+                                        bool chat_default, std::optional<float> openai_temperature) {
   std::vector<JobLine> lines;
   int64_t no = 0;
   for (size_t start = 0; start < text.size();) {
@@ -388,7 +388,7 @@ std::vector<JobLine> parse_request_text(std::string_view text, const SamplingPar
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (no == 1 && line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);  // UTF-8 byte-order mark
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    lines.push_back(parse_request_line(line, no, defaults, chat_default));
+    lines.push_back(parse_request_line(line, no, defaults, chat_default, openai_temperature));
   }
   // Record ids are the journal's keys, so they must be unique and no generated one ("line-N"
   // for a line without an id, "ID#line-N" for a repeated id) may equal an id some line gives

@@ -31,9 +31,12 @@ struct JobLine {
 // unknown_field, wrong_type, invalid_value, conflicting_fields, duplicate_key, duplicate_id (from
 // parsing) and prompt_too_long, does_not_fit, request_failed (from generation).
 
-// Parses one line. `defaults` supplies sampling values the line does not override.
+// Parses one line. `defaults` supplies sampling values the line does not override; an
+// OpenAI-shaped line's temperature defaults to `openai_temperature` (--temperature when given),
+// else to 1 as the API's does.
 JobLine parse_request_line(const std::string& line, int64_t line_no, const SamplingParams& defaults,
-                           bool chat_default);
+                           bool chat_default,
+                           std::optional<float> openai_temperature = std::nullopt);
 
 // The bytes of a job's file, read once: a regular file, a named pipe, or "-" for standard input.
 // Throws offgen::Error(kIo) naming the path and `what` ("input file", "context file") when it
@@ -46,7 +49,8 @@ std::string read_job_input(const std::string& path, const char* what = "input fi
 // "ID#line-N"). Every line's id is unique: a generated one ("line-N" for a line without an id,
 // "ID#line-N") that equals an id given by some line gets "#2", "#3", ... appended.
 std::vector<JobLine> parse_request_text(std::string_view text, const SamplingParams& defaults,
-                                        bool chat_default);
+                                        bool chat_default,
+                                        std::optional<float> openai_temperature = std::nullopt);
 // read_job_input + parse_request_text.
 std::vector<JobLine> read_request_file(const std::string& path, const SamplingParams& defaults,
                                        bool chat_default);

@@ -98,7 +98,7 @@ void check_not_read(const std::string& path, const std::string& flag,
 JobInput load_job_input(const GenerateJobOptions& opts) {
   JobInput in;
   in.bytes = read_job_input(opts.input);
-  in.lines = parse_request_text(in.bytes, opts.defaults, opts.chat);
+  in.lines = parse_request_text(in.bytes, opts.defaults, opts.chat, opts.openai_temperature);
   if (!opts.context_file.empty()) in.context = read_context_file(opts.context_file);
   return in;
 }
@@ -125,7 +125,7 @@ nlohmann::json job_fingerprint(const EngineOptions& eo, const std::string& model
                                const JobInput& input) {
   const auto& d = job.defaults;
   const KvPolicyConfig& kv = eo.policy.kv;
-  return nlohmann::json{
+  nlohmann::json fp{
       {"input_fnv1a64", fnv_hex(input.bytes)},
       {"context_fnv1a64", input.context.empty() ? std::string() : fnv_hex(input.context)},
       {"model", model_id},
@@ -146,6 +146,9 @@ nlohmann::json job_fingerprint(const EngineOptions& eo, const std::string& model
       {"sampling", {{"max_tokens", d.max_tokens}, {"temperature", d.temperature},
                     {"top_p", d.top_p}, {"top_k", d.top_k}, {"seed", d.seed}, {"stop", d.stop}}},
   };
+  // Only when given, so outputs of jobs that did not give it resume as before.
+  if (job.openai_temperature) fp["sampling"]["openai_temperature"] = *job.openai_temperature;
+  return fp;
 }
 
 JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts, const JobInput& input,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ struct GenerateJobOptions {
   std::string input;               // a file, a named pipe, or "-" for standard input
   std::string output;
   SamplingParams defaults;
+  // --temperature when given: OpenAI-shaped lines default to it too (else to 1, as the API).
+  std::optional<float> openai_temperature;
   bool chat = false;
   bool progress = true;
   bool overwrite = false;          // start afresh instead of resuming an existing output

@@ -12,6 +12,22 @@
 
 using namespace offgen;
 
+TEST_CASE("OpenAI lines default to temperature 1 unless --temperature is given", "[job_io]") {
+  SamplingParams d;  // temperature 0, the flag's default
+  const std::string text =
+      "{\"custom_id\": \"o\", \"body\": {\"prompt\": \"p\"}}\n"
+      "{\"custom_id\": \"t\", \"body\": {\"prompt\": \"p\", \"temperature\": 0.7}}\n"
+      "{\"id\": \"s\", \"prompt\": \"p\"}\n";
+  const auto api = parse_request_text(text, d, false);
+  CHECK(api[0].request->sampling.temperature == 1.0f);
+  CHECK(api[1].request->sampling.temperature == Approx(0.7));
+  CHECK(api[2].request->sampling.temperature == 0.0f);
+  const auto given = parse_request_text(text, d, false, 0.25f);
+  CHECK(given[0].request->sampling.temperature == 0.25f);
+  CHECK(given[1].request->sampling.temperature == Approx(0.7));  // the line's own wins
+  CHECK(given[2].request->sampling.temperature == 0.0f);
+}
+
 TEST_CASE("simple request lines parse with overrides", "[job_io]") {
   SamplingParams d;
   d.max_tokens = 7;
