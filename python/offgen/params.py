@@ -36,16 +36,19 @@ class SamplingParams:
         p = _core.SamplingParams()
         try:
             p.max_tokens = _int(self.max_tokens, "max_tokens")
-            p.temperature = float(self.temperature)
-            p.top_p = float(self.top_p)
+            p.temperature = _float(self.temperature, "temperature")
+            p.top_p = _float(self.top_p, "top_p")
             p.top_k = _int(self.top_k, "top_k")
             seed = 0 if self.seed is None else _int(self.seed, "seed")
             if not 0 <= seed < _UINT64:
                 raise ConfigError(f"seed must be in [0, 2^64) (got {seed})")
             p.seed = seed
             stop = self.stop
+            if not (stop is None or isinstance(stop, str) or (
+                    isinstance(stop, (list, tuple)) and all(isinstance(x, str) for x in stop))):
+                raise ConfigError(f"stop must be a string or a list of strings (got {stop!r})")
             p.stop = [] if stop is None else [stop] if isinstance(stop, str) else list(stop)
-            p.ignore_eos = bool(self.ignore_eos)
+            p.ignore_eos = _bool(self.ignore_eos, "ignore_eos")
         except (TypeError, OverflowError) as e:
             raise ConfigError(f"SamplingParams: {e}") from None
         p.validate()
@@ -55,6 +58,20 @@ class SamplingParams:
 def _int(v: Any, name: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ConfigError(f"{name} must be an integer (got {v!r})")
+    return v
+
+
+def _float(v: Any, name: str) -> float:
+    # A real number: not a string ("0.5" would parse) nor a bool (a number to Python).
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ConfigError(f"{name} must be a number (got {v!r})")
+    return float(v)
+
+
+def _bool(v: Any, name: str) -> bool:
+    # bool("no") is True: only True and False are flags.
+    if not isinstance(v, bool):
+        raise ConfigError(f"{name} must be True or False (got {v!r})")
     return v
 
 
@@ -111,7 +128,7 @@ class Policy:
                     raise ConfigError("Policy(file='auto'): pass policy='auto' to LLM instead")
                 o.file = os.fspath(self.file)
             if self.percent is not None:
-                o.percent = [float(x) for x in self.percent]
+                o.percent = [_float(x, "percent") for x in self.percent]
             for name in ("gpu_batch_size", "num_gpu_batches", "io_queue_depth"):
                 v = getattr(self, name)
                 if v is not None:
@@ -121,7 +138,7 @@ class Policy:
             for name in ("overlap", "cpu_cache_compute", "compress_weight", "compress_cache"):
                 v = getattr(self, name)
                 if v is not None:
-                    setattr(o, name, bool(v))
+                    setattr(o, name, _bool(v, name))
             if self.offload_dir is not None:
                 o.offload_dir = os.fspath(self.offload_dir)
             for name in _SIZE_FIELDS:
@@ -131,7 +148,7 @@ class Policy:
             if self.kv_policy is not None:
                 o.kv_policy = str(self.kv_policy)
             if self.kv_budget is not None:
-                o.kv_budget = float(self.kv_budget)
+                o.kv_budget = _float(self.kv_budget, "kv_budget")
         except (TypeError, ValueError, OverflowError) as e:
             if isinstance(e, ConfigError):
                 raise

@@ -163,6 +163,15 @@ def test_prompt_too_long_is_an_input_error(model):
 def test_configuration_errors(model, tmp_path):
     with pytest.raises(offgen.ConfigError, match="temperature must be in"):
         offgen.SamplingParams(temperature=-1)
+    # Strings and non-bools are not numbers and flags (bool("no") is True).
+    with pytest.raises(offgen.ConfigError, match="ignore_eos must be True or False"):
+        offgen.SamplingParams(ignore_eos="no")
+    with pytest.raises(offgen.ConfigError, match="temperature must be a number"):
+        offgen.SamplingParams(temperature="0.5")
+    with pytest.raises(offgen.ConfigError, match="stop must be a string or a list of strings"):
+        offgen.SamplingParams(stop=[1])
+    with pytest.raises(offgen.ConfigError, match="overlap must be True or False"):
+        offgen.Policy(overlap="false").resolve()
     with pytest.raises(offgen.ConfigError, match="--kv-budget"):
         offgen.LLM(model, kv_policy="h2o", kv_budget=0)
     with pytest.raises(offgen.ConfigError, match="unknown engine option colour"):
