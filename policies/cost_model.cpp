@@ -2,6 +2,7 @@
 #include "policies/cost_model.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <utility>
@@ -298,7 +299,9 @@ Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const Har
   const int64_t N = r.batch, gbs = p.gpu_batch_size;
 
   // Prefill: the engine's forwards of at most prefill_chunk tokens (a prompt may span two), each
-  // split into GPU batches of gbs sequences.
+  // split into GPU batches of gbs sequences. Most forwards of a block repeat one shape: each
+  // shape's time is computed once (a block of thousands of sequences has thousands of forwards).
+  std::map<std::vector<int64_t>, ForwardTime> shape_time;
   std::vector<int64_t> done(N, 0), used(N, 0);
   int64_t i = 0;
   while (i < N) {
@@ -315,7 +318,16 @@ Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const Har
       if (done[i] == w.prompt_len) ++i;
       else break;
     }
-    const ForwardTime f = forward_time(x, window_costs, batches);
+    std::vector<int64_t> shape;
+    for (const Batch& b : batches) {
+      shape.push_back(b.repeat);
+      shape.push_back(static_cast<int64_t>(b.pieces.size()));
+      for (const Piece& q : b.pieces) shape.insert(shape.end(), {q.n_past, q.n_new, q.mult});
+    }
+    auto it = shape_time.find(shape);
+    if (it == shape_time.end())
+      it = shape_time.emplace(std::move(shape), forward_time(x, window_costs, batches)).first;
+    const ForwardTime& f = it->second;
     r.prefill_seconds += f.seconds;
     add(r.prefill_lanes, f.lanes);
   }
