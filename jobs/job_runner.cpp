@@ -154,6 +154,7 @@ nlohmann::json job_fingerprint(const EngineOptions& eo, const std::string& model
 JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts, const JobInput& input,
                             const std::function<bool()>& should_stop) {
   const std::vector<JobLine>& lines = input.lines;
+  if (lines.empty()) log_warn("{}: no requests (every line is blank)", opts.input);
   OutputJournal out(opts.output,
                     job_fingerprint(engine.options(), engine.model_id(), engine.max_context(), opts,
                                     input),

@@ -10,6 +10,8 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
@@ -20,6 +22,31 @@ namespace offgen {
 std::string output_sidecar_path(const std::string& output) { return output + ".offgen.json"; }
 
 namespace {
+
+// A fingerprint value as the change list shows it: compact JSON, long values cut.
+std::string shown(const nlohmann::json& v) {
+  std::string s = v.dump();
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
+// The leaves of `now` that differ from `before` ("sampling.temperature changed (0.0 -> 0.7)"),
+// objects compared field by field.
+void list_changes(const nlohmann::json& before, const nlohmann::json& now, const std::string& at,
+                  std::vector<std::string>& out) {
+  if (before.is_object() && now.is_object()) {
+    for (auto it = now.begin(); it != now.end(); ++it)
+      list_changes(before.contains(it.key()) ? before[it.key()] : nlohmann::json(), *it,
+                   at.empty() ? it.key() : at + "." + it.key(), out);
+    for (auto it = before.begin(); it != before.end(); ++it)
+      if (!now.contains(it.key()))
+        out.push_back(fmt::format("{} changed ({} -> none)",
+                                  at.empty() ? it.key() : at + "." + it.key(), shown(*it)));
+    return;
+  }
+  if (before != now)
+    out.push_back(fmt::format("{} changed ({} -> {})", at.empty() ? "settings" : at,
+                              before.is_null() ? "none" : shown(before), shown(now)));
+}
 
 void write_sidecar(const std::string& path, const nlohmann::json& fingerprint) {
   try {
@@ -86,15 +113,12 @@ OutputJournal::OutputJournal(const std::string& path, const nlohmann::json& fing
                      e.what());
       }
       if (previous != fingerprint) {
-        std::string what;
-        for (auto it = fingerprint.begin(); it != fingerprint.end(); ++it)
-          if (!previous.contains(it.key()) || previous[it.key()] != *it)
-            what += (what.empty() ? "" : ", ") + it.key();
+        std::vector<std::string> what;
+        list_changes(previous, fingerprint, "", what);
         OFFGEN_THROW(kConfig,
-                     "{}: was produced by a different job ({} changed); resume needs the same "
-                     "input, model and settings — use --overwrite to start afresh or another "
-                     "--output",
-                     path, what.empty() ? "settings" : what);
+                     "{}: was produced by a different job ({}); resume needs the same input, "
+                     "model and settings — use --overwrite to start afresh or another --output",
+                     path, fmt::join(what, "; "));
       }
       load_existing(fd);
     } else {

@@ -54,6 +54,12 @@ run "$out" 2> "$work/err2.txt"
 rc=$?
 check "changed input refused with exit 2 (got $rc)" test "$rc" -eq 2
 check "changed input named" grep -q "input_fnv1a64 changed" "$work/err2.txt"
+cp "$work/in.jsonl" "$work/in_keep.jsonl"
+head -n -1 "$work/in_keep.jsonl" > "$work/in.jsonl"  # the input as it was
+run "$out" --temperature 0.5 2> "$work/err3.txt"
+check "changed sampling: the field and both values named" \
+  grep -q "sampling.temperature changed (0.0 -> 0.5)" "$work/err3.txt"
+cp "$work/in_keep.jsonl" "$work/in.jsonl"
 run "$out" --overwrite 2>/dev/null
 check "--overwrite starts afresh" test "$(wc -l < "$out")" -eq 222
 
