@@ -168,9 +168,17 @@ JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts, cons
     out.append(line.id, record);
     if (!summary.errors.add(record)) ++summary.succeeded;
   };
-  if (out.resumed() > 0)
+  if (out.resumed() > 0) {
     log_info("{}: resuming: {} of {} records already written", opts.output, out.resumed(),
              lines.size());
+    // Records are final: raising a memory limit does not retry the requests that did not fit.
+    const auto& kinds = out.resumed_error_counts().by_kind;
+    const auto unfit = kinds.find(request_error_kind_name(RequestErrorKind::kDoesNotFit));
+    if (unfit != kinds.end() && unfit->second > 0)
+      log_warn("{}: {} of the records kept are does_not_fit errors of the earlier run; they are "
+               "not retried (run them into another output, or --overwrite to redo the job)",
+               opts.output, unfit->second);
+  }
   std::vector<Request> requests;
   std::vector<size_t> line_of;
   for (size_t i = 0; i < lines.size(); ++i) {

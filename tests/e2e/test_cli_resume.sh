@@ -56,9 +56,9 @@ check "changed input refused with exit 2 (got $rc)" test "$rc" -eq 2
 check "changed input named" grep -q "input_fnv1a64 changed" "$work/err2.txt"
 cp "$work/in.jsonl" "$work/in_keep.jsonl"
 head -n -1 "$work/in_keep.jsonl" > "$work/in.jsonl"  # the input as it was
-run "$out" --temperature 0.5 2> "$work/err3.txt"
+run "$out" --temperature 0.5 2> "$work/err_t.txt"
 check "changed sampling: the field and both values named" \
-  grep -q "sampling.temperature changed (0.0 -> 0.5)" "$work/err3.txt"
+  grep -q "sampling.temperature changed (0.0 -> 0.5)" "$work/err_t.txt"
 cp "$work/in_keep.jsonl" "$work/in.jsonl"
 run "$out" --overwrite 2>/dev/null
 check "--overwrite starts afresh" test "$(wc -l < "$out")" -eq 222
@@ -73,4 +73,15 @@ rc=$?
 kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 check "concurrent writer refused with exit 2 (got $rc)" test "$rc" -eq 2
 check "concurrent writer named" grep -q "another offgen process" "$work/err3.txt"
+
+# does_not_fit records are final: a resume under a larger limit keeps them and says so.
+printf '%s\n' '{"id": "a", "prompt": "Hi", "max_tokens": 2}' \
+  '{"id": "b", "prompt": "Hello there", "max_tokens": 600}' > "$work/fit.jsonl"
+fit() { "$bin" generate --model "$model" --input "$work/fit.jsonl" --output "$work/fit.out" \
+  --gpu-batch-size 2 --percent 100 0 0 100 100 0 --quiet "$@"; }
+fit --cpu-mem 10M 2> /dev/null
+check "a request over --cpu-mem gets does_not_fit" grep -q '"does_not_fit"' "$work/fit.out"
+fit --cpu-mem 200M 2> "$work/fit.err"
+check "resume under a larger limit warns that it is not retried" \
+  grep -q "1 of the records kept are does_not_fit errors" "$work/fit.err"
 exit $fail
