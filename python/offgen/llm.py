@@ -148,8 +148,8 @@ class LLM:
         per-request sampling values such as ``"max_tokens"``, ``"temperature"``, ``"seed"``).
         ``sampling_params``: one for every request, or one per request. ``context``: a shared
         context for every request without its own (``--context``). ``chat``: apply the model's
-        chat template to plain prompts (``--chat``). ``use_tqdm``: a progress bar (default: when
-        stderr is a terminal). ``on_error``: ``"raise"`` raises the first failed request's error
+        chat template to plain prompts (``--chat``). ``use_tqdm``: a progress bar (None: when stderr is
+        a terminal; True: always; False: never). ``on_error``: ``"raise"`` raises the first failed request's error
         (InputError, or ResourceError when its KV cache does not fit); ``"return"`` returns it
         as that request's output (``finish_reason == "error"``, ``.error`` set).
         """
@@ -281,8 +281,9 @@ def _request_output(o: Any, prompt: Optional[str]) -> RequestOutput:
 
 
 def _want_bar(use_tqdm: Optional[bool]) -> bool:
-    if use_tqdm is False:
-        return False
+    # True: always (Jupyter, logs); None: when stderr is a terminal.
+    if use_tqdm is not None:
+        return bool(use_tqdm)
     try:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):
