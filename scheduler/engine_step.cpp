@@ -185,6 +185,10 @@ void Engine::run_prefill(std::vector<Sequence*>& seqs) {
       if (s->prefilling()) continue;
       accept(*s, sample(*s, g));
     }
+    // A stop request is honoured between forwards, not after the whole batch's prompts (many
+    // forwards): the sequences not prefilled yet stay as they are, and generate() ends the run.
+    if (i < seqs.size() && callbacks_ && callbacks_->should_stop && callbacks_->should_stop())
+      break;
   }
   stats_.prefill_seconds += seconds_since(t0);
 }

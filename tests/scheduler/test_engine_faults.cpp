@@ -1,6 +1,7 @@
-// The engine under stop requests and hostile requests: should_stop ends generate() early with the
-// unfinished requests marked interrupted and the engine reusable with unchanged results; a
-// max_tokens beyond the context window is cut and counted.
+// The engine under stop requests and hostile requests: should_stop ends generate() early (also
+// between the prefill forwards of one step) with the unfinished requests marked interrupted and
+// the engine reusable with unchanged results; a max_tokens beyond the context window is cut and
+// counted.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -70,6 +71,27 @@ TEST_CASE("should_stop ends generate early; the engine runs again unchanged", "[
   for (size_t i = 0; i < reqs.size(); ++i) CHECK(again[i].tokens == clean[i].tokens);
   CHECK_FALSE(engine.last_stats().interrupted);
   CHECK(engine.last_stats().unfinished == 0);
+}
+
+TEST_CASE("should_stop is honoured between the prefill forwards of one step", "[engine][faults]") {
+  EngineOptions eo = options(4);
+  eo.prefill_chunk = 2;  // four prompts of a few tokens: several forwards in the first step
+  Engine engine(eo);
+  const auto reqs = requests(4, 3);
+  const std::vector<Result> clean = engine.generate(reqs);
+  const int64_t prompt_tokens = engine.last_stats().prefill_tokens;
+  int calls = 0;
+  GenerateCallbacks cb;
+  cb.should_stop = [&] { return ++calls > 2; };  // the loop's first check, one forward, then stop
+  const std::vector<Result> cut = engine.generate(reqs, cb);
+  const GenerationStats& st = engine.last_stats();
+  CHECK(st.interrupted);
+  CHECK(st.unfinished == 4);
+  CHECK(st.prefill_tokens == 4);  // two forwards of 2 tokens, not the step's whole prefill
+  CHECK(st.prefill_tokens < prompt_tokens);
+  for (const Result& r : cut) CHECK(r.finish_reason == FinishReason::kInterrupted);
+  const std::vector<Result> again = engine.generate(reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) CHECK(again[i].tokens == clean[i].tokens);
 }
 
 TEST_CASE("a max_tokens beyond the context window is cut and counted", "[engine][faults]") {
