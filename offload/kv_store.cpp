@@ -97,7 +97,7 @@ int64_t KvStore::add(int64_t capacity, int64_t compact_to) {
                kInternal, "KV table layout disagrees with its placement split");
   if (ram_at > 0) s->ram = alloc_home(split.memory_bytes);
   s->meta = alloc_meta(split.meta_bytes);  // zeroed: position 0, scores 0.0f
-  if (disk_at > 0) s->disk = take_extent(static_cast<uint64_t>(split.disk_bytes));
+  if (disk_at > 0) s->disk = disk_->allocate(static_cast<uint64_t>(split.disk_bytes));
   s->tiers = {on_device_ ? split.memory_bytes : 0,
               (on_device_ ? 0 : split.memory_bytes) + split.meta_bytes,
               static_cast<int64_t>(s->disk.bytes)};
@@ -128,21 +128,10 @@ void KvStore::remove(int64_t handle) {
   stats_.disk_bytes -= static_cast<int64_t>(s->disk.bytes);
   stats_.tiers += s->tiers * -1;
   --stats_.sequences;
-  // The NVMe store allocates by bumping; finished sequences' extents are reused by later ones.
-  if (s->disk.bytes > 0) free_extents_.insert({s->disk.bytes, s->disk.offset});
+  // Finished sequences' extents go back to the store (merged with free neighbours, reused).
+  if (s->disk.bytes > 0) disk_->release(s->disk);
   s.reset();
   free_.push_back(handle);
-}
-
-Extent KvStore::take_extent(uint64_t bytes) {
-  // Best fit among freed extents (smallest that is large enough), else new space.
-  auto it = free_extents_.lower_bound({bytes, 0});
-  if (it != free_extents_.end()) {
-    const Extent e{it->second, it->first};
-    free_extents_.erase(it);
-    return e;
-  }
-  return disk_->allocate(bytes);
 }
 
 std::byte* KvStore::ram_row0(const Seq& s, int64_t layer, int which) const {

@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <set>
 #include <span>
 #include <vector>
 
@@ -149,7 +148,6 @@ class KvStore {
                    std::span<const int32_t> head_slots, float* stage);
   void encode_rows(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
                    float* stage);
-  Extent take_extent(uint64_t bytes);
 
   void write_disk(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
                   float* stage);
@@ -167,7 +165,6 @@ class KvStore {
   NvmeStore* disk_;
   std::vector<std::unique_ptr<Seq>> seqs_;
   std::vector<int64_t> free_;
-  std::set<std::pair<uint64_t, uint64_t>> free_extents_;  // (bytes, offset) of finished sequences
   KvStoreStats stats_;
 };
 

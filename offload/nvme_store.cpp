@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -67,8 +68,12 @@ struct NvmeStore::Impl {
   uint32_t depth = 1;
 
   std::mutex alloc_mu;
-  std::atomic<uint64_t> allocated{0};
+  std::atomic<uint64_t> allocated{0};  // the end of the file's extents (high-water mark)
+  std::map<uint64_t, uint64_t> free;   // released extents: offset -> bytes, adjacent ones merged
   bool preallocate = true;
+
+  // Reserves [allocated, allocated + bytes) at the end of the file (caller holds alloc_mu).
+  void grow(uint64_t bytes);
 
   std::mutex io_mu;  // everything below
   std::deque<Chunk> pending;
@@ -293,38 +298,95 @@ NvmeStore::~NvmeStore() {
   impl_->engine.reset();
 }
 
-Extent NvmeStore::allocate(uint64_t bytes) {
-  Impl& m = *impl_;
-  const uint64_t rounded = align_up(bytes);
-  std::lock_guard lock(m.alloc_mu);
-  const uint64_t offset = m.allocated.load();
-  if (m.opt.capacity_bytes != 0 && offset + rounded > m.opt.capacity_bytes) {
+void NvmeStore::Impl::grow(uint64_t bytes) {
+  const uint64_t offset = allocated.load();
+  if (opt.capacity_bytes != 0 && offset + bytes > opt.capacity_bytes) {
     OFFGEN_THROW(kResource,
                  "NVMe store {}: allocating {} bytes would exceed the disk capacity (--disk-mem) "
                  "of {} bytes ({} in use)",
-                 m.file.path(), rounded, m.opt.capacity_bytes, offset);
+                 file.path(), bytes, opt.capacity_bytes, offset);
   }
-  if (rounded == 0) return Extent{offset, 0};
   int rc = -1;
-  if (m.preallocate) {
-    rc = ::fallocate(m.file.fd(), 0, static_cast<off_t>(offset), static_cast<off_t>(rounded));
-    if (rc != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) m.preallocate = false;
+  if (preallocate) {
+    rc = ::fallocate(file.fd(), 0, static_cast<off_t>(offset), static_cast<off_t>(bytes));
+    if (rc != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) preallocate = false;
   }
-  if (!m.preallocate) rc = ::ftruncate(m.file.fd(), static_cast<off_t>(offset + rounded));
+  if (!preallocate) rc = ::ftruncate(file.fd(), static_cast<off_t>(offset + bytes));
   if (rc != 0) {
     const int err = errno;
     if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
       OFFGEN_THROW(kResource,
                    "NVMe store: cannot reserve {} bytes at offset {} of {} ({}; {} bytes free "
                    "there): free disk space, lower --disk-mem, or choose another --offload-dir",
-                   rounded, offset, m.file.path(), std::strerror(err),
-                   filesystem_free_bytes(m.dir));
+                   bytes, offset, file.path(), std::strerror(err), filesystem_free_bytes(dir));
     }
-    OFFGEN_THROW(kIo, "NVMe store: reserving {} bytes at offset {} of {} failed: {}", rounded,
-                 offset, m.file.path(), std::strerror(err));
+    OFFGEN_THROW(kIo, "NVMe store: reserving {} bytes at offset {} of {} failed: {}", bytes,
+                 offset, file.path(), std::strerror(err));
   }
-  m.allocated.store(offset + rounded);
+  allocated.store(offset + bytes);
+}
+
+Extent NvmeStore::allocate(uint64_t bytes) {
+  Impl& m = *impl_;
+  const uint64_t rounded = align_up(bytes);
+  std::lock_guard lock(m.alloc_mu);
+  if (rounded == 0) return Extent{m.allocated.load(), 0};
+  // The smallest released extent that is large enough; its rest stays free.
+  auto best = m.free.end();
+  for (auto it = m.free.begin(); it != m.free.end(); ++it)
+    if (it->second >= rounded && (best == m.free.end() || it->second < best->second)) best = it;
+  if (best != m.free.end()) {
+    const auto [offset, len] = *best;
+    m.free.erase(best);
+    if (len > rounded) m.free.emplace(offset + rounded, len - rounded);
+    return Extent{offset, rounded};
+  }
+  // Released space at the end of the file grows in place; otherwise new space.
+  if (!m.free.empty()) {
+    const auto last = std::prev(m.free.end());
+    if (last->first + last->second == m.allocated.load()) {
+      const uint64_t offset = last->first;
+      m.grow(rounded - last->second);
+      m.free.erase(last);
+      return Extent{offset, rounded};
+    }
+  }
+  const uint64_t offset = m.allocated.load();
+  m.grow(rounded);
   return Extent{offset, rounded};
+}
+
+void NvmeStore::release(const Extent& extent) {
+  if (extent.bytes == 0) return;
+  Impl& m = *impl_;
+  m.check_extent(extent, 0, extent.bytes, "release");
+  std::lock_guard lock(m.alloc_mu);
+  uint64_t offset = extent.offset, bytes = extent.bytes;
+  auto next = m.free.lower_bound(offset);
+  OFFGEN_CHECK(next == m.free.end() || next->first >= offset + bytes, kInternal,
+               "NVMe store {}: extent [{}, +{}) released twice", m.file.path(), offset, bytes);
+  if (next != m.free.end() && next->first == offset + bytes) {  // merge the following one
+    bytes += next->second;
+    next = m.free.erase(next);
+  }
+  if (next != m.free.begin()) {  // merge the preceding one
+    const auto prev = std::prev(next);
+    OFFGEN_CHECK(prev->first + prev->second <= offset, kInternal,
+                 "NVMe store {}: extent [{}, +{}) released twice", m.file.path(), offset, bytes);
+    if (prev->first + prev->second == offset) {
+      offset = prev->first;
+      bytes += prev->second;
+      m.free.erase(prev);
+    }
+  }
+  m.free.emplace(offset, bytes);
+}
+
+uint64_t NvmeStore::free_bytes() const {
+  std::lock_guard lock(impl_->alloc_mu);
+  uint64_t n = 0;
+  for (const auto& [offset, bytes] : impl_->free) n += bytes;
+  return n;
 }
 
 void NvmeStore::write(const Extent& extent, const void* src, uint64_t bytes) {

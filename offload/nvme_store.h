@@ -62,9 +62,14 @@ class NvmeStore {
   NvmeStore(const NvmeStore&) = delete;
   NvmeStore& operator=(const NvmeStore&) = delete;
 
-  // Bump-allocates align_up(bytes) in the backing file (reserved with fallocate when
-  // preallocate). Throws Error(kResource) past capacity_bytes or when the filesystem is full.
+  // Allocates align_up(bytes): the smallest released extent that is large enough (its rest stays
+  // free), else released space at the end of the file grown in place, else new space at the end
+  // (reserved with fallocate when preallocate). Throws Error(kResource) when the file would pass
+  // capacity_bytes or the filesystem is full.
   Extent allocate(uint64_t bytes);
+  // Gives an allocated extent back for later allocate() calls (adjacent free space merges). No
+  // I/O on it may be in flight or follow. Error(kInternal) for an extent released twice.
+  void release(const Extent& extent);
 
   // Blocking transfers of the first `bytes` (<= extent.bytes) of an extent. Any host pointer and
   // length: unaligned parts go through an internal staging buffer; the rest of the last 4 KiB
@@ -93,7 +98,8 @@ class NvmeStore {
   const char* engine_name() const;
   bool direct() const;   // false when the filesystem refused O_DIRECT (or not asked)
   bool tmpfile() const;  // backing file made with O_TMPFILE
-  uint64_t allocated_bytes() const;
+  uint64_t allocated_bytes() const;  // the end of the file's extents (released ones included)
+  uint64_t free_bytes() const;       // released bytes not allocated again
   uint32_t queue_depth() const;  // effective: min(options.queue_depth, engine capacity)
 
  private:

@@ -55,8 +55,12 @@ void BlockExecutor::prepare_activations(const std::vector<BatchInput>& batches) 
     h.ram_bytes = split.host;
     if (static_cast<int64_t>(h.ram.capacity()) < h.ram_bytes) h.ram = AlignedHostBuffer(h.ram_bytes);
     const auto disk_bytes = static_cast<uint64_t>(h.bytes - h.ram_bytes);
-    // Extents only grow (the store allocates by bumping): keep the largest one per batch.
-    if (h.disk.bytes < disk_bytes) h.disk = disk_->allocate(std::max(disk_bytes, 2 * h.disk.bytes));
+    // A batch's extent only grows (doubling); the outgrown one goes back to the store (no I/O of
+    // an earlier forward is in flight: forwards are synchronous).
+    if (h.disk.bytes < disk_bytes) {
+      disk_->release(h.disk);
+      h.disk = disk_->allocate(std::max(disk_bytes, 2 * h.disk.bytes));
+    }
     max_bytes = std::max(max_bytes, h.bytes);
     offload_act_ = offload_act_ || disk_bytes > 0;
   }

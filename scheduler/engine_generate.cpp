@@ -234,7 +234,14 @@ void Engine::admit(Run& run) {
       run.prepared.reset();
       continue;
     }
-    s.kv = kv_->add(s.capacity, s.compact_to);  // a resource failure here stops the job
+    try {
+      s.kv = kv_->add(s.capacity, s.compact_to);
+    } catch (const Error& e) {
+      // The disk tier had no extent for it (free space split among running sequences', or the
+      // filesystem full): with sequences running it waits for theirs; alone, the job stops.
+      if (e.category() != ErrorCategory::kResource || run.active.empty()) throw;
+      break;
+    }
     run.committed = after;
     if (s.max_tokens == 0) {
       s.result.finish_reason = FinishReason::kLength;

@@ -259,6 +259,38 @@ TEST_CASE("a batch the engine refuses is never performed", "[nvme]") {
                     [](std::byte x) { return x == std::byte{0xee}; }));
 }
 
+TEST_CASE("released extents are reused: best fit, split, merged, the end grown in place",
+          "[nvme]") {
+  // A job whose requests grow one after another must need the largest one's space, not the sum
+  // (a --disk-mem set to the reported peak once failed mid-job).
+  TempDir dir;
+  NvmeStoreOptions opt = store_options(dir.path(), EngineKind::kSync);
+  opt.capacity_bytes = 6 * 4096;
+  NvmeStore store(opt);
+  const Extent a = store.allocate(4096), b = store.allocate(8192), c = store.allocate(4096);
+  CHECK((a.offset == 0 && b.offset == 4096 && c.offset == 12288));
+  store.release(b);
+  const Extent d = store.allocate(4096);  // best fit: the front of b, its rest stays free
+  CHECK(d.offset == 4096);
+  CHECK(store.free_bytes() == 4096);
+  store.release(d);
+  CHECK(store.free_bytes() == 8192);  // merged back into one extent
+  CHECK(store.allocate(8192).offset == 4096);
+  store.release(Extent{4096, 8192});
+  store.release(c);  // merges with b's space; it ends at the file's end
+  const Extent grown = store.allocate(5 * 4096);  // 12 KiB free at the end grows by 8 KiB
+  CHECK(grown.offset == 4096);
+  CHECK(store.allocated_bytes() == 6 * 4096);  // within the 24 KiB cap: no new space
+  CHECK(store.free_bytes() == 0);
+  store.release(grown);
+  CHECK_THROWS_MATCHES(store.release(Extent{8192, 4096}), Error,
+                       Catch::Predicate<Error>(
+                           [](const Error& e) { return e.category() == ErrorCategory::kInternal; }));
+  store.release(a);
+  CHECK(store.free_bytes() == 6 * 4096);
+  CHECK(store.allocate(6 * 4096).offset == 0);
+}
+
 TEST_CASE("capacity, validation and misuse errors", "[nvme]") {
   TempDir dir;
   NvmeStoreOptions opt = store_options(dir.path(), EngineKind::kSync);

@@ -229,6 +229,49 @@ TEST_CASE("a capacity limit must bound the KV cache when it sizes the batch", "[
   CHECK_NOTHROW(Engine(eo));
 }
 
+TEST_CASE("a request waits while the disk's free space is split among running ones",
+          "[model][memory][io]") {
+  // KV on disk, two sequences at a time: a (short) and b (long) run; a finishes; c fits
+  // --disk-mem by the bytes in use (b + c) but not beside b, after a's smaller extent: it waits
+  // for b instead of stopping the job.
+  auto req = [](const char* id, const char* prompt, int64_t max_tokens) {
+    Request r;
+    r.id = id;
+    r.prompt = prompt;
+    r.sampling.max_tokens = max_tokens;
+    r.sampling.ignore_eos = true;
+    return r;
+  };
+  const std::vector<Request> reqs = {req("a", "Hello", 2),
+                                     req("b", "The history of the printing press", 24),
+                                     req("c", "Snow falls on the", 12)};
+  Policy p = placement(100, 0, 0, 0, true);  // weights in RAM, the KV cache on disk
+  p.gpu_batch_size = 2;
+  p.num_gpu_batches = 1;
+  p.batch_given = true;
+  const Run free_run = run(p, reqs, false);
+  EngineOptions eo;
+  eo.model = test::default_model_path();
+  eo.policy = p;
+  eo.policy.offload_dir = offload_dir();
+  const Engine probe(eo);
+  auto extent = [&](const Request& r) {
+    const int64_t prompt = static_cast<int64_t>(probe.encode_prompt(r).size());
+    const int64_t bytes = probe.kv_need(probe.kv_capacity(prompt, r.sampling.max_tokens)).disk;
+    return (bytes + 4095) / 4096 * 4096;
+  };
+  const int64_t a = extent(reqs[0]), b = extent(reqs[1]), c = extent(reqs[2]);
+  REQUIRE((a > 0 && c > a && c <= a + b));  // c cannot take a's extent; b's and a's together hold it
+  Policy capped = p;
+  capped.disk_mem = b + c;
+  const Run r = run(capped, reqs, false);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    INFO("request " << reqs[i].id << ": " << r.results[i].error);
+    CHECK(r.results[i].error.empty());
+    CHECK(r.results[i].tokens == free_run.results[i].tokens);
+  }
+}
+
 TEST_CASE("finished sequences' disk KV space is reused", "[model][io]") {
   // One sequence at a time with its KV on disk: the disk tier must not grow with the job.
   std::vector<Request> reqs = requests();
