@@ -107,6 +107,7 @@ class JsonReader::Sax {
                          "unexpected binary value");
   }
   bool start_object(size_t) {
+    check_depth();
     h_.on_begin_object();
     r_.frames_.push_back({true, {}, {}, 0});
     return true;
@@ -124,6 +125,7 @@ class JsonReader::Sax {
     return value_done();
   }
   bool start_array(size_t) {
+    check_depth();
     h_.on_begin_array();
     r_.frames_.push_back({false, {}, {}, 0});
     return true;
@@ -141,6 +143,13 @@ class JsonReader::Sax {
   }
 
  private:
+  // Nesting past kJsonMaxDepth is refused: the DOM's users (dump(), recursive walks) recurse per
+  // level, and a few hundred kilobytes of brackets would overflow the stack.
+  void check_depth() const {
+    if (r_.frames_.size() >= kJsonMaxDepth)
+      throw JsonParseError(JsonParseError::Kind::kSyntax, r_.offset(), r_.path(), "",
+                           fmt::format("nested deeper than {} levels", kJsonMaxDepth));
+  }
   bool value_done() {
     if (!r_.frames_.empty() && !r_.frames_.back().object) ++r_.frames_.back().index;
     return true;

@@ -58,13 +58,17 @@ class JsonHandler {
   virtual void on_end_array() = 0;
 };
 
+// The deepest nesting of objects and arrays a JsonReader accepts (kSyntax past it).
+inline constexpr size_t kJsonMaxDepth = 512;
+
 // One pass over `text` (which must outlive the reader). Not thread-safe; read() runs once.
 class JsonReader {
  public:
   explicit JsonReader(std::string_view text) : text_(text) {}
 
   // Parses the whole text (only whitespace may follow the value; no comments), calling `handler`
-  // for each token. Throws JsonParseError (kSyntax, kNumberRange) when the text is not JSON;
+  // for each token. Throws JsonParseError (kSyntax, kNumberRange) when the text is not JSON or
+  // nests deeper than kJsonMaxDepth;
   // whatever the handler throws passes through.
   void read(JsonHandler& handler);
 

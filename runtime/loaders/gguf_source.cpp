@@ -80,6 +80,8 @@ ModelConfig config_from_gguf(const GgufFile& f) {
                "{}: head_count {} and block_count {} must "
                "be positive",
                f.path(), c.n_heads, c.n_layers);
+  OFFGEN_CHECK(c.n_layers <= kMaxLayers, kInput, "{}: {}block_count {} is out of range (1 to {})",
+               f.path(), a, c.n_layers, kMaxLayers);
   // The head size: attention.key_length where given (Gemma: 256 with 640 / 4 heads), else
   // embedding_length / head_count.
   if (auto kl = f.get_int_opt(a + "attention.key_length")) {

@@ -1,14 +1,22 @@
-// Internal to the tokenizer.json reader (hf_tokenizer*.cpp): JSON parsing and typed member access
-// whose errors name the file and the JSON path.
+// Internal to the loaders of Hugging Face checkpoint files (config.json, tokenizer files,
+// generation_config.json, the shard index): reading a file's text, parsing it with JsonReader (its
+// depth limit; keys given twice refused where asked), and typed member access whose errors name the
+// file and the JSON path.
 #pragma once
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <string_view>
 
 #include "runtime/core/error.h"
+#include "runtime/core/json_reader.h"
 #include "runtime/text/tokenizer.h"
 
 namespace offgen::hf {
@@ -24,16 +32,34 @@ inline std::string quote(const json& j) {
   return s;
 }
 
-inline json parse_json(std::string_view text, const std::string& file) {
+// A checkpoint file's text. Throws Error(kIo) naming it when it cannot be read (a directory too).
+inline std::string read_text_file(const std::string& path) {
+  std::error_code ec;
+  OFFGEN_CHECK(!std::filesystem::is_directory(path, ec), kIo, "{}: is a directory, not a file",
+               path);
+  std::ifstream in(path, std::ios::binary);
+  OFFGEN_CHECK(in.good(), kIo, "{}: cannot open: {}", path, std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  OFFGEN_CHECK(!in.bad(), kIo, "{}: read failed", path);
+  return ss.str();
+}
+
+// `text` (the file `file`) as a JSON value: any value, or an object when `object`. Errors name the
+// file: syntax (with the byte), numbers beyond a double, nesting past kJsonMaxDepth, and keys given
+// twice in one object when duplicates_throw (otherwise the later one wins).
+inline json parse_json(std::string_view text, const std::string& file, bool duplicates_throw,
+                       bool object = true) {
   json j;
   try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    OFFGEN_THROW(kInput, "{}: not valid JSON at byte {}: {}", file, e.byte, e.what());
-  } catch (const json::exception& e) {
-    OFFGEN_THROW(kInput, "{}: not valid JSON: {}", file, e.what());
+    j = read_json(text, {.duplicate_throws = duplicates_throw, .mark = {}}).value;
+  } catch (const JsonParseError& e) {
+    if (e.kind() == JsonParseError::Kind::kDuplicateKey)
+      OFFGEN_THROW(kInput, "{}: key \"{}\" given twice{}", file, e.key(),
+                   e.path().empty() ? std::string() : " in " + e.path());
+    OFFGEN_THROW(kInput, "{}: not valid JSON at byte {}: {}", file, e.byte(), e.reason());
   }
-  OFFGEN_CHECK(j.is_object(), kInput, "{}: the top level is not a JSON object", file);
+  OFFGEN_CHECK(!object || j.is_object(), kInput, "{}: the top level is not a JSON object", file);
   return j;
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "runtime/core/error.h"
+#include "runtime/loaders/hf_json.h"
 #include "runtime/model/architecture.h"
 
 namespace offgen {
@@ -41,6 +42,14 @@ struct Fields {
     const int64_t v = get_int(key);
     OFFGEN_CHECK(v >= 1 && v <= INT32_MAX, kInput, "{}: field '{}' = {} is out of range (1 to {})",
                  name, key, v, INT32_MAX);
+    return v;
+  }
+  // num_hidden_layers, bounded before anything is sized per layer.
+  int64_t get_layer_count() const {
+    const int64_t v = get_int("num_hidden_layers");
+    OFFGEN_CHECK(v >= 1 && v <= kMaxLayers, kInput,
+                 "{}: field 'num_hidden_layers' = {} is out of range (1 to {})", name, v,
+                 kMaxLayers);
     return v;
   }
   int64_t get_count_or(const char* key, int64_t fallback) const {
@@ -130,7 +139,7 @@ Rope read_rope(const Fields& f, double default_theta) {
 
 ModelConfig llama_family(const Fields& f, const Architecture& arch) {
   ModelConfig c = architecture_config(arch.name);
-  c.n_layers = f.get_count("num_hidden_layers");
+  c.n_layers = f.get_layer_count();
   c.d_model = f.get_count("hidden_size");
   c.n_heads = f.get_count("num_attention_heads");
   c.n_kv_heads = f.get_count_or("num_key_value_heads", c.n_heads);
@@ -173,7 +182,7 @@ ModelConfig llama_family(const Fields& f, const Architecture& arch) {
 
 ModelConfig opt(const Fields& f, const Architecture& arch) {
   ModelConfig c = architecture_config(arch.name);
-  c.n_layers = f.get_count("num_hidden_layers");
+  c.n_layers = f.get_layer_count();
   c.d_model = f.get_count("hidden_size");
   c.n_heads = f.get_count("num_attention_heads");
   c.n_kv_heads = c.n_heads;
@@ -205,7 +214,7 @@ ModelConfig opt(const Fields& f, const Architecture& arch) {
 // the transformers class defaults of the architecture.
 ModelConfig gemma(const Fields& f, const Architecture& arch, bool gemma3) {
   ModelConfig c = architecture_config(arch.name);
-  c.n_layers = f.get_count("num_hidden_layers");
+  c.n_layers = f.get_layer_count();
   c.d_model = f.get_count("hidden_size");
   c.n_heads = f.get_count("num_attention_heads");
   c.n_kv_heads = f.get_count_or("num_key_value_heads", c.n_heads);
@@ -296,15 +305,6 @@ ModelConfig gemma(const Fields& f, const Architecture& arch, bool gemma3) {
   return c;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  OFFGEN_CHECK(in.good(), kIo, "{}: cannot open ({})", path, std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  OFFGEN_CHECK(!in.bad(), kIo, "{}: read failed", path);
-  return ss.str();
-}
-
 const char* lookup(NamePairs table, const std::string& key) {
   for (const auto& [ours, theirs] : table)
     if (key == ours) return theirs.data();
@@ -326,15 +326,8 @@ void permute_rope_rows(const uint8_t* src, uint8_t* dst, int64_t n_heads, int64_
 }  // namespace
 
 ModelConfig config_from_hf(std::string_view config_json, const std::string& name) {
-  json j;
-  try {
-    j = json::parse(config_json);
-  } catch (const json::parse_error& e) {
-    OFFGEN_THROW(kInput, "{}: not valid JSON at byte {}: {}", name, e.byte, e.what());
-  } catch (const json::exception& e) {  // valid syntax, e.g. a number beyond a double
-    OFFGEN_THROW(kInput, "{}: {}", name, e.what());
-  }
-  OFFGEN_CHECK(j.is_object(), kInput, "{}: must be a JSON object", name);
+  // Keys given twice: the later wins, as in transformers (Python's json).
+  const json j = hf::parse_json(config_json, name, false);
   const Fields f{j, name};
   const Architecture* row = nullptr;
   std::string arch;
@@ -366,7 +359,7 @@ ModelConfig config_from_hf(std::string_view config_json, const std::string& name
 }
 
 HfWeightSource::HfWeightSource(const std::string& dir)
-    : HfWeightSource(dir, read_text((std::filesystem::path(dir) / "config.json").string()),
+    : HfWeightSource(dir, hf::read_text_file((std::filesystem::path(dir) / "config.json").string()),
                      (std::filesystem::path(dir) / "config.json").string()) {}
 
 HfWeightSource::HfWeightSource(const std::string& dir, std::string_view config_json,

@@ -396,7 +396,7 @@ VocabData build(std::string_view json_text, std::string_view config_text,
                 const std::string& json_file, const std::string& config_file,
                 const std::optional<std::string>& jinja) {
   const Doc doc{json_file};
-  const json root = parse_json(json_text, json_file);
+  const json root = parse_json(json_text, json_file, false);
   const json* model = doc.find(root, "model");
   OFFGEN_CHECK(model && model->is_object(), kInput, "{}: model: missing or not an object",
                json_file);
@@ -450,7 +450,7 @@ VocabData build(std::string_view json_text, std::string_view config_text,
   bool cfg_add_eos = false;
   if (!config_text.empty()) {
     const Doc cdoc{config_file};
-    const json cfg = parse_json(config_text, config_file);
+    const json cfg = parse_json(config_text, config_file, false);
     cfg_bos = config_token(cdoc, cfg, "bos_token", ids);
     cfg_eos = config_token(cdoc, cfg, "eos_token", ids);
     cfg_unk = config_token(cdoc, cfg, "unk_token", ids);
@@ -507,24 +507,15 @@ VocabData build(std::string_view json_text, std::string_view config_text,
   return v;
 }
 
-std::string read_text_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  OFFGEN_CHECK(in.good(), kIo, "cannot open {} '{}'", what, path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  OFFGEN_CHECK(!in.bad(), kIo, "cannot read {} '{}'", what, path);
-  return ss.str();
-}
-
 }  // namespace
 
 VocabData vocab_from_hf_tokenizer(const std::string& tokenizer_json,
                                   const std::string& tokenizer_config) {
   namespace fs = std::filesystem;
-  const std::string json_text = read_text_file(tokenizer_json, "tokenizer.json");
+  const std::string json_text = hf::read_text_file(tokenizer_json);
   std::string config_text;
   if (!tokenizer_config.empty()) {
-    config_text = read_text_file(tokenizer_config, "tokenizer_config.json");
+    config_text = hf::read_text_file(tokenizer_config);
     OFFGEN_CHECK(!config_text.empty(), kInput, "{}: the file is empty", tokenizer_config);
   }
   const fs::path dir =
@@ -533,7 +524,7 @@ VocabData vocab_from_hf_tokenizer(const std::string& tokenizer_json,
   const fs::path jinja_path = dir / "chat_template.jinja";
   std::error_code ec;
   if (fs::is_regular_file(jinja_path, ec))
-    jinja = read_text_file(jinja_path.string(), "chat template");
+    jinja = hf::read_text_file(jinja_path.string());
   return build(json_text, config_text, tokenizer_json, tokenizer_config, jinja);
 }
 

@@ -16,6 +16,7 @@
 #include "runtime/loaders/dummy_source.h"
 #include "runtime/loaders/gguf_source.h"
 #include "runtime/loaders/gguf_vocab.h"
+#include "runtime/loaders/hf_json.h"
 #include "runtime/loaders/hf_source.h"
 #include "runtime/loaders/hf_tokenizer.h"
 #include "runtime/model/tensor_table.h"
@@ -50,13 +51,8 @@ std::string dir_content_id(const std::string& dir) {
 void add_generation_eos(const std::filesystem::path& path, VocabData& v) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return;
-  std::ifstream in(path, std::ios::binary);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    OFFGEN_THROW(kInput, "{}: not valid JSON: {}", path.string(), e.what());
-  }
+  const nlohmann::json j =
+      hf::parse_json(hf::read_text_file(path.string()), path.string(), false, false);
   if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) return;
   const nlohmann::json& e = j["eos_token_id"];
   const nlohmann::json list = e.is_array() ? e : nlohmann::json::array({e});

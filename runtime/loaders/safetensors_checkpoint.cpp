@@ -12,6 +12,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/json_reader.h"
+#include "runtime/loaders/hf_json.h"
 #include "runtime/loaders/safetensors.h"
 
 namespace offgen {
@@ -19,15 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  OFFGEN_CHECK(in.good(), kIo, "{}: cannot open: {}", p.string(), std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  OFFGEN_CHECK(!in.bad(), kIo, "{}: read failed", p.string());
-  return ss.str();
-}
 
 // Parses the index, rejecting duplicate object keys (nlohmann would silently keep the last one).
 json parse_index(const std::string& text, const std::string& file) {
@@ -104,7 +96,7 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open_dir(const std::string& dir) {
 
   // Indexed shards: {"metadata": {...}, "weight_map": {tensor: shard}}.
   const std::string ipath = index_path.string();
-  const json idx = parse_index(read_text(index_path), ipath);
+  const json idx = parse_index(hf::read_text_file(index_path.string()), ipath);
   static const json kAbsent;
   const json& wm = idx.is_object() && idx.contains("weight_map") ? idx["weight_map"] : kAbsent;
   std::map<std::string, std::string> first_tensor;  // shard -> a tensor naming it (for messages)

@@ -16,7 +16,7 @@ void ModelConfig::validate() const {
     OFFGEN_CHECK(v >= 1 && v <= max, kInput, "model config: {} = {} is out of range (1 to {})",
                  field, v, max);
   };
-  in_range(n_layers, "n_layers", int64_t{1} << 16);
+  in_range(n_layers, "n_layers", kMaxLayers);
   in_range(d_model, "d_model", int64_t{1} << 20);
   in_range(n_heads, "n_heads", int64_t{1} << 16);
   in_range(n_kv_heads, "n_kv_heads", int64_t{1} << 16);

@@ -10,6 +10,10 @@
 
 namespace offgen {
 
+// The most layers a model may have (validate() and the loaders refuse more before sizing
+// anything per layer).
+inline constexpr int64_t kMaxLayers = int64_t{1} << 16;
+
 enum class NormKind { kRms, kLayer };           // RMSNorm (gain) or LayerNorm (gain and bias)
 // Gated SiLU or gated tanh-GELU (gate+up), or a plain activation (up).
 enum class FfnKind { kSwiGlu, kGeGlu, kRelu, kGelu };

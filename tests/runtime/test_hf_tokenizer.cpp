@@ -397,6 +397,21 @@ TEST_CASE("unsupported tokenizer.json files are rejected with the file and JSON 
       CHECK_THAT(e.what(), Catch::Contains("t.json: not valid JSON at byte 16"));
     }
   }
+  SECTION("nesting past the reader's limit is refused, naming the file") {
+    // 200000 levels once crashed the reader (a recursive dump() of the decoder overflowed the
+    // stack).
+    std::string text = t.dump();
+    text.insert(text.rfind('}'), ", \"decoder\": " + std::string(200000, '[') +
+                                     std::string(200000, ']'));
+    try {
+      vocab_from_hf_tokenizer_text(text, "", "t.json");
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.category() == ErrorCategory::kInput);
+      CHECK_THAT(e.what(), Catch::Contains("t.json: not valid JSON at byte") &&
+                               Catch::Contains("nested deeper than 512 levels"));
+    }
+  }
 }
 
 TEST_CASE("tokenizer_config.json errors name the config", "[hf_tokenizer]") {
@@ -426,6 +441,15 @@ TEST_CASE("files: chat_template.jinja beside tokenizer.json, missing files", "[h
   } catch (const Error& e) {
     CHECK(e.category() == ErrorCategory::kIo);
     CHECK_THAT(e.what(), Catch::Contains("absent.json"));
+  }
+  fs::create_directory(dir / "tokenizer_config.json");
+  try {
+    vocab_from_hf_tokenizer((dir / "tokenizer.json").string(),
+                            (dir / "tokenizer_config.json").string());
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.category() == ErrorCategory::kIo);
+    CHECK_THAT(e.what(), Catch::Contains("tokenizer_config.json: is a directory"));
   }
 }
 

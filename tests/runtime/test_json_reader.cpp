@@ -1,5 +1,5 @@
 // Unit tests for the shared readers in runtime/core: JsonReader (paths, offsets, duplicate keys,
-// marked strings, parse errors), the typed getters' messages, and MappedFile (errors, empty
+// marked strings, parse errors, the depth limit), the typed getters' messages, and MappedFile (errors, empty
 // files, moves that keep the mapping).
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -136,6 +136,15 @@ TEST_CASE("read_json: syntax and range errors", "[json]") {
   CHECK(big.kind() == JsonParseError::Kind::kNumberRange);
   CHECK(big.path() == "a[1]");
   CHECK_THAT(big.what(), Contains("1e999"));
+
+  // Nesting: kJsonMaxDepth levels parse; one more is refused (its DOM's dump() once overflowed
+  // the stack at ~200000 levels of a tokenizer.json).
+  auto nested = [](size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  CHECK_NOTHROW(read_json(nested(kJsonMaxDepth)));
+  const JsonParseError deep = parse_error_of(nested(kJsonMaxDepth + 1));
+  CHECK(deep.kind() == JsonParseError::Kind::kSyntax);
+  CHECK_THAT(deep.reason(), Contains("nested deeper than 512 levels"));
+  CHECK(parse_error_of(nested(200000)).kind() == JsonParseError::Kind::kSyntax);
 }
 
 TEST_CASE("typed getters name the field and what it should hold", "[json]") {

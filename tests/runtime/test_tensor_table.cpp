@@ -99,6 +99,10 @@ TEST_CASE("tensor table: a config that disagrees with the weights is refused bef
   const fs::path huge = edited_checkpoint(scratch, "llama", "num_hidden_layers", 1000000000000);
   CHECK_THAT(open_error(huge.string()),
              Catch::Contains("'num_hidden_layers' = 1000000000000 is out of range"));
+  // Gemma sizes its per-layer flags from the count: refused at once, not after 2 GB.
+  const fs::path gemma = edited_checkpoint(scratch, "gemma3", "num_hidden_layers", 2147483647);
+  CHECK_THAT(open_error(gemma.string()),
+             Catch::Contains("'num_hidden_layers' = 2147483647 is out of range (1 to 65536)"));
   const fs::path ffn = edited_checkpoint(scratch, "qwen2", "intermediate_size", 4096);
   CHECK_THAT(open_error(ffn.string()), Catch::Contains("ffn_gate.weight") && Catch::Contains("4096"));
 }
