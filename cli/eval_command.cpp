@@ -1,6 +1,7 @@
 // eval ppl: flags, table, JSON and plot.
 #include "cli/eval_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -35,7 +36,8 @@ void EvalPplCommand::add_to(CLI::App* eval) {
   cmd_->add_option("--tokens", tokens, "Leading tokens of each text that are evaluated (2048)")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
   cmd_->add_option("--prefix", prefix,
-                   "Tokens prefilled in one chunk before token-by-token scoring (512)")
+                   "Tokens prefilled in one chunk before token-by-token scoring (default 512, "
+                   "or half of --tokens when that is smaller)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd_->add_option("--scope", scope,
                    "What the budget bounds: all (every step, default) or prompt (the prefix is "
@@ -58,7 +60,8 @@ int EvalPplCommand::run() const {
   for (const std::string& name : split_list(policies)) o.policies.push_back(parse_kv_policy(name));
   o.budgets = parse_number_list(budgets, "--kv-budget");
   o.tokens = tokens;
-  o.prefix = prefix;
+  // The default prefix (512) shrinks to half of a smaller --tokens; a given one is kept as is.
+  o.prefix = cmd_->get_option("--prefix")->count() > 0 ? prefix : std::min(prefix, tokens / 2);
   o.scope = parse_kv_scope(scope);
   const auto rows = run_eval_ppl(eo, o, [](const std::string& line) {
     std::fprintf(stderr, "offgen: eval: %s\n", line.c_str());
@@ -79,7 +82,7 @@ int EvalPplCommand::run() const {
   }
   std::printf("perplexity (top-1 agreement with full) over %zu text(s), %lld scored tokens each, "
               "budget scope %s; full cache: ppl %.4f\n",
-              o.texts.size(), static_cast<long long>(tokens - prefix), scope.c_str(), full_ppl);
+              o.texts.size(), static_cast<long long>(tokens - o.prefix), scope.c_str(), full_ppl);
   std::printf("%-8s", "policy");
   for (double b : o.budgets) std::printf(" %18s", fmt::format("budget {:g}", b).c_str());
   std::printf("\n");

@@ -88,6 +88,7 @@ std::vector<MultiqueryContext> load_multiquery_contexts(const std::string& path)
   std::ifstream in(path);
   OFFGEN_CHECK(in.good(), kInput, "{}: cannot read the contexts file", path);
   std::vector<MultiqueryContext> out;
+  std::map<std::string, int64_t> line_of;  // context id -> its line
   std::string line;
   for (int64_t no = 1; std::getline(in, line); ++no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -96,6 +97,8 @@ std::vector<MultiqueryContext> load_multiquery_contexts(const std::string& path)
       j = json::parse(line);
     } catch (const json::parse_error& e) {
       OFFGEN_THROW(kInput, "{}:{}: not valid JSON at byte {}: {}", path, no, e.byte, e.what());
+    } catch (const json::exception& e) {  // valid syntax, e.g. a number beyond a double
+      OFFGEN_THROW(kInput, "{}:{}: {}", path, no, e.what());
     }
     auto str = [&](const json& o, const char* key, bool required) -> std::optional<std::string> {
       auto it = o.find(key);
@@ -109,14 +112,24 @@ std::vector<MultiqueryContext> load_multiquery_contexts(const std::string& path)
     OFFGEN_CHECK(j.is_object(), kInput, "{}:{}: a line must be a JSON object", path, no);
     MultiqueryContext mc;
     mc.id = str(j, "id", false).value_or(std::to_string(out.size()));
+    const auto [first, fresh] = line_of.emplace(mc.id, no);
+    OFFGEN_CHECK(fresh, kInput, "{}:{}: context id '{}' is given twice (first on line {})", path,
+                 no, mc.id, first->second);
     mc.context = *str(j, "context", true);
+    OFFGEN_CHECK(!mc.context.empty(), kInput, "{}:{}: field 'context' must not be empty", path, no);
     auto qs = j.find("questions");
     OFFGEN_CHECK(qs != j.end() && qs->is_array() && !qs->empty(), kInput,
                  "{}:{}: field 'questions' must be a non-empty array", path, no);
     for (size_t i = 0; i < qs->size(); ++i) {
       const json& q = (*qs)[i];
       OFFGEN_CHECK(q.is_object(), kInput, "{}:{}: questions[{}] must be an object", path, no, i);
-      mc.questions.push_back({*str(q, "q", true), str(q, "answer", false)});
+      MultiqueryQuestion mq{*str(q, "q", true), str(q, "answer", false)};
+      OFFGEN_CHECK(!mq.q.empty(), kInput, "{}:{}: questions[{}].q must not be empty", path, no, i);
+      // An answer that normalises to nothing could never match: every accuracy would be 0.
+      OFFGEN_CHECK(!mq.answer || !normalize_answer(*mq.answer).empty(), kInput,
+                   "{}:{}: questions[{}].answer '{}' has no letter or digit to grade", path, no,
+                   i, *mq.answer);
+      mc.questions.push_back(std::move(mq));
     }
     out.push_back(std::move(mc));
   }
@@ -173,9 +186,13 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
     const MultiqueryContext& mc = contexts[ci];
     const MultiqueryPrompt p = build_multiquery_prompt(tok, mc, o.completion);
     const int64_t n = static_cast<int64_t>(p.context_ids.size());
-    OFFGEN_CHECK(n + 512 <= c.context_length, kInput,
-                 "{}: context '{}' has {} tokens; the model's window is {}", o.contexts, mc.id, n,
-                 c.context_length);
+    int64_t longest = 0;
+    for (const auto& q : p.question_ids) longest = std::max<int64_t>(longest, q.size());
+    OFFGEN_CHECK(n + longest + o.max_answer_tokens <= c.context_length, kInput,
+                 "{}: context '{}' has {} tokens, its longest question {} and each answer up to "
+                 "{} (--max-tokens): {} in all, past the model's window of {}",
+                 o.contexts, mc.id, n, longest, o.max_answer_tokens,
+                 n + longest + o.max_answer_tokens, c.context_length);
     const ContextCache cache = runner.prefill(p.context_ids);
     // Answers over a compressed context, and its kept pairs on the layers the policy compresses
     // (sliding-window layers keep their window whatever the policy).

@@ -113,7 +113,10 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   gguf_rope(f, a, c);
   // Sliding-window layers (Gemma 2/3), their RoPE base, soft-capping and the attention scale.
   // The norms of Gemma files hold 1 + w already (llama.cpp's converter adds the 1).
-  if (const int64_t w = f.get_int_opt(a + "attention.sliding_window").value_or(0); w > 0) {
+  const int64_t window = f.get_int_opt(a + "attention.sliding_window").value_or(0);
+  OFFGEN_CHECK(window >= 0, kInput, "{}: {}attention.sliding_window {} is negative", f.path(), a,
+               window);
+  if (const int64_t w = window; w > 0) {
     c.sliding_layers = gguf_sliding_layers(f, a, *row, c.n_layers);
     if (c.n_sliding_layers() > 0) {
       c.sliding_window = w;

@@ -175,6 +175,7 @@ ModelConfig llama_family(const Fields& f, const Architecture& arch) {
                            : f.find("sliding_window") != nullptr;
   if (sliding) {
     const int64_t w = f.get_int_or("sliding_window", 0);
+    OFFGEN_CHECK(w >= 0, kInput, "{}: field 'sliding_window' = {} is negative", f.name, w);
     if (w > 0 && w < c.context_length) c.context_length = w;
   }
   return c;

@@ -218,6 +218,25 @@ TEST_CASE("multiquery contexts file: errors name the line and field", "[multique
   } catch (const Error& e) {
     CHECK_THAT(e.what(), Catch::Contains(path + ":3") && Catch::Contains("'q'"));
   }
+  // Lines that would run but grade nothing or twice: each refused naming line and field.
+  const std::string q = "\"questions\": [{\"q\": \"y\"}]";
+  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {"{\"id\": \"a\", \"context\": \"x\", " + q + "}\n{\"id\": \"a\", \"context\": \"w\", " + q +
+                "}\n",
+            ":2: context id 'a' is given twice (first on line 1)"},
+           {"{\"context\": \"\", " + q + "}\n", ":1: field 'context' must not be empty"},
+           {"{\"context\": \"x\", \"questions\": [{\"q\": \"\"}]}\n", ":1: questions[0].q must not be empty"},
+           {"{\"context\": \"x\", \"questions\": [{\"q\": \"y\", \"answer\": \"!!\"}]}\n",
+            ":1: questions[0].answer '!!' has no letter or digit"},
+           {"{\"context\": \"x\", \"n\": 1e400, " + q + "}\n", ":1: "}}) {
+    std::ofstream(path) << text;
+    try {
+      load_multiquery_contexts(path);
+      FAIL("expected an error for " << text);
+    } catch (const Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains(path + want));
+    }
+  }
   std::ofstream(path) << "{\"id\": \"a\", \"context\": \"x\", \"questions\": [{\"q\": \"y\", "
                          "\"answer\": \"Z 1\"}]}\n";
   const auto ok = load_multiquery_contexts(path);

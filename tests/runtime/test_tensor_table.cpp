@@ -103,6 +103,10 @@ TEST_CASE("tensor table: a config that disagrees with the weights is refused bef
   const fs::path gemma = edited_checkpoint(scratch, "gemma3", "num_hidden_layers", 2147483647);
   CHECK_THAT(open_error(gemma.string()),
              Catch::Contains("'num_hidden_layers' = 2147483647 is out of range (1 to 65536)"));
+  // A negative window once turned sliding-window attention off without a word.
+  const fs::path window = edited_checkpoint(scratch, "mistral", "sliding_window", -5);
+  CHECK_THAT(open_error(window.string()),
+             Catch::Contains("field 'sliding_window' = -5 is negative"));
   const fs::path ffn = edited_checkpoint(scratch, "qwen2", "intermediate_size", 4096);
   CHECK_THAT(open_error(ffn.string()), Catch::Contains("ffn_gate.weight") && Catch::Contains("4096"));
 }
