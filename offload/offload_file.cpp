@@ -73,6 +73,7 @@ OffloadFile::OffloadFile(const OffloadFileOptions& options) {
     fd_ = ::open(dir.c_str(), O_TMPFILE | flags, 0600);
     if (fd_ >= 0) {
       tmpfile_ = true;
+      path_ = fmt::format("{} (unnamed offload file)", dir);  // no name ever existed
     } else if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
       throw_open_error(dir, "open(O_TMPFILE)", errno);
     }

@@ -27,8 +27,8 @@ class OffloadFile {
   OffloadFile& operator=(const OffloadFile&) = delete;
 
   int fd() const { return fd_; }
-  // DIR/offgen-PID-N.tmp: the real (already unlinked) name, or with O_TMPFILE a name for
-  // messages only — the file never appears in the directory.
+  // For messages: DIR/offgen-PID-N.tmp, the real (already unlinked) name, or with O_TMPFILE
+  // "DIR (unnamed offload file)": that file never has a name.
   const std::string& path() const { return path_; }
   bool direct() const { return direct_; }
   bool tmpfile() const { return tmpfile_; }
