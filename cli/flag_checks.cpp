@@ -14,17 +14,17 @@
 
 namespace offgen {
 
-CLI::Validator non_negative_int() {
+CLI::Validator non_negative_int(uint64_t max) {
   return CLI::Validator(
-      [](std::string& s) -> std::string {
+      [max](std::string& s) -> std::string {
         const bool digits =
             !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
         if (!digits) return fmt::format("must be a whole number >= 0 (got {})", s);
         uint64_t v = 0;
         const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-        return r.ec == std::errc() ? std::string()
-                                   : fmt::format("must be at most {} (got {})",
-                                                 std::numeric_limits<uint64_t>::max(), s);
+        return r.ec == std::errc() && v <= max
+                   ? std::string()
+                   : fmt::format("must be at most {} (got {})", max, s);
       },
       "INT>=0");
 }
@@ -36,8 +36,10 @@ CLI::Validator number_in(double lo, double hi, bool lo_open) {
         char* end = nullptr;
         const double v = std::strtod(s.c_str(), &end);
         const bool parsed = !s.empty() && end == s.c_str() + s.size();
-        // NaN fails every comparison, so it is tested by name, as is infinity.
-        if (!parsed || !std::isfinite(v) || v > hi || (lo_open ? v <= lo : v < lo))
+        // NaN fails every comparison, so it is tested by name, as is infinity; the flags are
+        // floats, so the float the value becomes must be in range too (1e-50 is 0 as a float).
+        const auto out = [&](double x) { return x > hi || (lo_open ? x <= lo : x < lo); };
+        if (!parsed || !std::isfinite(v) || out(v) || out(static_cast<float>(v)))
           return fmt::format("must be a number in {} (got {})", range, s);
         return std::string();
       },

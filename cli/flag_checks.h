@@ -3,12 +3,16 @@
 // non-empty, valid UTF-8 text.
 #pragma once
 
+#include <cstdint>
+#include <limits>
+
 #include <CLI/CLI.hpp>
 
 namespace offgen {
 
-// A whole number >= 0 written in decimal digits ("must be a whole number >= 0 (got -1)").
-CLI::Validator non_negative_int();
+// A whole number in [0, max] written in decimal digits ("must be a whole number >= 0 (got -1)");
+// max = INT64_MAX for a signed option (CLI11 would saturate larger values silently).
+CLI::Validator non_negative_int(uint64_t max = std::numeric_limits<int64_t>::max());
 // A finite number in [lo, hi] ((lo, hi] when lo_open); NaN and infinities are refused by name
 // (CLI::Range lets NaN through: every comparison with it is false).
 CLI::Validator number_in(double lo, double hi, bool lo_open = false);

@@ -87,7 +87,7 @@ void add_sampling(CLI::App* app, SamplingParams& s) {
   app->add_option("--top-k", s.top_k, "Keep the k most likely tokens (0 = all)")
       ->check(non_negative_int());
   app->add_option("--seed", s.seed, "Sampling seed (mixed with each request's id unless the request sets one)")
-      ->check(non_negative_int());
+      ->check(non_negative_int(std::numeric_limits<uint64_t>::max()));
   app->add_option("--stop", s.stop, "Stop string (repeatable; non-empty UTF-8)")->check(utf8_text());
 }
 

@@ -55,7 +55,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   const GenerationStats& s = engine.last_stats();
   BenchReport r;
   r.num_prompts = b;
-  r.batch_size = std::min(b, engine.max_active());
+  r.batch_size = s.peak_active;
   r.kv_policy = policy.kv.describe();
   r.kv_slots_per_seq = capacity;
   const TierBytes kv = engine.kv_need(capacity);

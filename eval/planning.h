@@ -50,7 +50,8 @@ PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& 
 Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& requests,
                       int64_t max_context);
 // The policy of a job without a valid request (nothing runs; each request gets its error): the
-// base with its batch sizes taken as given, so no capacity limit has to size a batch.
+// base with its batch sizes taken as given and no capacity limits (the planner would have moved
+// weights to meet them; nothing is placed beyond loading).
 Policy unplanned_policy(const Policy& base);
 
 }  // namespace offgen

@@ -146,8 +146,12 @@ nlohmann::json job_fingerprint(const EngineOptions& eo, const std::string& model
       {"sampling", {{"max_tokens", d.max_tokens}, {"temperature", d.temperature},
                     {"top_p", d.top_p}, {"top_k", d.top_k}, {"seed", d.seed}, {"stop", d.stop}}},
   };
-  // Only when given, so outputs of jobs that did not give it resume as before.
-  if (job.openai_temperature) fp["sampling"]["openai_temperature"] = *job.openai_temperature;
+  // Only when given and some line is OpenAI-shaped (it changes nothing else), so earlier outputs
+  // resume.
+  const bool openai = std::any_of(input.lines.begin(), input.lines.end(),
+                                  [](const JobLine& l) { return l.openai; });
+  if (job.openai_temperature && openai)
+    fp["sampling"]["openai_temperature"] = *job.openai_temperature;
   return fp;
 }
 

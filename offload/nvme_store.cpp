@@ -72,8 +72,9 @@ struct NvmeStore::Impl {
   std::map<uint64_t, uint64_t> free;   // released extents: offset -> bytes, adjacent ones merged
   bool preallocate = true;
 
-  // Reserves [allocated, allocated + bytes) at the end of the file (caller holds alloc_mu).
-  void grow(uint64_t bytes);
+  // Reserves [allocated, allocated + bytes) at the end of the file for an allocation of
+  // `requested` bytes (caller holds alloc_mu).
+  void grow(uint64_t bytes, uint64_t requested);
 
   std::mutex io_mu;  // everything below
   std::deque<Chunk> pending;
@@ -298,13 +299,15 @@ NvmeStore::~NvmeStore() {
   impl_->engine.reset();
 }
 
-void NvmeStore::Impl::grow(uint64_t bytes) {
+void NvmeStore::Impl::grow(uint64_t bytes, uint64_t requested) {
   const uint64_t offset = allocated.load();
   if (opt.capacity_bytes != 0 && offset + bytes > opt.capacity_bytes) {
+    uint64_t released = 0;
+    for (const auto& [at, n] : free) released += n;
     OFFGEN_THROW(kResource,
                  "NVMe store {}: allocating {} bytes would exceed the disk capacity (--disk-mem) "
-                 "of {} bytes ({} in use)",
-                 file.path(), bytes, opt.capacity_bytes, offset);
+                 "of {} bytes ({} in use, {} of them released but in pieces too small)",
+                 file.path(), requested, opt.capacity_bytes, offset, released);
   }
   int rc = -1;
   if (preallocate) {
@@ -346,13 +349,13 @@ Extent NvmeStore::allocate(uint64_t bytes) {
     const auto last = std::prev(m.free.end());
     if (last->first + last->second == m.allocated.load()) {
       const uint64_t offset = last->first;
-      m.grow(rounded - last->second);
+      m.grow(rounded - last->second, rounded);
       m.free.erase(last);
       return Extent{offset, rounded};
     }
   }
   const uint64_t offset = m.allocated.load();
-  m.grow(rounded);
+  m.grow(rounded, rounded);
   return Extent{offset, rounded};
 }
 
@@ -363,16 +366,17 @@ void NvmeStore::release(const Extent& extent) {
   std::lock_guard lock(m.alloc_mu);
   uint64_t offset = extent.offset, bytes = extent.bytes;
   auto next = m.free.lower_bound(offset);
-  OFFGEN_CHECK(next == m.free.end() || next->first >= offset + bytes, kInternal,
-               "NVMe store {}: extent [{}, +{}) released twice", m.file.path(), offset, bytes);
+  const bool overlaps =
+      (next != m.free.end() && next->first < offset + bytes) ||
+      (next != m.free.begin() && std::prev(next)->first + std::prev(next)->second > offset);
+  OFFGEN_CHECK(!overlaps, kInternal, "NVMe store {}: extent [{}, +{}) released twice",
+               m.file.path(), offset, bytes);
   if (next != m.free.end() && next->first == offset + bytes) {  // merge the following one
     bytes += next->second;
     next = m.free.erase(next);
   }
   if (next != m.free.begin()) {  // merge the preceding one
     const auto prev = std::prev(next);
-    OFFGEN_CHECK(prev->first + prev->second <= offset, kInternal,
-                 "NVMe store {}: extent [{}, +{}) released twice", m.file.path(), offset, bytes);
     if (prev->first + prev->second == offset) {
       offset = prev->first;
       bytes += prev->second;

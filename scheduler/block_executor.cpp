@@ -2,6 +2,7 @@
 #include "scheduler/block_executor.h"
 
 #include <algorithm>
+#include <utility>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -58,8 +59,15 @@ void BlockExecutor::prepare_activations(const std::vector<BatchInput>& batches) 
     // A batch's extent only grows (doubling); the outgrown one goes back to the store (no I/O of
     // an earlier forward is in flight: forwards are synchronous).
     if (h.disk.bytes < disk_bytes) {
-      disk_->release(h.disk);
-      h.disk = disk_->allocate(std::max(disk_bytes, 2 * h.disk.bytes));
+      const Extent old = std::exchange(h.disk, Extent{});  // never named again once released
+      disk_->release(old);
+      const uint64_t want = std::max(disk_bytes, 2 * old.bytes);
+      try {
+        h.disk = disk_->allocate(want);
+      } catch (const Error& e) {  // the doubled size past the disk's room: the exact one
+        if (e.category() != ErrorCategory::kResource || want == disk_bytes) throw;
+        h.disk = disk_->allocate(disk_bytes);
+      }
     }
     max_bytes = std::max(max_bytes, h.bytes);
     offload_act_ = offload_act_ || disk_bytes > 0;

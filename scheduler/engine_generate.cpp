@@ -85,6 +85,7 @@ void Engine::plan_contexts(Run& run) {
           "--kv-policy {} cannot compress a shared context; run requests with a context under "
           "one of: {}",
           options_.policy.kv.name(), fmt::join(context_policy_names(), ", "));
+      run.split_in_context[i] = 1;
       continue;
     }
     try {
@@ -140,7 +141,7 @@ std::unique_ptr<Engine::Sequence> Engine::prepare(Run& run, size_t i) {
   s->result.id = r.id;
   try {
     r.sampling.validate();
-    s->result.error_in_context = !run.split_error[i].empty();
+    s->result.error_in_context = run.split_in_context[i] != 0;
     OFFGEN_CHECK(run.split_error[i].empty(), kInput, "{}", run.split_error[i]);
     s->context = run.job_of[i];
     if (s->context >= 0) {

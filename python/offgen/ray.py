@@ -211,7 +211,7 @@ class _OffgenStage:
                     requests, self.sampling, chat=self.config.chat, use_tqdm=False,
                     on_error="return",
                 )
-            except Exception as e:  # e.g. a KV policy that cannot compress a context
+            except Exception as e:  # the engine stopped (a fault of the machine): every row
                 results = None
                 for k, i in enumerate(where):
                     out[i] = _error_row(carried[k], f"{type(e).__name__}: {e}")

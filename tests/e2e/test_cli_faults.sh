@@ -191,6 +191,8 @@ expect_refused "--max-tokens -1" "--max-tokens.*whole number >= 0 \(got -1\)" --
 expect_refused "--temperature nan" "--temperature: must be a number in \[0, 100\] \(got nan\)" --temperature nan
 expect_refused "--top-p nan" "--top-p: must be a number in \(0, 1\] \(got nan\)" --top-p nan
 expect_refused "--seed past 2^64 - 1" "--seed: must be at most 18446744073709551615" --seed 18446744073709551616
+expect_refused "--max-tokens past 2^63 - 1" "--max-tokens: must be at most 9223372036854775807" --max-tokens 9223372036854775808
+expect_refused "--top-p 0 as a float" "--top-p: must be a number in \(0, 1\] \(got 1e-50\)" --top-p 1e-50
 expect_refused "--policy on a directory" "$work: is a directory, not a policy file" --policy "$work"
 # The report naming the output (a new one, spelled otherwise) or its sidecar; outputs naming a
 # file the job reads (the --context file, the model, the file behind --input -).

@@ -59,6 +59,8 @@ head -n -1 "$work/in_keep.jsonl" > "$work/in.jsonl"  # the input as it was
 run "$out" --temperature 0.5 2> "$work/err_t.txt"
 check "changed sampling: the field and both values named" \
   grep -q "sampling.temperature changed (0.0 -> 0.5)" "$work/err_t.txt"
+check "changed sampling: no OpenAI default named without OpenAI-shaped lines" \
+  test -z "$(grep openai_temperature "$work/err_t.txt")"
 cp "$work/in_keep.jsonl" "$work/in.jsonl"
 run "$out" --overwrite 2>/dev/null
 check "--overwrite starts afresh" test "$(wc -l < "$out")" -eq 222

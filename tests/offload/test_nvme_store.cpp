@@ -290,6 +290,7 @@ TEST_CASE("released extents are reused: best fit, split, merged, the end grown i
   CHECK_THROWS_MATCHES(store.release(Extent{8192, 4096}), Error,
                        Catch::Predicate<Error>(
                            [](const Error& e) { return e.category() == ErrorCategory::kInternal; }));
+  CHECK(store.free_bytes() == 5 * 4096);  // a refused release changes nothing
   store.release(a);
   CHECK(store.free_bytes() == 6 * 4096);
   CHECK(store.allocate(6 * 4096).offset == 0);

@@ -320,5 +320,6 @@ TEST_CASE("engine shared context: errors", "[context]") {
     r.context = kContext;
     const auto res = engine.generate({r});
     CHECK_THAT(res[0].error, Catch::Contains("user message"));
+    CHECK_FALSE(res[0].error_in_context);  // the messages are at fault, not the context
   }
 }

@@ -272,6 +272,37 @@ TEST_CASE("a request waits while the disk's free space is split among running on
   }
 }
 
+TEST_CASE("activations that do not fit the disk fail each call the same way", "[model][io]") {
+  // The outgrown activation extent is released before the larger one is allocated: when that
+  // allocation fails the batch must not keep naming the released extent (a later call would
+  // release it twice, or do I/O into space another sequence owns).
+  Policy p = placement(100, 0, 100, 0, true);
+  p.act_gpu_percent = p.act_cpu_percent = 0;  // activations on disk
+  p.gpu_batch_size = 2;
+  p.num_gpu_batches = 1;
+  p.batch_given = true;
+  p.disk_mem = 64 * 1024;
+  EngineOptions eo;
+  eo.model = test::default_model_path();
+  eo.policy = p;
+  eo.policy.offload_dir = offload_dir();
+  Engine engine(eo);
+  std::vector<Request> reqs = requests();
+  reqs.resize(2);
+  for (const Result& r : engine.generate(reqs)) CHECK(r.error.empty());  // short: they fit
+  reqs[0].prompt = std::string(400, 'x');  // a forward's activations past 64 KiB
+  for (int call = 1; call <= 2; ++call) {
+    INFO("call " << call);
+    try {
+      engine.generate(reqs);
+      FAIL("activations past --disk-mem were placed");
+    } catch (const Error& e) {
+      CHECK(e.category() == ErrorCategory::kResource);
+      CHECK_THAT(e.what(), Catch::Contains("--disk-mem"));
+    }
+  }
+}
+
 TEST_CASE("finished sequences' disk KV space is reused", "[model][io]") {
   // One sequence at a time with its KV on disk: the disk tier must not grow with the job.
   std::vector<Request> reqs = requests();
