@@ -116,10 +116,10 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   const int64_t window = f.get_int_opt(a + "attention.sliding_window").value_or(0);
   OFFGEN_CHECK(window >= 0, kInput, "{}: {}attention.sliding_window {} is negative", f.path(), a,
                window);
-  if (const int64_t w = window; w > 0) {
+  if (window > 0) {
     c.sliding_layers = gguf_sliding_layers(f, a, *row, c.n_layers);
     if (c.n_sliding_layers() > 0) {
-      c.sliding_window = w;
+      c.sliding_window = window;
       c.rope_local_theta = static_cast<float>(
           f.get_float_opt(a + "rope.freq_base_swa").value_or(row->gguf_swa_theta));
     } else {

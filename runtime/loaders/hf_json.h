@@ -55,7 +55,7 @@ inline json parse_json(std::string_view text, const std::string& file, bool dupl
     j = read_json(text, {.duplicate_throws = duplicates_throw, .mark = {}}).value;
   } catch (const JsonParseError& e) {
     if (e.kind() == JsonParseError::Kind::kDuplicateKey)
-      OFFGEN_THROW(kInput, "{}: key \"{}\" given twice{}", file, e.key(),
+      OFFGEN_THROW(kInput, "{}: duplicate key \"{}\"{}", file, e.key(),
                    e.path().empty() ? std::string() : " in " + e.path());
     OFFGEN_THROW(kInput, "{}: not valid JSON at byte {}: {}", file, e.byte(), e.reason());
   }

@@ -37,19 +37,11 @@ struct Fields {
   int64_t get_int_or(const char* key, int64_t fallback) const {
     return find(key) ? get_int(key) : fallback;
   }
-  // A size or count: an integer from 1 to 2^31 - 1 (checked before anything is sized by it).
-  int64_t get_count(const char* key) const {
+  // A size or count: an integer from 1 to `max` (checked before anything is sized by it).
+  int64_t get_count(const char* key, int64_t max = INT32_MAX) const {
     const int64_t v = get_int(key);
-    OFFGEN_CHECK(v >= 1 && v <= INT32_MAX, kInput, "{}: field '{}' = {} is out of range (1 to {})",
-                 name, key, v, INT32_MAX);
-    return v;
-  }
-  // num_hidden_layers, bounded before anything is sized per layer.
-  int64_t get_layer_count() const {
-    const int64_t v = get_int("num_hidden_layers");
-    OFFGEN_CHECK(v >= 1 && v <= kMaxLayers, kInput,
-                 "{}: field 'num_hidden_layers' = {} is out of range (1 to {})", name, v,
-                 kMaxLayers);
+    OFFGEN_CHECK(v >= 1 && v <= max, kInput, "{}: field '{}' = {} is out of range (1 to {})",
+                 name, key, v, max);
     return v;
   }
   int64_t get_count_or(const char* key, int64_t fallback) const {
@@ -139,7 +131,7 @@ Rope read_rope(const Fields& f, double default_theta) {
 
 ModelConfig llama_family(const Fields& f, const Architecture& arch) {
   ModelConfig c = architecture_config(arch.name);
-  c.n_layers = f.get_layer_count();
+  c.n_layers = f.get_count("num_hidden_layers", kMaxLayers);
   c.d_model = f.get_count("hidden_size");
   c.n_heads = f.get_count("num_attention_heads");
   c.n_kv_heads = f.get_count_or("num_key_value_heads", c.n_heads);
@@ -183,7 +175,7 @@ ModelConfig llama_family(const Fields& f, const Architecture& arch) {
 
 ModelConfig opt(const Fields& f, const Architecture& arch) {
   ModelConfig c = architecture_config(arch.name);
-  c.n_layers = f.get_layer_count();
+  c.n_layers = f.get_count("num_hidden_layers", kMaxLayers);
   c.d_model = f.get_count("hidden_size");
   c.n_heads = f.get_count("num_attention_heads");
   c.n_kv_heads = c.n_heads;
@@ -215,7 +207,7 @@ ModelConfig opt(const Fields& f, const Architecture& arch) {
 // the transformers class defaults of the architecture.
 ModelConfig gemma(const Fields& f, const Architecture& arch, bool gemma3) {
   ModelConfig c = architecture_config(arch.name);
-  c.n_layers = f.get_layer_count();
+  c.n_layers = f.get_count("num_hidden_layers", kMaxLayers);
   c.d_model = f.get_count("hidden_size");
   c.n_heads = f.get_count("num_attention_heads");
   c.n_kv_heads = f.get_count_or("num_key_value_heads", c.n_heads);

@@ -21,22 +21,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// Parses the index, rejecting duplicate object keys (nlohmann would silently keep the last one).
-json parse_index(const std::string& text, const std::string& file) {
-  try {
-    return read_json(text, {.duplicate_throws = true, .mark = {}}).value;
-  } catch (const JsonParseError& e) {
-    switch (e.kind()) {
-      case JsonParseError::Kind::kDuplicateKey:
-        OFFGEN_THROW(kInput, "{}: duplicate key \"{}\"", file, e.key());
-      case JsonParseError::Kind::kSyntax:
-      case JsonParseError::Kind::kNumberRange:
-        break;
-    }
-    OFFGEN_THROW(kInput, "{}: not valid JSON at byte {}: {}", file, e.byte(), e.detail());
-  }
-}
-
 // Shard names in an index are paths relative to the checkpoint directory and must stay inside it.
 bool safe_relative(const std::string& s) {
   if (s.empty()) return false;
@@ -96,7 +80,9 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open_dir(const std::string& dir) {
 
   // Indexed shards: {"metadata": {...}, "weight_map": {tensor: shard}}.
   const std::string ipath = index_path.string();
-  const json idx = parse_index(hf::read_text_file(index_path.string()), ipath);
+  // Keys given twice refused (nlohmann would silently keep the last one); the shape is checked
+  // below.
+  const json idx = hf::parse_json(hf::read_text_file(ipath), ipath, true, false);
   static const json kAbsent;
   const json& wm = idx.is_object() && idx.contains("weight_map") ? idx["weight_map"] : kAbsent;
   std::map<std::string, std::string> first_tensor;  // shard -> a tensor naming it (for messages)
