@@ -137,10 +137,7 @@ SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchO
   r.shared_score_seconds = st.context_seconds - st.context_prefill_seconds;
   r.shared_answer_seconds = shared_seconds - st.context_seconds;
   r.shared_throughput = static_cast<double>(o.questions * o.gen_len) / shared_seconds;
-  // Over the layers the policy compresses, as generate --report counts it (policy_pairs).
-  r.retained = st.context_pairs > 0 ? static_cast<double>(st.context_kept_pairs) /
-                                          static_cast<double>(st.context_pairs)
-                                    : 1.0;
+  r.retained = st.context_retained();  // over the layers the policy compresses, as --report
   r.context_bytes_full = c.kv_bytes_held(o.context_len);
   // The same attention over the whole context: one question through a full-context engine.
   if (!kv_policy_info(o.policy).takes(KvParam::kBudget) || o.ratio >= 1) {

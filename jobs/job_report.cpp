@@ -70,9 +70,7 @@ nlohmann::json job_report(const Engine& engine, const GenerateJobOptions& job,
         {"tokens", s.context_tokens},
         {"seconds", s.context_seconds},
         {"kv_policy", engine.options().policy.kv.describe()},
-        {"retained", s.context_pairs > 0 ? static_cast<double>(s.context_kept_pairs) /
-                                               static_cast<double>(s.context_pairs)
-                                         : 1.0},
+        {"retained", s.context_retained()},
         {"peak_bytes", s.context_peak_bytes}}},
       {"peak_bytes", {{"device", peak.device}, {"host", peak.host}, {"disk", peak.disk}}},
       {"peak_rss_bytes", peak_rss_bytes()},

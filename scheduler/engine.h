@@ -73,6 +73,12 @@ struct GenerationStats {
   double context_prefill_seconds = 0;  // the prefill part of it
   // KV pairs over all contexts on the layers the policy compresses (policy_layers), and kept.
   int64_t context_pairs = 0, context_kept_pairs = 0;
+  // Their ratio (1 without contexts): what reports call the contexts' retained fraction.
+  double context_retained() const {
+    return context_pairs > 0
+               ? static_cast<double>(context_kept_pairs) / static_cast<double>(context_pairs)
+               : 1.0;
+  }
   int64_t context_peak_bytes = 0;  // most shared-context K+V bytes held at once
   // Requests whose max_tokens was cut to fit the context window (prompt + completion).
   int64_t max_tokens_clamped = 0;

@@ -79,15 +79,8 @@ void Engine::plan_contexts(Run& run) {
   std::map<std::vector<int32_t>, int64_t> index;
   for (size_t i = 0; i < run.requests.size(); ++i) {
     const Request& r = run.requests[i];
-    if (!r.has_context()) continue;
-    if (!options_.policy.kv.info().compresses_context()) {  // this request fails, the rest run
-      run.split_error[i] = fmt::format(
-          "--kv-policy {} cannot compress a shared context; run requests with a context under "
-          "one of: {}",
-          options_.policy.kv.name(), fmt::join(context_policy_names(), ", "));
-      run.split_in_context[i] = 1;
-      continue;
-    }
+    // Under a policy that cannot compress a context such requests fail in prepare(); the rest run.
+    if (!r.has_context() || !options_.policy.kv.info().compresses_context()) continue;
     try {
       ContextSplit sp = split_at_context(*tokenizer_, r);
       auto [it, fresh] = index.try_emplace(sp.context_ids, static_cast<int64_t>(run.jobs.size()));
@@ -141,7 +134,12 @@ std::unique_ptr<Engine::Sequence> Engine::prepare(Run& run, size_t i) {
   s->result.id = r.id;
   try {
     r.sampling.validate();
-    s->result.error_in_context = run.split_in_context[i] != 0;
+    s->result.error_in_context =
+        r.has_context() && !options_.policy.kv.info().compresses_context();
+    OFFGEN_CHECK(!s->result.error_in_context, kInput,
+                 "--kv-policy {} cannot compress a shared context; run requests with a context "
+                 "under one of: {}",
+                 options_.policy.kv.name(), fmt::join(context_policy_names(), ", "));
     OFFGEN_CHECK(run.split_error[i].empty(), kInput, "{}", run.split_error[i]);
     s->context = run.job_of[i];
     if (s->context >= 0) {

@@ -62,7 +62,7 @@ struct Engine::SharedContextJob {
 struct Engine::Run {
   Run(const std::vector<Request>& r, const GenerateCallbacks& c)
       : requests(r), cb(c), results(r.size()), job_of(r.size(), -1), own(r.size()),
-        split_error(r.size()), split_in_context(r.size(), 0) {}
+        split_error(r.size()) {}
   bool pending() const { return !waiting.empty() || !active.empty() || prepared != nullptr; }
 
   const std::vector<Request>& requests;
@@ -79,7 +79,6 @@ struct Engine::Run {
   std::vector<int64_t> job_of;               // per request: its job, or -1
   std::vector<std::vector<int32_t>> own;     // a context request's own tokens
   std::vector<std::string> split_error;      // why a request's context could not be split off
-  std::vector<uint8_t> split_in_context;     // ... when the reason is the context (not its prompt)
   int64_t context_bytes = 0;                 // shared contexts held now
 };
 
