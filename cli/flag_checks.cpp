@@ -30,9 +30,9 @@ CLI::Validator non_negative_int(uint64_t max) {
 }
 
 CLI::Validator number_in(double lo, double hi, bool lo_open) {
+  const std::string range = fmt::format("{}{:g}, {:g}]", lo_open ? "(" : "[", lo, hi);
   return CLI::Validator(
       [=](std::string& s) -> std::string {
-        const std::string range = fmt::format("{}{:g}, {:g}]", lo_open ? "(" : "[", lo, hi);
         char* end = nullptr;
         const double v = std::strtod(s.c_str(), &end);
         const bool parsed = !s.empty() && end == s.c_str() + s.size();
@@ -43,7 +43,7 @@ CLI::Validator number_in(double lo, double hi, bool lo_open) {
           return fmt::format("must be a number in {} (got {})", range, s);
         return std::string();
       },
-      fmt::format("{}{:g},{:g}]", lo_open ? "(" : "[", lo, hi));
+      range);
 }
 
 CLI::Validator utf8_text() {
@@ -71,6 +71,14 @@ CLI::Option* add_weight_dtype(CLI::App* app, std::string& target) {
                        (target.empty() ? std::string() : " (default " + target + ")"))
       ->check(CLI::IsMember(
           {"native", "f32", "bf16", "f16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"}));
+}
+
+CLI::Option* add_prefill_chunk(CLI::App* app, int64_t& target) {
+  return app
+      ->add_option("--prefill-chunk", target,
+                   "Max prompt tokens per prefill forward (0 = the backend's default: 1024 on the "
+                   "CPU, 65536 on a GPU; plan predicts the CPU's)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
 }
 
 }  // namespace offgen

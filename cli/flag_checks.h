@@ -22,5 +22,8 @@ CLI::Validator utf8_text();
 // --weight-dtype into `target` (its current value is the default the help names): native (GGML
 // blocks as the file holds them), f32, bf16, f16 (GPU), or a GGML block format to quantise to.
 CLI::Option* add_weight_dtype(CLI::App* app, std::string& target);
+// --prefill-chunk into `target` (0 = the backend's default), for the commands that run or plan
+// the engine.
+CLI::Option* add_prefill_chunk(CLI::App* app, int64_t& target);
 
 }  // namespace offgen

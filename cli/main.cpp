@@ -51,15 +51,6 @@ void add_common(CLI::App* app, CommonFlags& f) {
   add_weight_dtype(app, f.weight_dtype_text);
 }
 
-// Commands that run the engine: the prompt tokens per prefill forward (activation memory against
-// forwards: each forward reads every weight once).
-void add_prefill_chunk(CLI::App* app, CommonFlags& f) {
-  app->add_option("--prefill-chunk", f.prefill_chunk,
-                  "Max prompt tokens per prefill forward (0 = the backend's default: 1024 on the "
-                  "CPU, 65536 on a GPU)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-}
-
 // The engine options every engine-running command shares.
 EngineOptions engine_options(const CommonFlags& f, const Policy& policy, int64_t max_context) {
   EngineOptions eo;
@@ -281,7 +272,7 @@ int main(int argc, char** argv) {
   bool quiet = false;
   auto* gen = app.add_subcommand("generate", "Complete every request of a JSONL file");
   add_common(gen, gen_common);
-  add_prefill_chunk(gen, gen_common);
+  add_prefill_chunk(gen, gen_common.prefill_chunk);
   gen->add_option("--input", job.input,
                   "Input JSONL (one request per line): a file, a named pipe, or - for standard input")
       ->required();
@@ -313,7 +304,7 @@ int main(int argc, char** argv) {
   std::string bench_json;
   auto* bench = app.add_subcommand("bench", "FlexGen's throughput workload: random prompts, fixed lengths");
   add_common(bench, bench_common);
-  add_prefill_chunk(bench, bench_common);
+  add_prefill_chunk(bench, bench_common.prefill_chunk);
   bench_policy.add_to(bench);
   bench->add_option("--prompt-len", bench_opts.prompt_len, "Prompt tokens (default 512)")
       ->check(CLI::Range(1, 1 << 20));

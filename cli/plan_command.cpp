@@ -111,10 +111,7 @@ void PlanCommand::add_to(CLI::App* app) {
       ->check(non_negative_int());
   cmd_->add_option("--max-batch", max_batch, "Largest block of sequences considered")
       ->check(CLI::Range(1, 1 << 20));
-  cmd_->add_option("--prefill-chunk", prefill_chunk,
-                   "Max prompt tokens per prefill forward, as the run will use (0 = the CPU "
-                   "backend's default, 1024)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  add_prefill_chunk(cmd_, prefill_chunk);
   cmd_->add_option("--profile", profile, "Hardware profile (default the cache; measured when absent)");
   cmd_->add_option("--json", json, "Write the plan and its predicted figures as JSON");
   policy.add_to(cmd_);

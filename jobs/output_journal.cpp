@@ -34,13 +34,13 @@ std::string shown(const nlohmann::json& v) {
 void list_changes(const nlohmann::json& before, const nlohmann::json& now, const std::string& at,
                   std::vector<std::string>& out) {
   if (before.is_object() && now.is_object()) {
+    const auto child = [&](const std::string& key) { return at.empty() ? key : at + "." + key; };
     for (auto it = now.begin(); it != now.end(); ++it)
       list_changes(before.contains(it.key()) ? before[it.key()] : nlohmann::json(), *it,
-                   at.empty() ? it.key() : at + "." + it.key(), out);
+                   child(it.key()), out);
     for (auto it = before.begin(); it != before.end(); ++it)
       if (!now.contains(it.key()))
-        out.push_back(fmt::format("{} changed ({} -> none)",
-                                  at.empty() ? it.key() : at + "." + it.key(), shown(*it)));
+        out.push_back(fmt::format("{} changed ({} -> none)", child(it.key()), shown(*it)));
     return;
   }
   if (before != now)

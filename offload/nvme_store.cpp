@@ -75,6 +75,12 @@ struct NvmeStore::Impl {
   // Reserves [allocated, allocated + bytes) at the end of the file for an allocation of
   // `requested` bytes (caller holds alloc_mu).
   void grow(uint64_t bytes, uint64_t requested);
+  // Bytes of the released extents (caller holds alloc_mu).
+  uint64_t released() const {
+    uint64_t n = 0;
+    for (const auto& [offset, bytes] : free) n += bytes;
+    return n;
+  }
 
   std::mutex io_mu;  // everything below
   std::deque<Chunk> pending;
@@ -302,12 +308,10 @@ NvmeStore::~NvmeStore() {
 void NvmeStore::Impl::grow(uint64_t bytes, uint64_t requested) {
   const uint64_t offset = allocated.load();
   if (opt.capacity_bytes != 0 && offset + bytes > opt.capacity_bytes) {
-    uint64_t released = 0;
-    for (const auto& [at, n] : free) released += n;
     OFFGEN_THROW(kResource,
                  "NVMe store {}: allocating {} bytes would exceed the disk capacity (--disk-mem) "
                  "of {} bytes ({} in use, {} of them released but in pieces too small)",
-                 file.path(), requested, opt.capacity_bytes, offset, released);
+                 file.path(), requested, opt.capacity_bytes, offset, released());
   }
   int rc = -1;
   if (preallocate) {
@@ -388,9 +392,7 @@ void NvmeStore::release(const Extent& extent) {
 
 uint64_t NvmeStore::free_bytes() const {
   std::lock_guard lock(impl_->alloc_mu);
-  uint64_t n = 0;
-  for (const auto& [offset, bytes] : impl_->free) n += bytes;
-  return n;
+  return impl_->released();
 }
 
 void NvmeStore::write(const Extent& extent, const void* src, uint64_t bytes) {
