@@ -75,14 +75,14 @@ vocab_size = len(tokenizer) = 320.
     tokenizer.json); NOT AutoTokenizer, which in transformers 5 builds Qwen2Tokenizer for qwen2 and
     re-derives the pre-tokenizer (splitting digits) instead of using tokenizer.json.
 
-GGUF files (gguf/ under the output directory): gemma3, qwen3 and llama3 are also converted by
+GGUF files (gguf/ under the output directory): gemma3, qwen3, llama3 and qwen2 are also converted by
 llama.cpp's own converter (convert_hf_to_gguf.py from the llama-cpp-python sdist that
 tools/peers fetches; --llama-cpp DIR, default ~/.cache/offgen/peers/llama_cpp_python-*/vendor/
 llama.cpp), --outtype the checkpoint's precision (bf16, or f32), run in a subprocess with that
 tree's gguf-py. Its checks of the
 tokenizer's pre-tokenizer hash do not know this test tokenizer, so get_vocab_base_pre is patched
 to answer "default" (the GPT-2 regex, which ByteLevel(use_regex=True) is); everything else is the
-converter's: tensor names, the 1 + w Gemma norms, Q/K permutation (Llama) or not (Gemma, Qwen3),
+converter's: tensor names, the 1 + w Gemma norms, Q/K permutation (Llama) or not (Gemma, Qwen2, Qwen3),
 rope_freqs.weight (Llama 3.1), metadata. The same golden logits apply to them. gemma2 is not
 converted: GGUF has no query_pre_attn_scalar (llama.cpp assumes head_dim outside the 27B size).
 
@@ -339,7 +339,7 @@ MODELS = [
 # Converted to GGUF by llama.cpp's converter as well (see the module docstring), with the
 # checkpoint's own precision for matrices (bf16 -> bf16 is exact; the converter upcasts to fp32
 # before adding Gemma's 1 to the norms, which it writes in fp32).
-GGUF_MODELS = {"gemma3": "bf16", "qwen3": "bf16", "llama3": "f32"}
+GGUF_MODELS = {"gemma3": "bf16", "qwen3": "bf16", "llama3": "f32", "qwen2": "f16"}
 # Gemma's RMSNorm multiplies by (1 + w): random gains are drawn around 0 instead of 1.
 NORM_MEAN = {"gemma3": 0.0, "gemma2": 0.0}
 DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}

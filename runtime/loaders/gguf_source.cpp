@@ -62,7 +62,7 @@ void gguf_rope(const GgufFile& f, const std::string& a, ModelConfig& c) {
 ModelConfig config_from_gguf(const GgufFile& f) {
   const std::string arch = f.get_string("general.architecture");
   const Architecture* row = find_architecture(arch);
-  OFFGEN_CHECK(row != nullptr && row->gguf, kInput,
+  OFFGEN_CHECK(row != nullptr && row->gguf, kConfig,
                "{}: architecture '{}' is not supported from GGUF (supported: {})", f.path(), arch,
                gguf_architecture_names());
   ModelConfig c = architecture_config(arch);

@@ -97,9 +97,12 @@ void llama_features(ModelConfig& c) {
   c.ffn = FfnKind::kSwiGlu;
   c.rope_style = RopeStyle::kInterleaved;
 }
+// Qwen2 (Qwen2, Qwen2.5, Qwen2.5-Coder): Llama plus biases on Q/K/V; GGUF keeps HF's
+// rotate-half pairs (llama.cpp's NEOX RoPE), as Qwen3 does, without the QK-norm.
 void qwen2_features(ModelConfig& c) {
   llama_features(c);
   c.qkv_bias = true;
+  c.rope_style = RopeStyle::kHalf;
 }
 // Qwen3: Llama plus per-head RMSNorm of Q and K; GGUF keeps HF's rotate-half pairs.
 void qwen3_features(ModelConfig& c) {
@@ -154,7 +157,7 @@ const std::array<Architecture, 7> kArchitectures = {{
      kLlamaPrefixes, llama_features},
     {"mistral", kMistralClasses, kMistralTypes, false, HfConfigFamily::kLlama, kLlamaTop,
      kLlamaLayer, kLlamaPrefixes, llama_features},
-    {"qwen2", kQwen2Classes, kQwen2Types, false, HfConfigFamily::kLlama, kLlamaTop, kLlamaLayer,
+    {"qwen2", kQwen2Classes, kQwen2Types, true, HfConfigFamily::kLlama, kLlamaTop, kLlamaLayer,
      kLlamaPrefixes, qwen2_features},
     {"qwen3", kQwen3Classes, kQwen3Types, true, HfConfigFamily::kLlama, kLlamaTop, kQwen3Layer,
      kLlamaPrefixes, qwen3_features},

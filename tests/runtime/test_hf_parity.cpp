@@ -4,7 +4,7 @@
 // scale from query_pre_attn_scalar) / Qwen3 (bf16, QK-norm) / Llama 3.1 RoPE scaling checkpoints
 // written by transformers' save_pretrained, with golden logits at every prompt position and 16
 // greedy tokens (tools/gen_hf_golden.py); and the same golden for the GGUF files llama.cpp's
-// converter made of the Gemma 3, Qwen3 and Llama 3.1 ones.
+// converter made of the Gemma 3, Qwen3, Llama 3.1 and Qwen2 ones.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -150,7 +150,7 @@ TEST_CASE("GGUF files made by llama.cpp's converter match the same transformers 
     const std::string path = kDir + "/" + gm["gguf"].get<std::string>();
     SECTION(path) { check_against_golden(path, gm, *be); }
   }
-  CHECK(n == 3);  // gemma3, qwen3, llama3
+  CHECK(n == 4);  // gemma3, qwen3, llama3, qwen2
 }
 
 TEST_CASE("HF checkpoints: an untied config without lm_head.weight is an error, not a tie",
@@ -223,5 +223,32 @@ TEST_CASE("HF checkpoints: a damaged config names the file and field", "[model][
     FAIL("expected an error");
   } catch (const Error& e) {
     CHECK_THAT(e.what(), Catch::Contains("pytorch_model.bin") && Catch::Contains("save_pretrained"));
+  }
+}
+
+TEST_CASE("GGUF: an architecture that is not in the table is refused, naming the supported ones",
+          "[model][gguf]") {
+  // The Qwen2 file with every "qwen2" (the architecture and its key prefix) renamed "mamba": a
+  // well-formed GGUF of an architecture offgen does not run.
+  namespace fs = std::filesystem;
+  std::ifstream in(kDir + "/gguf/qwen2.gguf", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(bytes.size() > 1000);
+  int renamed = 0;
+  for (size_t at = bytes.find("qwen2"); at != std::string::npos; at = bytes.find("qwen2", at + 5)) {
+    bytes.replace(at, 5, "mamba");
+    ++renamed;
+  }
+  REQUIRE(renamed > 5);
+  const test::TempDir scratch;
+  const fs::path path = scratch.file("mamba.gguf");
+  std::ofstream(path, std::ios::binary) << bytes;
+  try {
+    open_model(path.string());
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.category() == ErrorCategory::kConfig);  // the CLI's exit 2
+    CHECK_THAT(e.what(), Catch::Contains("'mamba' is not supported") &&
+                             Catch::Contains("(supported: llama, qwen2, qwen3,"));
   }
 }
