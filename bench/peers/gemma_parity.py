@@ -15,6 +15,9 @@
    With --chat, the prompts are a JSONL file of {"id", "prompt"} rows (tools/demo_prompts.jsonl)
    rendered as one user message with the GGUF's own chat template (jinja2, add_generation_prompt;
    what `offgen generate --chat` renders), special tokens parsed; all continuations greedy.
+   With --hf-reference, Hugging Face transformers loads the same GGUF (dequantised to fp32 by its
+   gguf integration, eager attention) and gives its next-token logits and greedy continuation on
+   the same ids: the reference both systems' quantised runs are compared to (KL divergence).
 2. Perplexity on a Debian text: `llama-perplexity -c N` chunk 1 (it scores tokens N/2+1 .. N-1 of
    the chunk) against `offgen eval ppl --tokens N --prefix N/2+1` (the same tokens, the full cache).
 
@@ -114,6 +117,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--offgen-bin", default=str(REPO / "build"))
     ap.add_argument("--skip-ppl", action="store_true")
+    ap.add_argument("--hf-reference", action="store_true",
+                    help="also compare both systems against transformers loading the same GGUF")
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--llama-version", default=None)
     ap.add_argument("--llama-rebuild", action="store_true")
@@ -154,6 +159,27 @@ def main() -> None:
 
     detok = detokenizer(args.model)
     eos = gguf_int(args.model, "tokenizer.ggml.eos_token_id")
+
+    def hf_reference():
+        """transformers on the same GGUF (dequantised, fp32): logits after each prompt's ids and
+        a greedy continuation of --steps tokens (no EOS stop), as llama() and offgen() return."""
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(args.threads)
+        m = AutoModelForCausalLM.from_pretrained(str(Path(args.model).parent), gguf_file=Path(args.model).name,
+                                                 dtype=torch.float32, attn_implementation="eager")
+        m.eval()
+        rows, greedy = [], []
+        for line in Path(ids).read_text().splitlines():
+            x = torch.tensor([list(map(int, line.split()))])
+            with torch.no_grad():
+                out = m.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=args.steps,
+                                 do_sample=False, output_logits=True, return_dict_in_generate=True,
+                                 eos_token_id=None, pad_token_id=0, min_new_tokens=args.steps)
+            rows.append(out.logits[0][0].float().numpy())
+            greedy.append(out.sequences[0, x.shape[1]:].tolist())
+        return np.stack(rows), greedy
 
     def to_eos(g):  # a greedy continuation as a generate call gives it: up to its first EOS
         return g[:g.index(eos) + 1] if eos in g else g
@@ -209,6 +235,12 @@ def main() -> None:
            "offgen_f32_vs_offgen_native": compare(off_f32, off_native),
            "llama_f32_vs_llama_exact": compare(llama_f32, llama_exact),
            "llama_f32_vs_llama_default": compare(llama_f32, llama_default)}
+    if args.hf_reference:
+        hf = hf_reference()
+        out["hf_gguf_vs_offgen_native"] = compare(hf, off_native)
+        out["hf_gguf_vs_llama_default"] = compare(hf, llama_default)
+        out["hf_gguf_vs_llama_exact"] = compare(hf, llama_exact)
+        out["hf_gguf_vs_offgen_f32"] = compare(hf, off_f32)
     out["greedy_texts"] = {tag: [detok(to_eos(g)) for g in run[1]] for tag, run in
                            [("llama_default", llama_default), ("llama_exact", llama_exact),
                             ("offgen_native", off_native), ("llama_f32", llama_f32),
