@@ -136,6 +136,28 @@ bool is_integer_type(GgufType t) {
          t == GgufType::kU32 || t == GgufType::kI32 || t == GgufType::kU64 || t == GgufType::kI64;
 }
 
+// Refuses tensors whose data ranges share a byte (a damaged or crafted file: one tensor's bytes
+// would be read as another's), naming both.
+void check_no_overlap(const std::vector<GgufTensor>& tensors, uint64_t data_start,
+                      const std::string& path) {
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return tensors[a].offset < tensors[b].offset; });
+  // Sorted by offset, the ranges are disjoint exactly when each starts at or after the end of
+  // the one before.
+  for (size_t k = 1; k < order.size(); ++k) {
+    const GgufTensor& a = tensors[order[k - 1]];
+    const GgufTensor& b = tensors[order[k]];
+    if (b.offset < a.offset + static_cast<uint64_t>(a.bytes))
+      OFFGEN_THROW(kInput,
+                   "{}: tensors '{}' (data [{}, {})) and '{}' (data [{}, {})) overlap; the file "
+                   "is damaged",
+                   path, a.name, data_start + a.offset, data_start + a.offset + a.bytes, b.name,
+                   data_start + b.offset, data_start + b.offset + b.bytes);
+  }
+}
+
 }  // namespace
 
 GgufFile GgufFile::open(const std::string& path) { return open_impl(path, false); }
@@ -247,6 +269,7 @@ void GgufFile::parse_all(bool metadata_only) {
                    bytes_.size());
     t.data = bytes_.data() + data_start + t.offset;
   }
+  check_no_overlap(tensors_, data_start, path_);
 }
 
 const GgufValue* GgufFile::find(const std::string& key) const {

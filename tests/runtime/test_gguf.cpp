@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
+#include <fmt/format.h>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -477,6 +478,45 @@ TEST_CASE("gguf corrupt: tensor data past the end of the file", "[gguf]") {
     b.resize(L.tensors.back().offset_at + 8);  // header complete, padding missing
     REQUIRE(b.size() < L.data_start);
     check_message(parse_error(b), {"data section", at(b.size())});
+  }
+}
+
+TEST_CASE("gguf corrupt: tensors whose data overlap", "[gguf]") {
+  // Data ranges relative to the data section; each message names both tensors and their ranges.
+  SECTION("one starts inside another") {
+    GgufWriter w;
+    w.add_tensor("first", {16}, T::kGgmlF32, Bytes(64))          // [0, 64)
+        .add_tensor("second", {4}, T::kGgmlF32, Bytes(16), 32);  // [32, 48)
+    GgufLayout L;
+    const Bytes b = w.build(&L);
+    const size_t d = L.data_start;
+    check_message(parse_error(b),
+                  {"tensors 'first'", "'second'", "overlap", fmt::format("[{}, {})", d, d + 64),
+                   fmt::format("[{}, {})", d + 32, d + 48)});
+  }
+  SECTION("the same offset") {
+    for (int64_t offset : {0, 32}) {
+      GgufWriter w;
+      w.add_tensor("x", {8}, T::kGgmlF32, Bytes(32), offset)
+          .add_tensor("y", {8}, T::kGgmlF32, Bytes(32), offset);
+      const std::string msg = parse_error(w.build());
+      check_message(msg, {"overlap", "'x'", "'y'"});
+    }
+  }
+  SECTION("listed apart, other tensors between them") {
+    GgufWriter w;
+    w.add_tensor("wide", {32}, T::kGgmlF32, Bytes(128), 0)      // [0, 128)
+        .add_tensor("a", {4}, T::kGgmlF32, Bytes(16), 128)      // [128, 144): adjacent, fine
+        .add_tensor("b", {4}, T::kGgmlF32, Bytes(16), 160)      // [160, 176): fine
+        .add_tensor("inner", {4}, T::kGgmlF32, Bytes(16), 96);  // [96, 112) inside 'wide'
+    check_message(parse_error(w.build()), {"tensors 'wide'", "'inner'", "overlap"});
+  }
+  SECTION("adjacent ranges are fine") {
+    GgufWriter w;
+    w.add_tensor("p", {8}, T::kGgmlF32, Bytes(32), 32)
+        .add_tensor("q", {8}, T::kGgmlF32, Bytes(32), 0);
+    const Bytes b = w.build();
+    CHECK(GgufFile::parse(b, "ok.gguf").tensors().size() == 2);
   }
 }
 
