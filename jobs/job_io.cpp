@@ -104,9 +104,7 @@ bool apply_field(const std::string& key, const json& v, const std::string& path,
   } else if (key == "messages") {
     r.messages = get_messages(v, path);
   } else if (key == "max_tokens" || key == "max_completion_tokens") {
-    s.max_tokens = json_int(v, path);
-    if (s.max_tokens < 0)
-      fail("invalid_value", path, fmt::format("must be >= 0 (got {})", s.max_tokens));
+    s.max_tokens = json_int(v, path, "an integer", 0);
   } else if (key == "temperature") {
     const double t = json_number(v, path);
     if (!(t >= 0 && t <= 100))
@@ -118,20 +116,13 @@ bool apply_field(const std::string& key, const json& v, const std::string& path,
       fail("invalid_value", path, fmt::format("must be in (0, 1] (got {})", p));
     s.top_p = static_cast<float>(p);
   } else if (key == "top_k") {
-    s.top_k = json_int(v, path);
-    if (s.top_k < 0) fail("invalid_value", path, fmt::format("must be >= 0 (got {})", s.top_k));
+    s.top_k = json_int(v, path, "an integer", 0);
   } else if (key == "seed") {
-    if (v.is_number_unsigned())
-      s.seed = v.get<uint64_t>();
-    else if (json_int(v, path) < 0)
-      fail("invalid_value", path, fmt::format("must be >= 0 (got {})", v.dump()));
-    else
-      s.seed = static_cast<uint64_t>(v.get<int64_t>());
+    s.seed = json_uint(v, path);
   } else if (key == "ignore_eos") {
     s.ignore_eos = json_bool(v, path);
   } else if (key == "stop") {
     s.stop.clear();
-    if (v.is_null()) return true;
     if (v.is_string()) {
       s.stop.push_back(v.get<std::string>());
       if (s.stop.back().empty()) fail("invalid_value", path, "stop strings must not be empty");
@@ -150,8 +141,12 @@ bool apply_field(const std::string& key, const json& v, const std::string& path,
   return true;
 }
 
+// Whether `obj` gives `key`: null is absent, as the OpenAI API reads it ("max_tokens": null is
+// the default), in both line shapes.
+bool given(const json& obj, const char* key) { return obj.contains(key) && !obj[key].is_null(); }
+
 void check_prompt_or_messages(const json& obj, const std::string& prefix) {
-  if (obj.contains("prompt") && obj.contains("messages"))
+  if (given(obj, "prompt") && given(obj, "messages"))
     fail("conflicting_fields", prefix + "messages", "give either 'prompt' or 'messages', not both");
 }
 
@@ -159,7 +154,7 @@ void parse_simple(const json& obj, JobLine& out, Request& r) {
   check_prompt_or_messages(obj, "");
   for (auto it = obj.begin(); it != obj.end(); ++it) {
     const std::string& k = it.key();
-    if (k == "id") continue;
+    if (k == "id" || it->is_null()) continue;
     if (k == "chat") {
       r.chat = json_bool(*it, k);
       continue;
@@ -181,14 +176,14 @@ void parse_openai(const json& obj, JobLine& out, Request& r, std::optional<float
     if (k != "custom_id" && k != "method" && k != "url" && k != "body")
       fail("unknown_field", k, "unknown field");
   }
-  if (obj.contains("method") && json_string(obj["method"], "method") != "POST")
+  if (given(obj, "method") && json_string(obj["method"], "method") != "POST")
     fail("invalid_value", "method",
          "only POST is supported, got " + obj["method"].get<std::string>());
-  std::string url = obj.contains("url") ? json_string(obj["url"], "url") : "/v1/completions";
+  std::string url = given(obj, "url") ? json_string(obj["url"], "url") : "/v1/completions";
   const bool chat_url = url == "/v1/chat/completions";
   if (url != "/v1/completions" && !chat_url)
     fail("invalid_value", "url", "expected /v1/completions or /v1/chat/completions, got " + url);
-  if (!obj.contains("body")) fail("missing_field", "body", "missing");
+  if (!given(obj, "body")) fail("missing_field", "body", "missing");
   const json& body = obj["body"];
   json_object(body, "body");
   check_prompt_or_messages(body, "body.");
@@ -196,6 +191,7 @@ void parse_openai(const json& obj, JobLine& out, Request& r, std::optional<float
   for (auto it = body.begin(); it != body.end(); ++it) {
     const std::string& k = it.key();
     const std::string path = "body." + k;
+    if (it->is_null()) continue;
     if (k == "model" || k == "user") {
       json_string(*it, path);
       continue;
@@ -298,10 +294,10 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
     const json obj = parse_json(line, deferred);
     if (!obj.is_object())
       fail("not_an_object", "", fmt::format("expected a JSON object, got {}", obj.type_name()));
-    out.openai = obj.contains("custom_id") || obj.contains("body");
+    out.openai = given(obj, "custom_id") || given(obj, "body");
     const char* id_key = out.openai ? "custom_id" : "id";
     if (deferred && deferred->field() == id_key) throw *deferred;  // the id itself is in doubt
-    if (obj.contains(id_key)) {
+    if (given(obj, id_key)) {
       const json& idv = obj[id_key];
       std::string id;
       if (idv.is_string()) id = idv.get<std::string>();
@@ -321,8 +317,8 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
     r.chat = chat_default;
     if (out.openai) parse_openai(obj, out, r, openai_temperature);
     else parse_simple(obj, out, r);
-    const bool has_seed =
-        obj.contains("seed") || (obj.contains("body") && obj["body"].is_object() && obj["body"].contains("seed"));
+    const bool has_seed = given(obj, "seed") || (given(obj, "body") && obj["body"].is_object() &&
+                                                 given(obj["body"], "seed"));
     out.own_seed = has_seed;
     if (!has_seed) r.sampling.seed = defaults.seed ^ fnv1a64(out.id);
     try {

@@ -2,7 +2,9 @@
 // object/array for paths and duplicate keys; read_json builds the DOM from its events.
 #include "runtime/core/json_reader.h"
 
+#include <cmath>
 #include <iterator>
+#include <string>
 #include <utility>
 
 namespace offgen {
@@ -263,12 +265,51 @@ double json_number(const json& v, std::string_view field, std::string_view expec
   return v.get<double>();
 }
 
-int64_t json_int(const json& v, std::string_view field, std::string_view expected) {
+namespace {
+
+// An integer outside [lo, hi] (given as text: the bounds may be beyond int64).
+[[noreturn]] void throw_int_out_of_range(std::string_view field, std::string_view expected,
+                                         const json& v, const std::string& lo,
+                                         const std::string& hi) {
+  throw JsonFieldError(
+      JsonFieldError::Kind::kOutOfRange, std::string(field), std::string(expected),
+      fmt::format("integer out of range ({}): must be in [{}, {}]", v.dump(), lo, hi));
+}
+
+// A float that is an integer literal too large for 64 bits (or written with an exponent).
+bool integral_float(const json& v) {
+  if (!v.is_number_float()) return false;
+  const double d = v.get<double>();
+  return std::isfinite(d) && std::trunc(d) == d;
+}
+
+}  // namespace
+
+int64_t json_int(const json& v, std::string_view field, std::string_view expected, int64_t lo,
+                 int64_t hi) {
+  const auto out_of_range = [&] {
+    throw_int_out_of_range(field, expected, v, std::to_string(lo), std::to_string(hi));
+  };
+  // An integral float in int64's range stays "expected an integer" (2.0 is not one).
+  if (integral_float(v) && !(v.get<double>() >= -0x1p63 && v.get<double>() < 0x1p63))
+    out_of_range();
   if (!v.is_number_integer()) throw_json_wrong_type(field, expected, v);
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-    throw JsonFieldError(JsonFieldError::Kind::kOutOfRange, std::string(field),
-                         std::string(expected), fmt::format("{} is out of range", v.dump()));
-  return v.get<int64_t>();
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) out_of_range();
+  const int64_t i = v.get<int64_t>();
+  if (i < lo || i > hi) out_of_range();
+  return i;
+}
+
+uint64_t json_uint(const json& v, std::string_view field, std::string_view expected) {
+  const auto out_of_range = [&] {
+    throw_int_out_of_range(field, expected, v, "0",
+                           std::to_string(std::numeric_limits<uint64_t>::max()));
+  };
+  if (integral_float(v) && !(v.get<double>() >= 0 && v.get<double>() < 0x1p64)) out_of_range();
+  if (!v.is_number_integer()) throw_json_wrong_type(field, expected, v);
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.get<int64_t>() < 0) out_of_range();
+  return static_cast<uint64_t>(v.get<int64_t>());
 }
 
 const std::string& json_string(const json& v, std::string_view field, std::string_view expected) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -138,9 +139,15 @@ class JsonFieldError : public Error {
 // overrides the description in the message. They throw JsonFieldError.
 double json_number(const nlohmann::json& v, std::string_view field,
                    std::string_view expected = "a number");
-// Integers only (no 2.0); an unsigned value beyond INT64_MAX is kOutOfRange.
+// Integers only (no 2.0) in [lo, hi]. A value outside is kOutOfRange, "integer out of range (V):
+// must be in [lo, hi]": also an integer literal beyond 64 bits, which JSON holds as a float.
 int64_t json_int(const nlohmann::json& v, std::string_view field,
-                 std::string_view expected = "an integer");
+                 std::string_view expected = "an integer",
+                 int64_t lo = std::numeric_limits<int64_t>::min(),
+                 int64_t hi = std::numeric_limits<int64_t>::max());
+// json_int over [0, 2^64 - 1] (seeds).
+uint64_t json_uint(const nlohmann::json& v, std::string_view field,
+                   std::string_view expected = "an integer");
 const std::string& json_string(const nlohmann::json& v, std::string_view field,
                                std::string_view expected = "a string");
 bool json_bool(const nlohmann::json& v, std::string_view field,

@@ -79,6 +79,10 @@ rows = [  # (line bytes, expected id, kind or OK/SKIP, field or None, what this 
   (b"{broken", "line-57#2", "invalid_json", None, "broken line, and a later line's own id is line-57"),
   (simple(id="line-56", prompt="y", max_tokens=2), "line-56", OK, None, "own id equal to an earlier line's generated one"),
   (simple(id="line-57", prompt="z", max_tokens=2), "line-57", OK, None, "own id equal to a broken line's generated one"),
+  (oa("oa-nulls", {"prompt": "Hi", "max_tokens": None, "stop": None, "temperature": None, "seed": None}),
+   "oa-nulls", OK, None, "null in optional OpenAI fields: absent, as the API reads it"),
+  (b'{"custom_id": "oa-maxtok-2p64", "body": {"prompt": "x", "max_tokens": 18446744073709551617}}',
+   "oa-maxtok-2p64", "invalid_value", "body.max_tokens", "an integer beyond 64 bits: out of range"),
   (b"", None, SKIP, None, "blank line before the last one"),
   (simple(id="good-last", prompt="The end") + b"\r", "good-last", OK, None, "valid last line, CRLF"),
 ]

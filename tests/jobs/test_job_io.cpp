@@ -98,6 +98,78 @@ TEST_CASE("bad lines get an error naming the line and field", "[job_io]") {
   }
 }
 
+TEST_CASE("null in an optional field is the field absent, as in the OpenAI API", "[job_io]") {
+  SamplingParams d;
+  d.max_tokens = 7;
+  d.stop = {"END"};
+  d.seed = 3;
+  const auto oa = parse_request_line(
+      R"({"custom_id": "o", "method": null, "url": null, "body": {"model": null, "prompt": "p", "max_tokens": null, "max_completion_tokens": null, "temperature": null, "top_p": null, "top_k": null, "seed": null, "stop": null, "n": null, "user": null, "ignore_eos": null, "messages": null}})",
+      1, d, false);
+  INFO(oa.error);
+  REQUIRE(oa.request);
+  CHECK(oa.request->sampling.max_tokens == 7);
+  CHECK(oa.request->sampling.temperature == 1.0f);  // the API's default
+  CHECK(oa.request->sampling.top_p == 1.0f);
+  CHECK(oa.request->sampling.stop == std::vector<std::string>{"END"});
+  CHECK_FALSE(oa.own_seed);  // the default seed mixed with the id
+  CHECK(oa.request->sampling.seed ==
+        parse_request_line(R"({"custom_id": "o", "body": {"prompt": "q"}})", 1, d, false)
+            .request->sampling.seed);
+  const auto simple = parse_request_line(
+      R"({"id": null, "prompt": "p", "context": null, "chat": null, "max_tokens": null, "stop": null, "seed": null, "messages": null})",
+      4, d, false);
+  INFO(simple.error);
+  REQUIRE(simple.request);
+  CHECK(simple.id == "line-4");
+  CHECK(simple.request->sampling.max_tokens == 7);
+  CHECK_FALSE(simple.request->has_context());
+  // A required field given as null is missing.
+  const auto none = parse_request_line(R"({"id": "n", "prompt": null})", 5, d, false);
+  CHECK(none.error_kind == "missing_field");
+  const auto oa_none =
+      parse_request_line(R"({"custom_id": null, "body": {"prompt": "p"}})", 6, d, false);
+  CHECK(oa_none.error_kind == "missing_field");
+  CHECK(oa_none.error_field == "custom_id");
+}
+
+TEST_CASE("integers out of range name the field's range", "[job_io]") {
+  SamplingParams d;
+  struct Case {
+    const char* line;
+    const char* field;
+    const char* range;
+  };
+  const Case cases[] = {
+      {R"({"custom_id": "a", "body": {"prompt": "p", "max_tokens": 18446744073709551617}})",
+       "body.max_tokens", "[0, 9223372036854775807]"},
+      {R"({"id": "a", "prompt": "p", "max_tokens": 9223372036854775808})", "max_tokens",
+       "[0, 9223372036854775807]"},
+      {R"({"id": "a", "prompt": "p", "max_tokens": -1})", "max_tokens", "[0, 9223372036854775807]"},
+      {R"({"id": "a", "prompt": "p", "top_k": -99999999999999999999})", "top_k",
+       "[0, 9223372036854775807]"},
+      {R"({"id": "a", "prompt": "p", "seed": 18446744073709551616})", "seed",
+       "[0, 18446744073709551615]"},
+      {R"({"id": "a", "prompt": "p", "seed": -1})", "seed", "[0, 18446744073709551615]"},
+      {R"({"custom_id": "a", "body": {"prompt": "p", "n": 1e30}})", "body.n",
+       "[-9223372036854775808, 9223372036854775807]"},
+  };
+  for (const Case& c : cases) {
+    const auto jl = parse_request_line(c.line, 2, d, false);
+    INFO(c.line << " -> " << jl.error);
+    CHECK_FALSE(jl.request);
+    CHECK(jl.error_kind == "invalid_value");
+    CHECK(jl.error_field == c.field);
+    CHECK_THAT(jl.error, Catch::Contains("integer out of range") && Catch::Contains(c.range));
+  }
+  // The largest seed and max_tokens are values, and 2.0 is still no integer.
+  CHECK(
+      parse_request_line(R"({"id": "a", "prompt": "p", "seed": 18446744073709551615})", 1, d, false)
+          .request->sampling.seed == ~uint64_t{0});
+  CHECK(parse_request_line(R"({"id": "a", "prompt": "p", "max_tokens": 2.0})", 1, d, false)
+            .error_kind == "wrong_type");
+}
+
 TEST_CASE("request files skip blank lines and reject duplicate ids", "[job_io]") {
   const test::TempDir scratch;
   const std::string path = scratch.file("in.jsonl");

@@ -177,7 +177,20 @@ TEST_CASE("typed getters name the field and what it should hold", "[json]") {
         "field 'top_k': expected an integer, got number");
   const JsonFieldError u = error_of([&] { json_int(v["u"], "seed"); });
   CHECK(u.kind() == JsonFieldError::Kind::kOutOfRange);
-  CHECK(std::string(u.what()) == "field 'seed': 18446744073709551615 is out of range");
+  CHECK(std::string(u.what()) ==
+        "field 'seed': integer out of range (18446744073709551615): must be in "
+        "[-9223372036854775808, 9223372036854775807]");
+  // An integer literal beyond 64 bits (a float to JSON) is out of range too, with the range given.
+  const json big = json::parse("[18446744073709551617, -1e30, 2.0]");
+  const JsonFieldError b = error_of([&] { json_int(big[0], "max_tokens", "an integer", 0); });
+  CHECK(b.kind() == JsonFieldError::Kind::kOutOfRange);
+  CHECK(std::string(b.what()) ==
+        "field 'max_tokens': integer out of range "
+        "(1.8446744073709552e+19): must be in [0, 9223372036854775807]");
+  CHECK(error_of([&] { json_uint(big[1], "seed"); }).detail() ==
+        "integer out of range (-1e+30): must be in [0, 18446744073709551615]");
+  CHECK(error_of([&] { json_int(big[2], "n"); }).kind() == JsonFieldError::Kind::kWrongType);
+  CHECK(json_uint(v["u"], "seed") == 18446744073709551615ull);
   CHECK(std::string(error_of([&] { json_bool(v["s"], "chat"); }).what()) ==
         "field 'chat': expected true or false, got string");
   CHECK(std::string(error_of([&] { json_object(v["a"], "", "a JSON object"); }).what()) ==
