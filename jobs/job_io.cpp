@@ -306,6 +306,7 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
         throw_json_wrong_type(id_key, "a string or an integer", idv);
       if (id.empty()) fail("invalid_value", id_key, "must not be empty");
       out.id = std::move(id);
+      out.numeric_id = idv.is_number_integer();
       out.own_id = true;
     } else if (out.openai) {
       fail("missing_field", "custom_id", "missing");
@@ -364,6 +365,7 @@ namespace {
 // the default seed with it as parse_request_line does.
 void assign_generated_id(JobLine& jl, std::string id, const SamplingParams& defaults) {
   jl.id = std::move(id);
+  jl.numeric_id = false;
   if (!jl.request) return;
   jl.request->id = jl.id;
   if (!jl.own_seed) jl.request->sampling.seed = defaults.seed ^ fnv1a64(jl.id);
@@ -386,25 +388,31 @@ std::vector<JobLine> parse_request_text(std::string_view text, const SamplingPar
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     lines.push_back(parse_request_line(line, no, defaults, chat_default, openai_temperature));
   }
-  // Record ids are the journal's keys, so they must be unique and no generated one ("line-N"
-  // for a line without an id, "ID#line-N" for a repeated id) may equal an id some line gives
-  // itself: a generated id that would is extended with "#2", "#3", ... The input is fixed by
-  // its fingerprint, so a resumed job assigns the same ids.
+  // Record ids are the journal's keys (typed: the number 7 and the string "7" are two ids), so
+  // they must be unique and no generated one ("line-N" for a line without an id, "ID#line-N" for
+  // a repeated id) may equal an id some line gives itself: a generated id that would is extended
+  // with "#2", "#3", ... The input is fixed by its fingerprint, so a resumed job assigns the same
+  // ids.
   std::unordered_set<std::string> own;
   for (const JobLine& jl : lines)
-    if (jl.own_id) own.insert(jl.id);
+    if (jl.own_id) own.insert(jl.key());
   std::unordered_set<std::string> taken;
   auto unique = [&](const std::string& base) {
     std::string id = base;
-    for (int k = 2; own.count(id) > 0 || taken.count(id) > 0; ++k) id = fmt::format("{}#{}", base, k);
+    auto used = [&](const std::string& s) {
+      const std::string key = JobLine::id_key(s);
+      return own.count(key) > 0 || taken.count(key) > 0;
+    };
+    for (int k = 2; used(id); ++k) id = fmt::format("{}#{}", base, k);
     return id;
   };
   for (JobLine& jl : lines) {
-    if (jl.own_id && taken.insert(jl.id).second) continue;
+    if (jl.own_id && taken.insert(jl.key()).second) continue;
     if (jl.own_id) {  // a repeated id: the later line becomes an error record of its own
       jl.request.reset();
-      jl.error = fmt::format("line {}: field '{}': duplicate id '{}'", jl.line_no,
-                             jl.openai ? "custom_id" : "id", jl.id);
+      jl.error = fmt::format("line {}: field '{}': duplicate id {}", jl.line_no,
+                             jl.openai ? "custom_id" : "id",
+                             jl.numeric_id ? jl.id : fmt::format("'{}'", jl.id));
       jl.error_kind = "duplicate_id";
       jl.error_field = jl.openai ? "custom_id" : "id";
       const std::string id = unique(fmt::format("{}#line-{}", jl.id, jl.line_no));
@@ -413,7 +421,7 @@ std::vector<JobLine> parse_request_text(std::string_view text, const SamplingPar
       const std::string id = unique(jl.id);
       if (id != jl.id) assign_generated_id(jl, id, defaults);
     }
-    taken.insert(jl.id);
+    taken.insert(jl.key());
   }
   return lines;
 }
@@ -445,7 +453,7 @@ nlohmann::json result_record(const JobLine& line, const Result& r, const std::st
     return error_record(failed);
   }
   if (!line.openai)
-    return json{{"id", line.id},
+    return json{{"id", line.id_value()},
                 {"text", r.text},
                 {"finish_reason", finish_reason_name(r.finish_reason)},
                 {"usage", usage}};
@@ -459,7 +467,7 @@ nlohmann::json result_record(const JobLine& line, const Result& r, const std::st
                {"choices", json::array({choice})},
                {"usage", usage}};
   return json{{"id", "batch_req_" + line.id},
-              {"custom_id", line.id},
+              {"custom_id", line.id_value()},
               {"response", {{"status_code", 200}, {"request_id", line.id}, {"body", body}}},
               {"error", nullptr}};
 }
@@ -469,12 +477,22 @@ nlohmann::json error_record(const JobLine& line) {
                 {"line", line.line_no},
                 {"kind", line.error_kind},
                 {"field", line.error_field.empty() ? json(nullptr) : json(line.error_field)}};
-  if (!line.openai) return json{{"id", line.id}, {"error", std::move(error)}};
+  if (!line.openai) return json{{"id", line.id_value()}, {"error", std::move(error)}};
   error["code"] = "invalid_request";
   return json{{"id", "batch_req_" + line.id},
-              {"custom_id", line.id},
+              {"custom_id", line.id_value()},
               {"response", nullptr},
               {"error", std::move(error)}};
+}
+
+nlohmann::json JobLine::id_value() const {
+  if (!numeric_id) return json(id);
+  // The digits parse_request_line kept (any 64-bit integer, as the input gave it).
+  return id.starts_with('-') ? json(std::stoll(id)) : json(std::stoull(id));
+}
+
+std::string JobLine::id_key(const nlohmann::json& id) {
+  return id.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 bool ErrorCounts::add(const nlohmann::json& record) {

@@ -17,7 +17,9 @@ namespace offgen {
 
 struct JobLine {
   int64_t line_no = 0;              // 1-based line in the input file
-  std::string id;                   // request id (custom_id for OpenAI lines), unique in the file
+  std::string id;                   // request id (custom_id for OpenAI lines); its digits when
+                                    // the line gives a JSON integer
+  bool numeric_id = false;          // the id is a JSON integer (7 and "7" are different ids)
   bool own_id = false;              // the line gives its id (else "line-N" or a variant)
   bool own_seed = false;            // the line gives its seed (else the default mixed with the id)
   bool openai = false;              // input used the OpenAI Batch API shape
@@ -25,6 +27,13 @@ struct JobLine {
   std::string error;                // why the line is invalid: names the line and field
   std::string error_kind;           // machine-readable class of the error (see below)
   std::string error_field;          // JSON path of the offending field; empty when none applies
+
+  // The id as records hold it: a JSON integer for a numeric id, else a string.
+  nlohmann::json id_value() const;
+  // The id's key, unique in the file: its JSON text (7 and "7" differ).
+  std::string key() const { return id_key(id_value()); }
+  // The key of a record's id value (a string or an integer).
+  static std::string id_key(const nlohmann::json& id);
 };
 
 // Error kinds of error records: invalid_json, invalid_utf8, not_an_object, missing_field,

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <unordered_set>
 #include <vector>
 
 #include "runtime/core/error.h"
@@ -19,6 +20,14 @@
 
 namespace offgen {
 namespace {
+
+// The texts of the ids lines give as strings.
+std::unordered_set<std::string> string_ids(const std::vector<JobLine>& lines) {
+  std::unordered_set<std::string> out;
+  for (const JobLine& l : lines)
+    if (l.own_id && !l.numeric_id) out.insert(l.id);
+  return out;
+}
 
 std::string read_context_file(const std::string& path) {
   std::string text = read_job_input(path, "context file");
@@ -152,6 +161,12 @@ nlohmann::json job_fingerprint(const EngineOptions& eo, const std::string& model
                                   [](const JobLine& l) { return l.openai; });
   if (job.openai_temperature && openai)
     fp["sampling"]["openai_temperature"] = *job.openai_temperature;
+  // Only when a number and a string id have the same text (7 and "7"): records written before ids
+  // were typed made the later of the two a duplicate_id error, so such outputs do not resume.
+  const auto strings = string_ids(input.lines);
+  if (std::any_of(input.lines.begin(), input.lines.end(),
+                  [&](const JobLine& l) { return l.numeric_id && strings.count(l.id) > 0; }))
+    fp["typed_ids"] = true;
   return fp;
 }
 
@@ -169,7 +184,7 @@ JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts, cons
   summary.errors = out.resumed_error_counts();
   summary.succeeded = out.resumed() - out.resumed_errors();
   auto emit = [&](const JobLine& line, const nlohmann::json& record) {
-    out.append(line.id, record);
+    out.append(line.key(), record);
     if (!summary.errors.add(record)) ++summary.succeeded;
   };
   if (out.resumed() > 0) {
@@ -183,10 +198,17 @@ JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts, cons
                "not retried (run them into another output, or --overwrite to redo the job)",
                opts.output, unfit->second);
   }
+  // A numeric id's record from before ids were typed holds it as a string ("7" for 7): that
+  // record is its own unless a line gives the string id "7" too (then the fingerprint differs).
+  const auto strings = string_ids(lines);
+  auto done = [&](const JobLine& l) {
+    return out.done(l.key()) ||
+           (l.numeric_id && strings.count(l.id) == 0 && out.done(JobLine::id_key(l.id)));
+  };
   std::vector<Request> requests;
   std::vector<size_t> line_of;
   for (size_t i = 0; i < lines.size(); ++i) {
-    if (out.done(lines[i].id)) continue;
+    if (done(lines[i])) continue;
     if (lines[i].request) {
       requests.push_back(*lines[i].request);
       if (!input.context.empty() && !requests.back().has_context())

@@ -73,11 +73,12 @@ FsyncPolicy parse_fsync_policy(std::string_view s) {
   OFFGEN_THROW(kConfig, "--fsync {}: expected always, periodic or never", s);
 }
 
-std::string record_id(const nlohmann::json& r) {
+std::string record_key(const nlohmann::json& r) {
   const char* key = r.contains("custom_id") ? "custom_id" : "id";
-  OFFGEN_CHECK(r.is_object() && r.contains(key) && r[key].is_string(), kInput,
-               "record without a string '{}'", key);
-  return r[key].get<std::string>();
+  OFFGEN_CHECK(
+      r.is_object() && r.contains(key) && (r[key].is_string() || r[key].is_number_integer()),
+      kInput, "record without a string or integer '{}'", key);
+  return JobLine::id_key(r[key]);
 }
 
 OutputJournal::OutputJournal(const std::string& path, const nlohmann::json& fingerprint,
@@ -163,7 +164,7 @@ void OutputJournal::load_existing(int fd) {
     const std::string line = content.substr(start, nl - start);
     try {
       const auto rec = nlohmann::json::parse(line);
-      done_.insert(record_id(rec));
+      done_.insert(record_key(rec));
       ++resumed_;
       resumed_errors_ += resumed_error_counts_.add(rec);
     } catch (const std::exception& e) {
@@ -182,12 +183,12 @@ void OutputJournal::load_existing(int fd) {
   }
 }
 
-void OutputJournal::append(const std::string& id, const nlohmann::json& record) {
+void OutputJournal::append(const std::string& key, const nlohmann::json& record) {
   std::string s = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   s += '\n';
   OFFGEN_CHECK(std::fwrite(s.data(), 1, s.size(), f_) == s.size() && std::fflush(f_) == 0, kIo,
                "{}: write failed: {}", path_, std::strerror(errno));
-  done_.insert(id);
+  done_.insert(key);
   ++appended_;
   const auto now = std::chrono::steady_clock::now();
   if (fsync_ == FsyncPolicy::kAlways ||

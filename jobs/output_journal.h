@@ -37,13 +37,14 @@ class OutputJournal {
   OutputJournal(const OutputJournal&) = delete;
   OutputJournal& operator=(const OutputJournal&) = delete;
 
-  bool done(const std::string& id) const { return done_.count(id) > 0; }
+  // Whether a record with this id key (JobLine::key(): typed, 7 and "7" differ) is written.
+  bool done(const std::string& key) const { return done_.count(key) > 0; }
   int64_t resumed() const { return resumed_; }
   int64_t resumed_errors() const { return resumed_errors_; }  // error records among them
   const ErrorCounts& resumed_error_counts() const { return resumed_error_counts_; }
   bool dropped_torn_line() const { return dropped_torn_; }
-  // Appends one record (a line) and flushes it; `id` is remembered as done.
-  void append(const std::string& id, const nlohmann::json& record);
+  // Appends one record (a line) and flushes it; `key` (JobLine::key()) is remembered as done.
+  void append(const std::string& key, const nlohmann::json& record);
   void sync();  // fdatasync now
 
  private:
@@ -62,7 +63,8 @@ class OutputJournal {
   int uncaught_ = 0;       // std::uncaught_exceptions() at construction
 };
 
-// The id a record belongs to: "custom_id" for OpenAI-shaped records, else "id".
-std::string record_id(const nlohmann::json& record);
+// The key (JobLine::id_key) of the id a record belongs to: "custom_id" for OpenAI-shaped
+// records, else "id".
+std::string record_key(const nlohmann::json& record);
 
 }  // namespace offgen

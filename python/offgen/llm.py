@@ -46,7 +46,7 @@ class Usage:
 class RequestOutput:
     """The outcome of one request, in input order."""
 
-    request_id: str
+    request_id: Union[str, int]  # the request's id as given (an int stays an int), or line-N
     prompt: Optional[str]  # the prompt text (None for a chat conversation)
     outputs: List[CompletionOutput]
     usage: Usage
@@ -270,7 +270,7 @@ def _defaults(sp: Any, n: int) -> List[Any]:
 
 def _request_output(o: Any, prompt: Optional[str]) -> RequestOutput:
     return RequestOutput(
-        request_id=o.id,
+        request_id=int(o.id) if o.numeric_id else o.id,
         prompt=prompt,
         outputs=[CompletionOutput(0, o.text, list(o.tokens), o.finish_reason)],
         usage=Usage(o.prompt_tokens, o.completion_tokens),

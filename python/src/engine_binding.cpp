@@ -29,6 +29,7 @@ namespace {
 // "interrupted".
 struct Output {
   std::string id;
+  bool numeric_id = false;  // the request gave its id as an integer (`id` holds its digits)
   std::string text;
   std::vector<int32_t> tokens;
   std::string finish_reason;
@@ -68,10 +69,11 @@ std::vector<JobLine> parse_lines(const std::vector<std::string>& lines,
   return out;
 }
 
-Output error_output(const nlohmann::json& record, const std::string& id) {
+Output error_output(const nlohmann::json& record, const JobLine& line) {
   const nlohmann::json& e = record["error"];
   Output o;
-  o.id = id;
+  o.id = line.id;
+  o.numeric_id = line.numeric_id;
   o.finish_reason = "error";
   o.error = e.value("message", "");
   o.error_kind = e.value("kind", "");
@@ -126,16 +128,17 @@ class PyEngine {
         engine_.config().name.empty() ? engine_.options().model : engine_.config().name;
     std::vector<Output> out(parsed.size());
     for (size_t i = 0; i < parsed.size(); ++i)
-      if (!parsed[i].request) out[i] = error_output(error_record(parsed[i]), parsed[i].id);
+      if (!parsed[i].request) out[i] = error_output(error_record(parsed[i]), parsed[i]);
     for (size_t k = 0; k < results.size(); ++k) {
       const JobLine& line = parsed[line_of[k]];
       Result& r = results[k];
       if (r.finish_reason == FinishReason::kError) {
-        out[line_of[k]] = error_output(result_record(line, r, model_name), line.id);
+        out[line_of[k]] = error_output(result_record(line, r, model_name), line);
         continue;
       }
       Output& o = out[line_of[k]];
       o.id = line.id;
+      o.numeric_id = line.numeric_id;
       o.text = text_as_recorded(r.text);  // the CLI's record, valid UTF-8 for Python
       o.tokens = std::move(r.tokens);
       o.finish_reason = finish_reason_name(r.finish_reason);
@@ -197,6 +200,7 @@ std::pair<Policy, bool> plan_job(const std::string& model, const std::string& we
 void bind_engine(nb::module_& m) {
   nb::class_<Output>(m, "Output")
       .def_ro("id", &Output::id)
+      .def_ro("numeric_id", &Output::numeric_id)
       .def_ro("text", &Output::text)
       .def_ro("tokens", &Output::tokens)
       .def_ro("finish_reason", &Output::finish_reason)

@@ -86,4 +86,41 @@ check "a request over --cpu-mem gets does_not_fit" grep -q '"does_not_fit"' "$wo
 fit --cpu-mem 200M 2> "$work/fit.err"
 check "resume under a larger limit warns that it is not retried" \
   grep -q "1 of the records kept are does_not_fit errors" "$work/fit.err"
+# Ids keep their JSON type: 7 and "7" are two requests, and a number comes back as a number.
+printf '%s\n' '{"id": 7, "prompt": "Seven", "max_tokens": 3}' \
+  '{"id": "7", "prompt": "Seven", "max_tokens": 3}' '{"id": 8, "prompt": "Eight", "max_tokens": 3}' \
+  > "$work/ids.jsonl"
+ids() { "$bin" generate --model "$model" --input "$work/$1.jsonl" --output "$work/$1.out" --quiet; }
+ids ids 2> "$work/ids.err"
+check "ids 7 and \"7\" both run" python3 - "$work/ids.out" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["id"] for r in recs] == [7, "7", 8], [r["id"] for r in recs]
+assert all("error" not in r for r in recs), recs
+PY
+ids ids 2> /dev/null
+check "a resume of typed ids writes nothing again" test "$(wc -l < "$work/ids.out")" -eq 3
+python3 - "$work/ids.out.offgen.json" <<'PY'
+import json, sys
+fp = json.load(open(sys.argv[1])); del fp["typed_ids"]; json.dump(fp, open(sys.argv[1], "w"))
+PY
+ids ids 2> "$work/ids2.err"
+check "an output from before typed ids, with 7 and \"7\", is refused" \
+  grep -q "typed_ids changed (none -> true)" "$work/ids2.err"
+# An output written before ids were typed holds the number 7 as "7": that record is kept.
+printf '%s\n' '{"id": 7, "prompt": "Seven", "max_tokens": 3}' \
+  '{"id": "x", "prompt": "Ex", "max_tokens": 3}' > "$work/legacy.jsonl"
+ids legacy 2> /dev/null
+python3 - "$work/legacy.out" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+r["id"], r["text"] = "7", "KEPT"  # as an earlier offgen wrote it; the "x" record is still to come
+open(sys.argv[1], "w").write(json.dumps(r) + "\n")
+PY
+ids legacy 2> /dev/null
+check "a resume keeps the untyped record of id 7 and completes the job" python3 - "$work/legacy.out" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert [(r["id"], r["text"] if r["id"] == "7" else "") for r in recs] == [("7", "KEPT"), ("x", "")], recs
+PY
 exit $fail

@@ -13,6 +13,7 @@
 #include "runtime/core/hash.h"
 #include "jobs/job_io.h"
 #include "jobs/job_runner.h"
+#include "jobs/output_journal.h"
 
 using namespace offgen;
 
@@ -161,4 +162,45 @@ TEST_CASE("the resume fingerprint holds every setting that can change a token", 
     INFO(c.what);
     CHECK(job_fingerprint(e, m, mc, j, in) == base);
   }
+}
+
+TEST_CASE("ids keep their JSON type: 7 and \"7\" are two requests", "[job_io]") {
+  SamplingParams d;
+  d.seed = 4;
+  const auto lines = parse_request_text(
+      "{\"id\": 7, \"prompt\": \"a\"}\n{\"id\": \"7\", \"prompt\": \"b\"}\n"
+      "{\"id\": 7, \"prompt\": \"c\"}\n{\"custom_id\": 9, \"body\": {\"prompt\": \"d\"}}\n"
+      "{\"id\": -3, \"prompt\": \"e\"}\n{\"id\": 18446744073709551615, \"prompt\": \"f\"}\n",
+      d, false);
+  REQUIRE(lines.size() == 6);
+  REQUIRE(lines[0].request);
+  REQUIRE(lines[1].request);
+  CHECK((lines[0].numeric_id && !lines[1].numeric_id));
+  CHECK(lines[0].key() != lines[1].key());
+  // The same seed as before ids were typed (the digits mixed in), so texts do not change.
+  CHECK(lines[0].request->sampling.seed == (d.seed ^ fnv1a64("7")));
+  // The number again is a duplicate of the number.
+  CHECK_FALSE(lines[2].request);
+  CHECK(lines[2].error_kind == "duplicate_id");
+  CHECK(lines[2].error == "line 3: field 'id': duplicate id 7");
+  CHECK(lines[2].id == "7#line-3");
+  CHECK_FALSE(lines[2].numeric_id);
+  // Records give a number back as a number, in both shapes.
+  Result r;
+  r.finish_reason = FinishReason::kStop;
+  CHECK(result_record(lines[0], r, "m")["id"] == nlohmann::json(7));
+  CHECK(result_record(lines[1], r, "m")["id"] == nlohmann::json("7"));
+  CHECK(error_record(lines[2])["id"] == nlohmann::json("7#line-3"));
+  const auto oa = result_record(lines[3], r, "m");
+  CHECK(oa["custom_id"] == nlohmann::json(9));
+  CHECK(oa["id"] == "batch_req_9");
+  CHECK(result_record(lines[4], r, "m")["id"] == nlohmann::json(-3));
+  CHECK(result_record(lines[5], r, "m")["id"] == nlohmann::json(18446744073709551615ull));
+  // The journal reads each record's id back as the key of its line.
+  for (const JobLine& l : lines) {
+    INFO(l.line_no);
+    const auto rec = l.request ? result_record(l, r, "m") : error_record(l);
+    CHECK(record_key(rec) == l.key());
+  }
+  CHECK(record_key(nlohmann::json{{"id", 7}}) != record_key(nlohmann::json{{"id", "7"}}));
 }

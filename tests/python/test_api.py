@@ -91,8 +91,8 @@ def test_request_dicts_with_ids_and_overrides_match_the_cli(llm, run_cli):
     ]
     cli = run_cli(rows, "--threads", 2, "--max-tokens", 10, "--seed", 5)
     outs = llm.generate(rows, offgen.SamplingParams(max_tokens=10, seed=5))
-    assert [o.request_id for o in outs] == ["greedy", "hot", "seeded", "17", "line-5", "chat",
-                                            "messages"]
+    assert [o.request_id for o in outs] == ["greedy", "hot", "seeded", 17, "line-5", "chat",
+                                            "messages"]  # an int id stays an int
     assert texts(outs) == cli_texts(cli)
 
 
@@ -149,6 +149,21 @@ def test_invalid_requests_raise_or_return_the_cli_errors(llm, run_cli):
                 rec["error"]["message"], rec["error"]["kind"], rec["error"]["field"])
         else:
             assert o.error is None and o.outputs[0].text == rec["text"]
+
+
+def test_ids_keep_their_type_as_in_the_cli(llm, run_cli):
+    """7 and "7" are two requests (the CLI gives the number back as a number)."""
+    rows = [{"id": 7, "prompt": PROMPTS[0], "temperature": 0.8},
+            {"id": "7", "prompt": PROMPTS[1], "temperature": 0.8},
+            {"id": 7, "prompt": PROMPTS[2]}]
+    cli = run_cli(rows, "--threads", 2, "--max-tokens", 5)
+    assert len(cli) == 3 and set(cli) == {7, "7", "7#line-3"}  # in the order they finish
+    outs = llm.generate(rows, offgen.SamplingParams(max_tokens=5), on_error="return")
+    assert [o.request_id for o in outs] == [7, "7", "7#line-3"]
+    assert outs[0].error is None and outs[1].error is None
+    assert outs[2].error_kind == "duplicate_id"
+    assert outs[2].error == cli["7#line-3"]["error"]["message"]
+    assert texts(outs[:2]) == cli_texts({k: cli[k] for k in (7, "7")})
 
 
 def test_prompt_too_long_is_an_input_error(model):
