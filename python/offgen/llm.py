@@ -9,6 +9,8 @@ the same texts. A request without an ``"id"`` gets the CLI's default id ``line-N
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -16,7 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _core
 from .errors import ConfigError, InputError, _for_kind
-from .params import POLICY_FIELDS, Policy, SamplingParams
+from .params import _INT32_MAX, POLICY_FIELDS, Policy, SamplingParams, _bool, _int, _str
 
 Prompt = Union[str, Mapping[str, Any]]
 Message = Mapping[str, str]
@@ -91,7 +93,7 @@ class LLM:
                 f"unknown engine option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
                 f"(expected {', '.join(_ENGINE_OPTIONS + POLICY_FIELDS)})"
             )
-        self.model = str(model)
+        self.model = _model_path(model)
         self._auto = isinstance(policy, str) and policy == "auto"
         if policy is None or self._auto:
             base = Policy()
@@ -103,18 +105,18 @@ class LLM:
             raise ConfigError(f"policy must be None, 'auto', a TOML file or a Policy (got {policy!r})")
         fields = {k: v for k, v in options.items() if k in POLICY_FIELDS}
         self.policy = base.replace(kv_policy=kv_policy, kv_budget=kv_budget, **fields)
-        if backend not in ("cpu", "cuda", "cpu-emulated-device"):
-            raise ConfigError(f"--backend {backend}: expected cpu or cuda")
+        if not isinstance(backend, str) or backend not in ("cpu", "cuda", "cpu-emulated-device"):
+            raise ConfigError(f"backend must be 'cpu' or 'cuda' (got {backend!r})")
         if self._auto and backend != "cpu":
             raise ConfigError(
                 "--policy auto plans with the CPU backend's calibrated profile; on --backend "
                 f"{backend} give the placement (percent, gpu_batch_size, ...) yourself"
             )
         self.backend = backend
-        self.threads = threads
-        self.weight_dtype = options.get("weight_dtype") or "native"
-        self.max_context = int(options.get("max_context") or 0)
-        self.prefill_chunk = int(options.get("prefill_chunk") or 0)
+        self.threads = _int(threads, "threads", 0, _INT32_MAX)
+        self.weight_dtype = _str(options.get("weight_dtype") or "native", "weight_dtype")
+        self.max_context = _int(options.get("max_context") or 0, "max_context", 0)
+        self.prefill_chunk = _int(options.get("prefill_chunk") or 0, "prefill_chunk", 0)
         self._resolved = self.policy._resolve_core()  # ConfigError now rather than later
         self._engine: Optional[Any] = None
         if not self._auto:
@@ -154,9 +156,14 @@ class LLM:
         as that request's output (``finish_reason == "error"``, ``.error`` set).
         """
         items = _as_list(prompts)
-        if on_error not in ("raise", "return"):
+        if not isinstance(on_error, str) or on_error not in ("raise", "return"):
             raise ConfigError(f"on_error must be 'raise' or 'return' (got {on_error!r})")
-        lines, texts = _request_lines(items, context)
+        if context is not None:
+            context = _str(context, "context")
+        chat = _bool(chat, "chat")
+        if use_tqdm is not None:
+            use_tqdm = _bool(use_tqdm, "use_tqdm")
+        lines, texts, faults = _request_lines(items, context)
         defaults = _defaults(sampling_params, len(items))
         if not items:
             return []
@@ -180,13 +187,15 @@ class LLM:
         finally:
             if bar:
                 bar.close()
-        results = [_request_output(o, t) for o, t in zip(outs, texts)]
+        results = [_request_output(o, t, faults.get(i), i + 1)
+                   for i, (o, t) in enumerate(zip(outs, texts))]
         if on_error == "raise":
-            for o, r in zip(outs, results):
+            for r in results:
                 if r.error is not None:
                     failed = sum(x.error is not None for x in results)
                     more = f" ({failed - 1} more failed)" if failed > 1 else ""
-                    raise _for_kind(o.error_kind)(f"request '{r.request_id}': {r.error}{more}")
+                    raise _for_kind(r.error_kind or "")(
+                        f"request '{r.request_id}': {r.error}{more}")
         return results
 
     def chat(
@@ -199,7 +208,15 @@ class LLM:
 
         ``messages``: one conversation, or a list of them. Other arguments as ``generate()``.
         """
+        if isinstance(messages, (str, bytes, Mapping)):
+            raise InputError("messages must be a conversation (a list of {'role', 'content'} "
+                             f"dicts) or a list of them (got {type(messages).__name__})")
+        messages = list(messages)
         convs = [messages] if messages and isinstance(messages[0], Mapping) else messages
+        for c in convs:
+            if isinstance(c, (str, bytes, Mapping)):
+                raise InputError("messages must be a conversation (a list of {'role', 'content'} "
+                                 f"dicts) or a list of them (got a list of {type(c).__name__})")
         return self.generate([{"messages": list(c)} for c in convs], sampling_params, **kwargs)
 
     @property
@@ -222,6 +239,12 @@ def _as_list(prompts: Any) -> List[Any]:
         raise InputError(f"prompts must be a string, a dict or a list of them (got {prompts!r})") from None
 
 
+def _model_path(model: Any) -> str:
+    if isinstance(model, (str, os.PathLike)):
+        return os.fspath(model)
+    raise ConfigError(f"model must be a path or 'dummy:PRESET' (got {model!r})")
+
+
 def _jsonable(v: Any) -> Any:
     # numpy scalars and arrays (Ray and pandas rows hold them)
     if hasattr(v, "tolist"):
@@ -231,9 +254,49 @@ def _jsonable(v: Any) -> Any:
     raise TypeError(f"{type(v).__name__} is not JSON serializable")
 
 
+# A request whose dict has no JSON form: (kind, field, message) as the CLI's error records.
+Fault = tuple
+
+
+def _json_fault(v: Any, path: str) -> Optional[Fault]:
+    """Why `v` (at `path`) has no JSON form, or None: a value of a type JSON lacks (bytes, a set,
+    an object) is wrong_type, a float that is not finite (JSON has no NaN) invalid_value."""
+    if v is None or isinstance(v, (str, bool, int)):
+        return None
+    if isinstance(v, float):
+        if math.isfinite(v):
+            return None
+        return ("invalid_value", path, f"must be a finite number (got {v})")
+    if isinstance(v, Mapping):
+        for k, x in v.items():
+            if not isinstance(k, str):
+                return ("wrong_type", path, f"keys must be strings (got {k!r})")
+            f = _json_fault(x, f"{path}.{k}" if path else k)
+            if f:
+                return f
+        return None
+    if isinstance(v, (list, tuple)):
+        for j, x in enumerate(v):
+            f = _json_fault(x, f"{path}[{j}]")
+            if f:
+                return f
+        return None
+    if hasattr(v, "tolist") or hasattr(v, "item"):  # numpy
+        try:
+            return _json_fault(_jsonable(v), path)
+        except (TypeError, ValueError):
+            pass
+    return ("wrong_type", path, f"{type(v).__name__} has no JSON form (give a string, number, "
+                                "bool, None, list or dict)")
+
+
 def _request_lines(items: Sequence[Any], context: Optional[str]) -> tuple:
+    """The JSONL lines of the requests, their prompt texts, and {index: Fault} for requests
+    without a JSON form: their line holds only their id (so ids stay unique as the CLI makes
+    them), and their output is that error (as a line with a bad field is in a batch job)."""
     lines: List[str] = []
     texts: List[Optional[str]] = []
+    faults: Dict[int, Fault] = {}
     for i, item in enumerate(items):
         if isinstance(item, str):
             obj: Dict[str, Any] = {"prompt": item}
@@ -246,12 +309,16 @@ def _request_lines(items: Sequence[Any], context: Optional[str]) -> tuple:
         if context is not None and "context" not in obj:
             obj["context"] = context
         try:
-            lines.append(json.dumps(obj, default=_jsonable))
+            lines.append(json.dumps(obj, default=_jsonable, allow_nan=False))
         except (TypeError, ValueError) as e:
-            raise InputError(f"line {i + 1}: {e}") from None
+            fault = _json_fault(obj, "") or ("wrong_type", "", str(e))
+            faults[i] = fault
+            rid = obj.get("id")
+            ok_id = isinstance(rid, (str, int)) and not isinstance(rid, bool) and fault[1] != "id"
+            lines.append(json.dumps({"id": rid} if ok_id else {}))
         p = obj.get("prompt")
         texts.append(p if isinstance(p, str) else None)
-    return lines, texts
+    return lines, texts, faults
 
 
 def _defaults(sp: Any, n: int) -> List[Any]:
@@ -259,7 +326,16 @@ def _defaults(sp: Any, n: int) -> List[Any]:
         return [SamplingParams()._to_core()]
     if isinstance(sp, SamplingParams):
         return [sp._to_core()]
-    sps = list(sp)
+    if isinstance(sp, (str, bytes, Mapping)):
+        sps = None
+    else:
+        try:
+            sps = list(sp)
+        except TypeError:
+            sps = None
+    if sps is None:
+        raise ConfigError("sampling_params must be a SamplingParams, a list of them (one per "
+                          f"request) or None (got {sp!r})")
     if len(sps) != n:
         raise ConfigError(f"{len(sps)} SamplingParams for {n} requests: give one, or one per request")
     for s in sps:
@@ -268,15 +344,21 @@ def _defaults(sp: Any, n: int) -> List[Any]:
     return [s._to_core() for s in sps]
 
 
-def _request_output(o: Any, prompt: Optional[str]) -> RequestOutput:
+def _request_output(o: Any, prompt: Optional[str], fault: Optional[Fault],
+                    line: int) -> RequestOutput:
+    error, kind, field = o.error or None, o.error_kind or None, o.error_field or None
+    if fault and kind != "duplicate_id":  # a repeated id is reported first, as the CLI does
+        kind, field, what = fault
+        error = f"line {line}: field '{field}': {what}" if field else f"line {line}: {what}"
+        field = field or None
     return RequestOutput(
         request_id=int(o.id) if o.numeric_id else o.id,
         prompt=prompt,
         outputs=[CompletionOutput(0, o.text, list(o.tokens), o.finish_reason)],
         usage=Usage(o.prompt_tokens, o.completion_tokens),
-        error=o.error or None,
-        error_kind=o.error_kind or None,
-        error_field=o.error_field or None,
+        error=error,
+        error_kind=kind,
+        error_field=field,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Union
@@ -10,7 +11,9 @@ from typing import Any, Optional, Sequence, Union
 from . import _core
 from .errors import ConfigError
 
-_UINT64 = 1 << 64
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_UINT64_MAX = (1 << 64) - 1
+_INT32_MAX = (1 << 31) - 1
 
 
 @dataclass
@@ -35,14 +38,11 @@ class SamplingParams:
     def _to_core(self) -> _core.SamplingParams:
         p = _core.SamplingParams()
         try:
-            p.max_tokens = _int(self.max_tokens, "max_tokens")
+            p.max_tokens = _int(self.max_tokens, "max_tokens", 0)
             p.temperature = _float(self.temperature, "temperature")
             p.top_p = _float(self.top_p, "top_p")
-            p.top_k = _int(self.top_k, "top_k")
-            seed = 0 if self.seed is None else _int(self.seed, "seed")
-            if not 0 <= seed < _UINT64:
-                raise ConfigError(f"seed must be in [0, 2^64) (got {seed})")
-            p.seed = seed
+            p.top_k = _int(self.top_k, "top_k", 0)
+            p.seed = 0 if self.seed is None else _int(self.seed, "seed", 0, _UINT64_MAX)
             stop = self.stop
             if not (stop is None or isinstance(stop, str) or (
                     isinstance(stop, (list, tuple)) and all(isinstance(x, str) for x in stop))):
@@ -55,17 +55,38 @@ class SamplingParams:
         return p
 
 
-def _int(v: Any, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
+def _int(v: Any, name: str, lo: int = _INT64_MIN, hi: int = _INT64_MAX) -> int:
+    """`v` as an int in [lo, hi] (the C++ field's range), else a ConfigError naming `name`."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):  # numpy integers too
         raise ConfigError(f"{name} must be an integer (got {v!r})")
+    v = int(v)
+    if not lo <= v <= hi:
+        raise ConfigError(f"{name} must be an integer in [{lo}, {hi}] (got {v})")
     return v
 
 
 def _float(v: Any, name: str) -> float:
     # A real number: not a string ("0.5" would parse) nor a bool (a number to Python).
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise ConfigError(f"{name} must be a number (got {v!r})")
     return float(v)
+
+
+def _items(v: Any, name: str) -> list:
+    """The items of a list-like `v` (not a string), else a ConfigError naming `name`."""
+    if not isinstance(v, (str, bytes)):
+        try:
+            return list(v)
+        except TypeError:
+            pass
+    raise ConfigError(f"{name} must be a list (got {v!r})")
+
+
+def _str(v: Any, name: str, path: bool = False) -> str:
+    """`v` as a string (or, with `path`, an os.PathLike), else a ConfigError naming `name`."""
+    if isinstance(v, str) or (path and isinstance(v, os.PathLike)):
+        return os.fspath(v)
+    raise ConfigError(f"{name} must be a {'path' if path else 'string'} (got {v!r})")
 
 
 def _bool(v: Any, name: str) -> bool:
@@ -126,27 +147,26 @@ class Policy:
             if self.file is not None:
                 if self.file == "auto":
                     raise ConfigError("Policy(file='auto'): pass policy='auto' to LLM instead")
-                o.file = os.fspath(self.file)
+                o.file = _str(self.file, "file", path=True)
             if self.percent is not None:
-                o.percent = [_float(x, "percent") for x in self.percent]
+                o.percent = [_float(x, "percent") for x in _items(self.percent, "percent")]
             for name in ("gpu_batch_size", "num_gpu_batches", "io_queue_depth"):
                 v = getattr(self, name)
                 if v is not None:
-                    if _int(v, name) < 1:
-                        raise ConfigError(f"{name} must be >= 1 (got {v})")
-                    setattr(o, name, v)
+                    hi = _INT32_MAX if name == "io_queue_depth" else _INT64_MAX
+                    setattr(o, name, _int(v, name, 1, hi))
             for name in ("overlap", "cpu_cache_compute", "compress_weight", "compress_cache"):
                 v = getattr(self, name)
                 if v is not None:
                     setattr(o, name, _bool(v, name))
             if self.offload_dir is not None:
-                o.offload_dir = os.fspath(self.offload_dir)
+                o.offload_dir = _str(self.offload_dir, "offload_dir", path=True)
             for name in _SIZE_FIELDS:
                 v = getattr(self, name)
                 if v is not None:
-                    setattr(o, name, str(_int(v, name)) if not isinstance(v, str) else v)
+                    setattr(o, name, str(_int(v, name, 0)) if not isinstance(v, str) else v)
             if self.kv_policy is not None:
-                o.kv_policy = str(self.kv_policy)
+                o.kv_policy = _str(self.kv_policy, "kv_policy")
             if self.kv_budget is not None:
                 o.kv_budget = _float(self.kv_budget, "kv_budget")
         except (TypeError, ValueError, OverflowError) as e:

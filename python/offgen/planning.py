@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional, Union
 
 from . import _core
 from .errors import ConfigError
-from .params import POLICY_FIELDS, Policy
+from .params import _INT32_MAX, POLICY_FIELDS, Policy, _int, _str
 
 
 @dataclass
@@ -54,12 +54,15 @@ def plan(
     elif isinstance(policy, Policy):
         base = policy
     else:
-        base = Policy.from_toml(policy)
+        base = Policy.from_toml(_str(policy, "policy", path=True))
     base = base.replace(**policy_fields)
     a = _core.plan(
-        model=str(model), weight_dtype=weight_dtype, threads=threads, profile=profile or "",
-        base=base._resolve_core(), prompt_len=prompt_len, gen_len=gen_len,
-        num_requests=num_requests, max_batch=max_batch,
+        model=_str(model, "model", path=True), weight_dtype=_str(weight_dtype, "weight_dtype"),
+        threads=_int(threads, "threads", 0, _INT32_MAX),
+        profile="" if profile is None else _str(profile, "profile", path=True),
+        base=base._resolve_core(), prompt_len=_int(prompt_len, "prompt_len"),
+        gen_len=_int(gen_len, "gen_len"), num_requests=_int(num_requests, "num_requests"),
+        max_batch=_int(max_batch, "max_batch"),
     )
     return Plan(
         policy=Policy._from_core(a.policy), toml=a.policy.toml(), batch_size=a.batch_size,

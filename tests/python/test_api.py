@@ -5,6 +5,7 @@ offgen.Error classes with the CLI's messages; Ctrl-C stops a run and the engine 
 from __future__ import annotations
 
 import json
+import math
 import signal
 import subprocess
 import threading
@@ -164,6 +165,70 @@ def test_ids_keep_their_type_as_in_the_cli(llm, run_cli):
     assert outs[2].error_kind == "duplicate_id"
     assert outs[2].error == cli["7#line-3"]["error"]["message"]
     assert texts(outs[:2]) == cli_texts({k: cli[k] for k in (7, "7")})
+
+
+def test_requests_without_a_json_form_fail_alone(llm):
+    """A value JSON cannot hold (bytes, a set, NaN) makes its request an error naming the field
+    and the rule; the others run with the texts they have without it."""
+    sp = offgen.SamplingParams(max_tokens=5)
+    rows = [{"id": "a", "prompt": PROMPTS[0]},
+            {"id": "bytes", "prompt": b"Hello"},
+            {"id": "set", "prompt": PROMPTS[1], "tags": {1, 2}},
+            {"prompt": PROMPTS[2], "temperature": math.nan},
+            {"id": "b", "prompt": PROMPTS[3]},
+            {"id": "bytes", "prompt": "a duplicate of a failed request's id"}]
+    outs = llm.generate(rows, sp, on_error="return")
+    got = [(o.request_id, o.error_kind, o.error_field, o.error) for o in outs]
+    assert got[1:4] == [
+        ("bytes", "wrong_type", "prompt", "line 2: field 'prompt': bytes has no JSON form (give a "
+                                          "string, number, bool, None, list or dict)"),
+        ("set", "wrong_type", "tags", "line 3: field 'tags': set has no JSON form (give a string, "
+                                      "number, bool, None, list or dict)"),
+        ("line-4", "invalid_value", "temperature",
+         "line 4: field 'temperature': must be a finite number (got nan)")]
+    assert got[5][:2] == ("bytes#line-6", "duplicate_id")
+    ref = texts(llm.generate([rows[0], rows[4]], sp))
+    assert texts([outs[0], outs[4]]) == ref
+    with pytest.raises(offgen.InputError,
+                       match=r"request 'bytes': line 2: field 'prompt'.*\(3 more failed\)"):
+        llm.generate(rows, sp)
+
+
+def test_wrong_argument_types_name_the_parameter(model, llm):
+    """Never nanobind's "incompatible function arguments" with C++ signatures."""
+    cases = [
+        (lambda: offgen.SamplingParams(temperature=math.nan),
+         r"temperature must be in \[0, 100\] \(got nan\)"),
+        (lambda: offgen.SamplingParams(max_tokens=2 ** 70),
+         r"max_tokens must be an integer in \[0, "),
+        (lambda: offgen.SamplingParams(seed=2 ** 64),
+         r"seed must be an integer in \[0, 18446744073709551615\]"),
+        (lambda: offgen.LLM(model, threads="2"), "threads must be an integer"),
+        (lambda: offgen.LLM(model, threads=2 ** 40), "threads must be an integer in"),
+        (lambda: offgen.LLM(model, weight_dtype=5), "weight_dtype must be a string"),
+        (lambda: offgen.LLM(model, max_context=1.5), "max_context must be an integer"),
+        (lambda: offgen.LLM(None), "model must be a path"),
+        (lambda: offgen.LLM(model, backend=5), "backend must be"),
+        (lambda: offgen.LLM(model, kv_policy=5), "kv_policy must be a string"),
+        (lambda: offgen.LLM(model, io_queue_depth=2 ** 40), "io_queue_depth must be an integer in"),
+        (lambda: offgen.Policy(offload_dir=5).resolve(), "offload_dir must be a path"),
+        (lambda: offgen.Policy(percent=5).resolve(), "percent must be a list"),
+        (lambda: llm.generate(["x"], chat="yes"), "chat must be True or False"),
+        (lambda: llm.generate(["x"], 5), "sampling_params must be a SamplingParams"),
+        (lambda: llm.generate(["x"], context=5), "context must be a string"),
+        (lambda: llm.generate(["x"], use_tqdm="x"), "use_tqdm must be True or False"),
+        (lambda: offgen.plan(model, prompt_len="128", gen_len=3), "prompt_len must be an integer"),
+        (lambda: offgen.plan(model, prompt_len=128, gen_len=3, profile=5),
+         "profile must be a path"),
+        (lambda: offgen.plan(model, prompt_len=128, gen_len=3, max_batch=None),
+         "max_batch must be an integer"),
+    ]
+    for call, message in cases:
+        with pytest.raises(offgen.ConfigError, match=message) as e:
+            call()
+        assert "incompatible function arguments" not in str(e.value)
+    with pytest.raises(offgen.InputError, match="messages must be a conversation"):
+        llm.chat("hello")
 
 
 def test_prompt_too_long_is_an_input_error(model):
