@@ -7,9 +7,10 @@
     proc(ray.data.read_json("in.jsonl")).write_json("out/")
 
 Each of ``concurrency`` actors loads the model once and runs ``LLM.generate`` over batches of
-``batch_size`` rows. Rows gain ``generated_text``, ``finish_reason``, ``num_generated_tokens``
-and ``error`` (None, or why the row failed: a bad row never fails the job). An actor that dies is
-restarted by Ray and its batch retried, so every row appears once in the output.
+``batch_size`` rows. Rows gain ``generated_text``, ``finish_reason``, ``num_generated_tokens``,
+``error`` and ``error_kind`` (None, or why the row failed and the kind of failure: a bad row
+never fails the job nor another row). An actor that dies is restarted by Ray and its batch
+retried, so every row appears once in the output.
 """
 
 from __future__ import annotations
@@ -33,7 +34,11 @@ Row = Dict[str, Any]
 # The keys of preprocess's dict that make the request; the others are carried to the output.
 _REQUEST_KEYS = ("prompt", "messages", "context", "id")
 _SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
-GENERATED_COLUMNS = ("generated_text", "finish_reason", "num_generated_tokens", "error")
+GENERATED_COLUMNS = ("generated_text", "finish_reason", "num_generated_tokens", "error",
+                     "error_kind")
+# The types of the request keys: an error row holds None where its value had another (an int
+# prompt), so that its column keeps one type in every batch.
+_REQUEST_TYPES = {"prompt": str, "context": str, "messages": (list, tuple), "id": (str, int)}
 
 
 @dataclass
@@ -127,13 +132,23 @@ def build_processor(
     the CLI does; give one for reproducible sampled texts) and ``sampling_params`` (a dict of
     SamplingParams fields); its other keys are carried to the output row. Without it, the row itself
     is read that way (its ``prompt``, ``sampling_params``, ... columns). ``postprocess(row)`` sees the carried keys plus the generated columns and
-    returns the output row. An exception in either makes that row an error row."""
+    returns the output row. An exception in either, an invalid request, or a value that no table
+    column can hold (a set, an object, a type other than that of the column's other rows) makes
+    that row an error row, and no other."""
     return Processor(config, preprocess, postprocess)
 
 
 def _strip_line(message: str) -> str:
     # The engine names a request by its line in the batch ("line 3: ..."): meaningless here.
     return re.sub(r"^line \d+: ", "", message)
+
+
+class _RowError(Exception):
+    """A row that is no valid request, with the error kind of its error row."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def _sampling_fields(sp: Any) -> Row:
@@ -143,13 +158,79 @@ def _sampling_fields(sp: Any) -> Row:
     if sp is None:
         return {}
     if not isinstance(sp, Mapping):
-        raise TypeError(f"sampling_params is {type(sp).__name__}, not a dict")
+        raise _RowError("wrong_type", f"field 'sampling_params': expected a dict, got "
+                                      f"{type(sp).__name__}")
     given = {k: v for k, v in sp.items() if v is not None}
     unknown = sorted(set(given) - _SAMPLING_FIELDS)
     if unknown:
-        raise ValueError(f"sampling_params: unknown field {unknown[0]!r} (SamplingParams fields: "
-                         f"{', '.join(sorted(_SAMPLING_FIELDS))})")
+        raise _RowError("unknown_field", f"field 'sampling_params.{unknown[0]}': unknown field "
+                                         f"(SamplingParams fields: "
+                                         f"{', '.join(sorted(_SAMPLING_FIELDS))})")
     return given
+
+
+def _arrow_errors() -> tuple:
+    import pyarrow as pa
+
+    return (pa.ArrowException, TypeError, ValueError, OverflowError)
+
+
+def _arrow_type(v: Any) -> Any:
+    """The Arrow type of `v` alone, or None when Arrow cannot store it (a set, an object)."""
+    import pyarrow as pa
+
+    try:
+        return pa.array([v]).type
+    except _arrow_errors():
+        return None
+
+
+def _storable(rows: List[Row]) -> List[Row]:
+    """`rows` with every value storable in a table column: a value that is not (a set, an object,
+    a value whose type differs from that of the column's other rows) makes its row an error row
+    without that value, so one row fails and not its batch. A column's type is the most common
+    one among the rows without an error (else among all rows)."""
+    import pyarrow as pa
+
+    errors = _arrow_errors()
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    for c in columns:
+        values = [row.get(c) for row in rows]
+        try:
+            pa.array(values)
+            continue
+        except errors:
+            pass
+        types = [None if v is None else _arrow_type(v) for v in values]
+        counts: Dict[Any, int] = {}
+        for clean in (True, False):
+            for row, t in zip(rows, types):
+                if t is not None and (row.get("error") is None) == clean:
+                    counts[t] = counts.get(t, 0) + 1
+            if counts:
+                break
+        column_type = max(counts, key=counts.get) if counts else None
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            try:
+                if column_type is None or types[i] is None:
+                    raise TypeError
+                pa.array([v], type=column_type)
+            except errors:
+                rows[i] = _unstorable(rows[i], c, v, column_type if types[i] else None)
+    return rows
+
+
+def _unstorable(row: Row, column: str, value: Any, column_type: Any) -> Row:
+    kept = {k: v for k, v in row.items() if k != column}
+    kept[column] = None
+    if row.get("error") is not None:  # already failed: its error stays the reason
+        return kept
+    what = f"a value of type {type(value).__name__}"
+    why = (f"{what} does not fit the column's type {column_type} (that of the other rows)"
+           if column_type is not None else f"{what} cannot be stored in a table column")
+    return _error_row(kept, "unstorable_value", f"column '{column}': {why}")
 
 
 def _table(rows: List[Row]) -> Any:
@@ -157,13 +238,18 @@ def _table(rows: List[Row]) -> Any:
     pyarrow's from_pylist would keep only the first row's keys)."""
     import pyarrow as pa
 
+    rows = _storable(rows)
     columns = list(dict.fromkeys(k for row in rows for k in row))
     return pa.Table.from_pydict({c: [row.get(c) for row in rows] for c in columns})
 
 
-def _error_row(carried: Row, message: str) -> Row:
+def _error_row(carried: Row, kind: str, message: str) -> Row:
     row = dict(carried)
-    row.update(generated_text=None, finish_reason="error", num_generated_tokens=0, error=message)
+    for k, types in _REQUEST_TYPES.items():
+        if row.get(k) is not None and (not isinstance(row[k], types) or isinstance(row[k], bool)):
+            row[k] = None
+    row.update(generated_text=None, finish_reason="error", num_generated_tokens=0, error=message,
+               error_kind=kind)
     return row
 
 
@@ -197,13 +283,18 @@ class _OffgenStage:
                 pre = self.preprocess(dict(row)) if self.preprocess else dict(row)
                 if not isinstance(pre, Mapping):
                     raise TypeError(f"preprocess returned {type(pre).__name__}, not a dict")
-                request = {k: pre[k] for k in _REQUEST_KEYS if k in pre}
-                request.update(_sampling_fields(pre.get("sampling_params")))
             except Exception as e:  # the user's function: any failure is this row's
-                out[i] = _error_row(row, f"preprocess: {type(e).__name__}: {e}")
+                out[i] = _error_row(row, "preprocess_error", f"preprocess: {type(e).__name__}: {e}")
+                continue
+            kept = {k: v for k, v in pre.items() if k != "sampling_params"}
+            request = {k: pre[k] for k in _REQUEST_KEYS if k in pre}
+            try:
+                request.update(_sampling_fields(pre.get("sampling_params")))
+            except _RowError as e:
+                out[i] = _error_row(kept, e.kind, str(e))
                 continue
             requests.append(request)
-            carried.append({k: v for k, v in pre.items() if k != "sampling_params"})
+            carried.append(kept)
             where.append(i)
         if requests:
             try:
@@ -214,11 +305,12 @@ class _OffgenStage:
             except Exception as e:  # the engine stopped (a fault of the machine): every row
                 results = None
                 for k, i in enumerate(where):
-                    out[i] = _error_row(carried[k], f"{type(e).__name__}: {e}")
+                    out[i] = _error_row(carried[k], "request_failed", f"{type(e).__name__}: {e}")
             if results is not None:
                 for k, (i, r) in enumerate(zip(where, results)):
                     if r.error is not None:
-                        out[i] = _error_row(carried[k], _strip_line(r.error))
+                        out[i] = _error_row(carried[k], r.error_kind or "request_failed",
+                                            _strip_line(r.error))
                         continue
                     row = dict(carried[k])
                     row.update(
@@ -226,6 +318,7 @@ class _OffgenStage:
                         finish_reason=r.outputs[0].finish_reason,
                         num_generated_tokens=r.usage.completion_tokens,
                         error=None,
+                        error_kind=None,
                     )
                     out[i] = row
         if self.postprocess:
@@ -236,11 +329,13 @@ class _OffgenStage:
                         raise TypeError(f"postprocess returned {type(post).__name__}, not a dict")
                     out[i] = dict(post)
                 except Exception as e:
-                    out[i] = _error_row(row, f"postprocess: {type(e).__name__}: {e}")
+                    out[i] = _error_row(row, "postprocess_error",
+                                        f"postprocess: {type(e).__name__}: {e}")
         table = _table(out)
         # Columns that are None in every row of this batch would be typed null: fix the types.
         types = {"generated_text": pa.string(), "finish_reason": pa.string(),
-                 "num_generated_tokens": pa.int64(), "error": pa.string()}
+                 "num_generated_tokens": pa.int64(), "error": pa.string(),
+                 "error_kind": pa.string()}
         for name, typ in types.items():
             if name in table.column_names and table.schema.field(name).type != typ:
                 j = table.column_names.index(name)

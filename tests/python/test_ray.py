@@ -87,18 +87,22 @@ def run(model, tmp_path, name, rows, pre=preprocess, post=postprocess):
     return read_output(out)
 
 
-def check_all_rows(out, reference):
+def check_all_rows(out, reference, failed=()):
+    """Every row once; those not in `failed` with the single-process text. Returns them by qid."""
     by_qid = {}
     for r in out:
         assert r["qid"] not in by_qid, f"row {r['qid']} written twice"
         by_qid[r["qid"]] = r
     assert sorted(by_qid) == list(range(N))
     for qid, r in by_qid.items():
-        assert r["error"] is None, r
+        if qid in failed:
+            continue
+        assert r["error"] is None and r["error_kind"] is None, r
         text, tokens = reference[qid]
         assert (r["generated_text"], r["num_generated_tokens"]) == (text, tokens), qid
         assert r["answer_chars"] == len(text)
         assert r["finish_reason"] in ("stop", "length")
+    return by_qid
 
 
 def test_every_row_once_with_single_process_texts(model, cluster, reference, tmp_path):
@@ -126,8 +130,46 @@ def test_bad_rows_become_error_rows(model, cluster, tmp_path):
     assert out[1]["error"] == "field 'prompt': must not be empty"
     assert out[2]["error"] == "field 'temperature': must be in [0, 100] (got 500)"
     assert out[3]["error"] == "preprocess: ValueError: no question"
+    assert [out[q]["error_kind"] for q in (1, 2, 3)] == ["invalid_value", "invalid_value",
+                                                           "preprocess_error"]
     for q in (1, 2, 3):
         assert out[q]["finish_reason"] == "error" and out[q]["generated_text"] is None
+
+
+def test_rows_with_bad_values_fail_alone(model, cluster, reference, tmp_path):
+    """An int prompt, a bytes prompt, a set as the context (no JSON form) and a carried field
+    that no table column holds (an object), in one dataset: exactly those rows are error rows,
+    with the kind and the message; every other row is written once with the text of a single
+    process."""
+    def pre(row):
+        out = preprocess(row)
+        if row["qid"] == 5:
+            out["prompt"] = 5
+        elif row["qid"] == 77:
+            out["prompt"] = row["question"].encode()
+        elif row["qid"] == 150:
+            out["handle"] = object()  # carried to postprocess, which keeps it
+        elif row["qid"] == 200:
+            out["context"] = {"a", "b"}
+        return out
+
+    no_json = "has no JSON form (give a string, number, bool, None, list or dict)"
+    failed = {
+        5: ("wrong_type", "field 'prompt': expected a string, got number"),
+        77: ("wrong_type", f"field 'prompt': bytes {no_json}"),
+        150: ("unstorable_value",
+              "column 'handle': a value of type object cannot be stored in a table column"),
+        200: ("wrong_type", f"field 'context': set {no_json}"),
+    }
+    by_qid = check_all_rows(run(model, tmp_path, "badvalues", make_rows(), pre=pre), reference,
+                            failed)
+    for qid, (kind, message) in failed.items():
+        r = by_qid[qid]
+        assert (r["error_kind"], r["error"]) == (kind, message), r
+        assert r["finish_reason"] == "error" and r["generated_text"] is None, r
+        assert r.get("handle") is None and r.get("context") is None, r
+    assert by_qid[5]["prompt"] is None and by_qid[77]["prompt"] is None  # no value of another type
+    assert by_qid[150]["prompt"] == make_rows()[150]["question"]
 
 
 def test_killed_actor_is_retried_and_rows_stay_once(model, cluster, reference, tmp_path):
@@ -165,8 +207,8 @@ def test_stage_batches_keep_every_rows_columns(model):
     out = _OffgenStage(cfg, None, None)(pa.Table.from_pylist(rows)).to_pylist()
     assert out[0]["error"] is None and out[1]["error"] is None, out
     assert out[1]["num_generated_tokens"] <= 2
-    assert out[2]["error"].startswith("preprocess: ValueError: sampling_params: unknown field "
-                                      "'prompt'"), out[2]
+    assert out[2]["error_kind"] == "unknown_field", out[2]
+    assert out[2]["error"].startswith("field 'sampling_params.prompt': unknown field"), out[2]
 
     def post(row):
         if row["qid"] == 0:
@@ -176,4 +218,22 @@ def test_stage_batches_keep_every_rows_columns(model):
     plain = [{"qid": q, "prompt": p} for q, p in ((0, "Hi"), (1, "Yo"))]
     out = _OffgenStage(cfg, None, post)(pa.Table.from_pylist(plain)).to_pylist()
     assert out[0]["error"] == "postprocess: KeyError: 'boom'"
+    assert out[0]["error_kind"] == "postprocess_error"
     assert out[1]["answer"] and out[1]["qid"] == 1 and out[1].get("error") is None, out
+
+    # A carried value of another type than the column's other rows (an int among strings), and
+    # one no column holds (an object): those rows fail, without the value; the others complete.
+    def pre(row):
+        notes = {0: "x", 1: 3, 2: "y", 3: object(), 4: "z"}
+        return {"prompt": row["prompt"], "qid": row["qid"], "note": notes[row["qid"]]}
+
+    rows = [{"qid": q, "prompt": "Hi"} for q in range(5)]
+    out = _OffgenStage(cfg, pre, None)(pa.Table.from_pylist(rows)).to_pylist()
+    assert [r["error_kind"] for r in out] == [None, "unstorable_value", None, "unstorable_value",
+                                              None]
+    assert out[1]["error"] == ("column 'note': a value of type int does not fit the column's type "
+                               "string (that of the other rows)")
+    assert out[3]["error"] == ("column 'note': a value of type object cannot be stored in a table "
+                               "column")
+    assert [r["note"] for r in out] == ["x", None, "y", None, "z"]
+    assert out[0]["generated_text"] == out[2]["generated_text"] == out[4]["generated_text"]
