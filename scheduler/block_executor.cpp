@@ -210,7 +210,8 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
   }
 }
 
-void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, int32_t* argmax) {
+void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, int32_t* argmax,
+                        const std::function<void()>& checkpoint) {
   const auto t_wall = Clock::now();
   const int64_t K = static_cast<int64_t>(batches.size());
   StepShape shape;
@@ -272,6 +273,7 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
     for (const Task& t : plan) {
       const auto t0 = Clock::now();
       try {
+        if (checkpoint && t.lane == Lane::kCompute) checkpoint();
         execute(t, batches);
       } catch (...) {  // nothing may still be reading or writing the buffers of this run
         backend_.synchronize();
@@ -312,6 +314,7 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
       }
       const auto t0 = Clock::now();
       try {
+        if (checkpoint && lane == Lane::kCompute) checkpoint();  // the calling thread's lane
         execute(t, batches);
       } catch (...) {
         std::lock_guard lock(mu);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "offload/kv_store.h"
@@ -43,7 +44,10 @@ class BlockExecutor {
   // order, into logits ([total sequences, vocab], host memory; may be null) and, when `argmax` is
   // given, each row's greedy token there ([total sequences], sampled on the device). Rethrows the
   // first task failure. Everything it issued on the device has finished when it returns.
-  void run(const std::vector<BatchInput>& batches, float* logits, int32_t* argmax = nullptr);
+  // `checkpoint` (may be empty) is called on the calling thread before each compute task; what it
+  // throws (Stopped) ends the run like a task failure.
+  void run(const std::vector<BatchInput>& batches, float* logits, int32_t* argmax = nullptr,
+           const std::function<void()>& checkpoint = {});
   const LaneTimes& times() const { return times_; }  // accumulated over all runs
   int64_t d2h_bytes() const { return d2h_bytes_; }   // logits / tokens copied back from a GPU
 

@@ -83,13 +83,13 @@ void EngineOptions::validate() const {
   OFFGEN_CHECK(max_context >= 0, kConfig, "max context {} must be >= 0", max_context);
 }
 
-Engine::Engine(EngineOptions options) : options_(std::move(options)) {
+Engine::Engine(EngineOptions options, StopToken stop) : options_(std::move(options)) {
   options_.validate();
   if (options_.prefill_chunk == 0)
     options_.prefill_chunk = backend_caps(options_.backend).default_prefill_chunk;
   const WeightMode storage = options_.policy.weight_storage(options_.weight_dtype);
   backend_ = make_backend(options_.backend, options_.threads, storage);
-  OpenedModel opened = open_model(options_.model);
+  OpenedModel opened = open_model(options_.model, stop);
   tokenizer_ = std::make_unique<Tokenizer>(std::move(opened.vocab));
   model_id_ = std::move(opened.content_id);
   const auto t0 = EngineClock::now();
@@ -122,12 +122,17 @@ Engine::Engine(EngineOptions options) : options_(std::move(options)) {
   }
   weights_ = std::make_unique<WeightStore>(
       *backend_, model_->num_units(), [&](int64_t u) { return model_->unit_bytes(u); },
-      [&](int64_t u, void* dst) { model_->build_unit(u, dst); }, placement, nvme_.get());
+      [&](int64_t u, void* dst) {
+        stop.check("load");  // between units (a dummy model's source checks inside tensors)
+        model_->build_unit(u, dst);
+      },
+      placement, nvme_.get());
   if (p.kv.evicts()) kv_policy_ = make_kv_policy(p.kv);
   kv_ = std::make_unique<KvStore>(model_->config(), placement, nvme_.get(), kv_policy_ != nullptr,
                                   p.compress_cache, KvDeviceHomes{backend_.get()});
   executor_ = std::make_unique<BlockExecutor>(*model_, *weights_, *kv_, p.overlap, placement,
                                               nvme_.get(), kv_policy_.get());
+  stop.check("load");
   log_debug("loaded {} in {:.2f}s", options_.model, seconds_since(t0));
   OFFGEN_CHECK(tokenizer_->vocab_size() <= model_->config().vocab_size, kInput,
                "{}: tokenizer has {} tokens but the model only {} embeddings", options_.model,

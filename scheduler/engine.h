@@ -12,6 +12,7 @@
 
 #include "offload/io_stats.h"
 #include "policies/policy.h"
+#include "runtime/core/stop.h"
 #include "runtime/model/config.h"
 #include "scheduler/block_plan.h"
 #include "scheduler/request.h"
@@ -82,8 +83,12 @@ struct GenerationStats {
   int64_t context_peak_bytes = 0;  // most shared-context K+V bytes held at once
   // Requests whose max_tokens was cut to fit the context window (prompt + completion).
   int64_t max_tokens_clamped = 0;
-  bool interrupted = false;  // should_stop() ended the call early
+  bool interrupted = false;  // a stop request ended the call early
   int64_t unfinished = 0;    // requests without a result (an interruption; 0 otherwise)
+  // Where an interruption or a failure of the machine ended the call: "prepare" (admission:
+  // tokenising, templates, KV reservation), "prefill", "decode" or "output" (on_result); "" when
+  // the call ran to its end.
+  std::string stopped_in;
 };
 
 // A snapshot of the engine's stores (Engine::stats()): where the weights and KV caches are
@@ -128,9 +133,14 @@ struct GenerateCallbacks {
   std::function<void(size_t index, int64_t step, std::span<const float> logits)> on_logits;
   // Called once per shared context when it has been built (compressed), before its requests run.
   std::function<void(const SharedContext& context)> on_context;
-  // Polled between engine iterations: when it returns true, generate() stops admitting work and
-  // returns promptly; requests not finished by then get FinishReason::kInterrupted and are not
-  // passed to on_result (a resumed job runs them again).
+  // Stop requests. `stop` is checked (StopToken::check) between engine iterations, between the
+  // requests admitted, between the prefill forwards of a step and inside each forward between its
+  // units, so a stop is noticed within one unit's compute; `should_stop` (a callable that may be
+  // costly, e.g. Python's signal check) is polled between iterations and prefill forwards only.
+  // After a stop request generate() returns promptly with GenerationStats::interrupted; requests
+  // not finished by then get FinishReason::kInterrupted and are not passed to on_result (a
+  // resumed job runs them again). A callback that throws Stopped stops the call the same way.
+  StopToken stop;
   std::function<bool()> should_stop;
 };
 
@@ -140,7 +150,9 @@ std::vector<int32_t> encode_request(const Tokenizer& tokenizer, const Request& r
 
 class Engine {
  public:
-  explicit Engine(EngineOptions options);
+  // Loads the model. `stop` is checked ("load") while the weights are read or generated, between
+  // units and inside a dummy model's large tensors; a stop request throws Stopped.
+  explicit Engine(EngineOptions options, StopToken stop = {});
   ~Engine();
 
   const ModelConfig& config() const;
@@ -207,6 +219,10 @@ class Engine {
   void release(Run& run, Sequence& s);
   void finish(Run& run, Sequence& s);
   void abandon(Run& run);
+  void close_stats(const Run& run);
+  // A stop checkpoint of generate() in phase_ (throws Stopped): polls the callbacks' StopToken,
+  // and their should_stop too where `between_steps` (between iterations and prefill forwards).
+  void checkpoint(bool between_steps) const;
   TierBytes context_tier(int64_t bytes) const;
   int64_t ram_part(const TierBytes& need) const;
   bool fits_memory(const TierBytes& need) const;
@@ -237,6 +253,7 @@ class Engine {
   std::string model_id_;
   GenerationStats stats_;
   const GenerateCallbacks* callbacks_ = nullptr;  // during generate()
+  const char* phase_ = "prepare";                  // what generate() is doing (stopped_in)
   std::unique_ptr<const ModelFacts> facts_;       // the layout the memory accounting reads
   TierBytes weight_need_;                          // weights' bytes per tier
   int64_t ram_limit_ = 0;  // RAM admission may commit (0: the policy's tier limits decide)

@@ -33,6 +33,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
                                      const GenerateCallbacks& cb) {
   stats_ = GenerationStats{};
   callbacks_ = &cb;
+  phase_ = "prepare";
   stats_.requests = static_cast<int64_t>(requests.size());
   const LaneTimes lanes0 = executor_->times();
   const IoStats io0 = nvme_ ? nvme_->stats() : IoStats{};
@@ -40,13 +41,27 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
   Run run(requests, cb);
   run.committed = weight_need_;
   for (size_t i = 0; i < requests.size(); ++i) run.waiting.push_back(i);
+  // The figures of this call, also when a failure ends it.
+  auto close = [&] {
+    abandon(run);  // what an interruption or a failure left unfinished
+    stats_.wall_seconds = seconds_since(run.t0);
+    stats_.h2d_bytes = weights_->h2d_bytes() - h2d0;
+    stats_.d2h_bytes = executor_->d2h_bytes() - d2h0;
+    const LaneTimes& l = executor_->times();
+    stats_.lanes = LaneTimes{l.load - lanes0.load, l.compute - lanes0.compute,
+                             l.store - lanes0.store, l.wall - lanes0.wall, l.bound - lanes0.bound};
+    if (nvme_) {
+      const IoStats io = nvme_->stats();
+      stats_.io.bytes_read = io.bytes_read - io0.bytes_read;
+      stats_.io.bytes_written = io.bytes_written - io0.bytes_written;
+    }
+    callbacks_ = nullptr;
+  };
   try {
     plan_contexts(run);
     while (run.pending()) {
-      if (cb.should_stop && cb.should_stop()) {
-        stats_.interrupted = true;
-        break;
-      }
+      checkpoint(true);
+      phase_ = "prepare";
       admit(run);
       if (run.active.empty()) continue;
       step(run);
@@ -54,25 +69,23 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
         cb.on_progress(Progress{run.done, static_cast<int64_t>(requests.size()),
                                 stats_.completion_tokens, seconds_since(run.t0)});
     }
+  } catch (const Stopped& e) {
+    stats_.interrupted = true;
+    stats_.stopped_in = e.phase();
   } catch (...) {
-    abandon(run);
-    callbacks_ = nullptr;
+    stats_.stopped_in = phase_;
+    close();
     throw;
   }
-  abandon(run);  // what an interruption left unfinished
-  stats_.wall_seconds = seconds_since(run.t0);
-  stats_.h2d_bytes = weights_->h2d_bytes() - h2d0;
-  stats_.d2h_bytes = executor_->d2h_bytes() - d2h0;
-  const LaneTimes& l = executor_->times();
-  stats_.lanes = LaneTimes{l.load - lanes0.load, l.compute - lanes0.compute,
-                           l.store - lanes0.store, l.wall - lanes0.wall, l.bound - lanes0.bound};
-  if (nvme_) {
-    const IoStats io = nvme_->stats();
-    stats_.io.bytes_read = io.bytes_read - io0.bytes_read;
-    stats_.io.bytes_written = io.bytes_written - io0.bytes_written;
-  }
-  callbacks_ = nullptr;
+  close();
   return std::move(run.results);
+}
+
+void Engine::checkpoint(bool between_steps) const {
+  const GenerateCallbacks* cb = callbacks_;
+  if (cb == nullptr) return;
+  cb->stop.check(phase_);
+  if (between_steps && cb->should_stop && cb->should_stop()) throw Stopped(phase_);
 }
 
 void Engine::plan_contexts(Run& run) {
@@ -81,6 +94,7 @@ void Engine::plan_contexts(Run& run) {
     const Request& r = run.requests[i];
     // Under a policy that cannot compress a context such requests fail in prepare(); the rest run.
     if (!r.has_context() || !options_.policy.kv.info().compresses_context()) continue;
+    checkpoint(false);  // each context is tokenised
     try {
       ContextSplit sp = split_at_context(*tokenizer_, r);
       auto [it, fresh] = index.try_emplace(sp.context_ids, static_cast<int64_t>(run.jobs.size()));
@@ -211,6 +225,7 @@ void Engine::admit(Run& run) {
   // the memory limits next to the running ones waits until some of them finish.
   while (static_cast<int64_t>(run.active.size()) < max_active() &&
          (run.prepared || !run.waiting.empty())) {
+    checkpoint(false);  // preparing many requests (templates, tokenisers) can take long
     if (!run.prepared) {
       const size_t i = run.waiting.front();
       run.waiting.pop_front();
@@ -229,8 +244,8 @@ void Engine::admit(Run& run) {
       s.result.finish_reason = FinishReason::kError;
       s.result.error = e.what();
       s.result.error_kind = RequestErrorKind::kDoesNotFit;
-      finish(run, s);
-      run.prepared.reset();
+      const auto done = std::move(run.prepared);  // out of the run before its callback
+      finish(run, *done);
       continue;
     }
     try {
@@ -244,8 +259,8 @@ void Engine::admit(Run& run) {
     run.committed = after;
     if (s.max_tokens == 0) {
       s.result.finish_reason = FinishReason::kLength;
-      finish(run, s);
-      run.prepared.reset();
+      const auto done = std::move(run.prepared);
+      finish(run, *done);
       continue;
     }
     run.active.push_back(std::move(run.prepared));
@@ -256,12 +271,18 @@ void Engine::admit(Run& run) {
 void Engine::step(Run& run) {
   std::vector<Sequence*> pre, dec;
   for (auto& s : run.active) (s->prefilling() ? pre : dec).push_back(s.get());
-  if (!pre.empty()) run_prefill(pre);
-  if (!dec.empty()) run_decode(dec);
+  if (!pre.empty()) {
+    phase_ = "prefill";
+    run_prefill(pre);
+  }
+  if (!dec.empty()) {
+    phase_ = "decode";
+    run_decode(dec);
+  }
   for (auto& s : run.active)
     if (s->finished) {
-      finish(run, *s);
-      s.reset();
+      const auto done = std::move(s);  // out of the run before its callback (it may throw)
+      finish(run, *done);
     }
   std::erase_if(run.active, [](const auto& s) { return !s; });
 }
@@ -290,7 +311,12 @@ void Engine::finish(Run& run, Sequence& s) {
   if (s.result.finish_reason == FinishReason::kError) ++stats_.failed;
   run.results[s.index] = std::move(s.result);
   ++run.done;
-  if (run.cb.on_result) run.cb.on_result(s.index, run.results[s.index]);
+  if (run.cb.on_result) {
+    const char* was = phase_;
+    phase_ = "output";
+    run.cb.on_result(s.index, run.results[s.index]);
+    phase_ = was;
+  }
 }
 
 void Engine::abandon(Run& run) {

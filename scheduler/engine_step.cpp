@@ -36,12 +36,13 @@ void Engine::forward(std::vector<Sequence*>& seqs, const std::vector<std::vector
   greedy_ = !(callbacks_ && callbacks_->on_logits);
   for (const Sequence* s : seqs)
     greedy_ = greedy_ && s->req->sampling.temperature == 0.0f && s->req->forced.empty();
+  const auto check = [this] { checkpoint(false); };  // between the forward's units
   if (greedy_) {
     argmax_.resize(seqs.size());
-    executor_->run(batches, nullptr, argmax_.data());
+    executor_->run(batches, nullptr, argmax_.data(), check);
   } else {
     logits_.resize(seqs.size() * model_->config().vocab_size);
-    executor_->run(batches, logits_.data());
+    executor_->run(batches, logits_.data(), nullptr, check);
   }
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& s = *seqs[i];
@@ -89,11 +90,12 @@ void Engine::build_context(SharedContextJob& job) {
           b.external = &views;
           b.external_policy = policy;
           logits.resize(seqs.size() * model_->config().vocab_size);
-          executor_->run(batches, logits.data());
+          executor_->run(batches, logits.data(), nullptr, [this] { checkpoint(false); });
         };
     context_runner_ = std::make_unique<ContextRunner>(c, *backend_, std::move(forward));
   }
   // The full cache of the context (in RAM for the time of the build), then one compression.
+  phase_ = "prefill";  // admission resumes after it
   const ContextCache cache = context_runner_->prefill(ids);
   stats_.prefill_tokens += n;
   stats_.context_prefill_seconds += seconds_since(t0);
@@ -114,6 +116,7 @@ void Engine::build_context(SharedContextJob& job) {
   // Counted on the layers the policy compresses (sliding-window layers keep their window).
   stats_.context_pairs += static_cast<int64_t>(policy_layers(c).size()) * c.n_kv_heads * n;
   stats_.context_kept_pairs += policy_pairs(c, kept);
+  phase_ = "prepare";
 }
 
 void Engine::accept(Sequence& s, int32_t tok) {
@@ -185,10 +188,9 @@ void Engine::run_prefill(std::vector<Sequence*>& seqs) {
       if (s->prefilling()) continue;
       accept(*s, sample(*s, g));
     }
-    // A stop request is honoured between forwards, not after the whole batch's prompts (many
-    // forwards): the sequences not prefilled yet stay as they are, and generate() ends the run.
-    if (i < seqs.size() && callbacks_ && callbacks_->should_stop && callbacks_->should_stop())
-      break;
+    // A stop request is honoured between forwards (and inside them), not after the whole
+    // batch's prompts (many forwards): generate() ends the run.
+    if (i < seqs.size()) checkpoint(true);
   }
   stats_.prefill_seconds += seconds_since(t0);
 }

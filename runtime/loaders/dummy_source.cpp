@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -146,8 +147,11 @@ DType format_of(const std::string& spec) {
 
 }  // namespace
 
-DummyWeightSource::DummyWeightSource(const std::string& spec)
-    : preset_(preset_of(spec)), matrix_type_(format_of(spec)), config_(dummy_config(preset_)) {}
+DummyWeightSource::DummyWeightSource(const std::string& spec, StopToken stop)
+    : preset_(preset_of(spec)),
+      matrix_type_(format_of(spec)),
+      config_(dummy_config(preset_)),
+      stop_(stop) {}
 
 std::string DummyWeightSource::describe() const {
   return matrix_type_ == DType::kF32
@@ -184,8 +188,17 @@ TensorRef DummyWeightSource::tensor(const std::string& name) const {
                describe(), name, bytes);
   t.keepalive = std::shared_ptr<const void>(mem, std::free);
   t.data = mem;
+  // Generated in pieces of about 4 MiB with a stop check between them (one sequential stream:
+  // the pieces' sizes do not change the values; whole 8-byte words of random_blocks' stream).
   if (t.dtype != DType::kF32) {
-    random_blocks(t.dtype, x, amax, static_cast<uint8_t*>(mem), n / dtype_block_elems(t.dtype));
+    const int64_t blocks = n / dtype_block_elems(t.dtype);
+    const int64_t block_bytes = dtype_bytes(t.dtype, dtype_block_elems(t.dtype));
+    const int64_t piece = std::max<int64_t>(8, (int64_t{4} << 20) / block_bytes / 8 * 8);
+    for (int64_t b = 0; b < blocks; b += piece) {
+      stop_.check("load");
+      random_blocks(t.dtype, x, amax, static_cast<uint8_t*>(mem) + b * block_bytes,
+                    std::min(piece, blocks - b));
+    }
     return t;
   }
   auto* data = static_cast<float*>(mem);
@@ -194,9 +207,13 @@ TensorRef DummyWeightSource::tensor(const std::string& name) const {
     for (int64_t i = 0; i < n; ++i) data[i] = v;
     return t;
   }
-  for (int64_t i = 0; i < n; ++i) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    data[i] = (static_cast<float>(x >> 40) * 0x1.0p-24f * 2.0f - 1.0f) * amax;
+  constexpr int64_t kPiece = int64_t{1} << 20;  // elements
+  for (int64_t i0 = 0; i0 < n; i0 += kPiece) {
+    stop_.check("load");
+    for (int64_t i = i0; i < std::min(n, i0 + kPiece); ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      data[i] = (static_cast<float>(x >> 40) * 0x1.0p-24f * 2.0f - 1.0f) * amax;
+    }
   }
   return t;
 }

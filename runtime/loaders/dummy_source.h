@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/core/stop.h"
 #include "runtime/model/weight_source.h"
 #include "runtime/text/tokenizer.h"
 
@@ -23,7 +24,9 @@ class DummyWeightSource final : public WeightSource {
   // q6_k: every matrix (embedding and output head included) generated directly as random blocks
   // of that format (random_blocks; a matrix whose rows the format's blocks do not divide falls
   // back to q8_0, else fp32), norms and biases fp32, as a GGUF quantised "pure" would hold them.
-  explicit DummyWeightSource(const std::string& spec);
+  // tensor() checks `stop` ("load") every few MiB it generates: a large model's generation takes
+  // minutes, and a stop request ends it with Stopped.
+  explicit DummyWeightSource(const std::string& spec, StopToken stop = {});
   const ModelConfig& config() const override { return config_; }
   TensorRef tensor(const std::string& name) const override;
   bool has_tensor(const std::string& name) const override;
@@ -38,6 +41,7 @@ class DummyWeightSource final : public WeightSource {
   std::string preset_;
   DType matrix_type_ = DType::kF32;  // the FORMAT of the spec
   ModelConfig config_;
+  StopToken stop_;
 };
 
 }  // namespace offgen

@@ -112,11 +112,11 @@ void check_opened_model(OpenedModel& m, const std::string& spec) {
   }
 }
 
-OpenedModel open_model(const std::string& spec) {
+OpenedModel open_model(const std::string& spec, StopToken stop) {
   namespace fs = std::filesystem;
   OFFGEN_CHECK(!spec.empty(), kConfig, "no model given (--model PATH.gguf, a Hugging Face checkpoint directory or dummy:PRESET)");
   if (spec.rfind("dummy:", 0) == 0) {
-    auto src = std::make_unique<DummyWeightSource>(spec.substr(6));
+    auto src = std::make_unique<DummyWeightSource>(spec.substr(6), stop);
     OpenedModel m;
     m.content_id = spec;  // the weights are a function of the preset and format
     m.vocab = src->vocab();
@@ -162,6 +162,7 @@ OpenedModel open_model(const std::string& spec) {
     m.source = std::move(src);
     m.content_id = "gguf:" + file_content_id(spec);
   }
+  stop.check("load");
   check_opened_model(m, spec);
   return m;
 }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/core/stop.h"
 #include "runtime/model/weight_source.h"
 #include "runtime/text/tokenizer.h"
 
@@ -24,7 +25,9 @@ struct OpenedModel {
 std::string file_content_id(const std::string& path);
 
 // Throws offgen::Error with one clear line when the spec is missing, unreadable or malformed.
-OpenedModel open_model(const std::string& spec);
+// `stop` is checked ("load") once the files are read, and by a dummy model's source while it
+// generates tensors (throws Stopped).
+OpenedModel open_model(const std::string& spec, StopToken stop = {});
 
 // What open_model checks once the source and vocabulary are read, before anything is sized from
 // the config: the tensor table against the weights' shapes (tensor_table.h) and the tokenizer

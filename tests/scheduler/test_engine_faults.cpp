@@ -1,12 +1,18 @@
-// The engine under stop requests and hostile requests: should_stop ends generate() early (also
-// between the prefill forwards of one step) with the unfinished requests marked interrupted and
-// the engine reusable with unchanged results; a max_tokens beyond the context window is cut and
+// The engine under stop requests and hostile requests: should_stop and a StopToken end generate()
+// early (also between the prefill forwards of one step, inside one forward, during admission and
+// from a callback) with the unfinished requests marked interrupted and the engine reusable with
+// unchanged results; a StopToken ends the load; a max_tokens beyond the context window is cut and
 // counted.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "runtime/core/stop.h"
 #include "scheduler/engine.h"
 
 using namespace offgen;
@@ -27,6 +33,23 @@ std::vector<Request> requests(int n, int64_t max_tokens) {
   }
   return reqs;
 }
+
+// Asks `source` to stop once a checkpoint waits in its pause hook (pause_at): the phase is then
+// under way, and its next checkpoint must stop it.
+struct StopWhenPaused {
+  explicit StopWhenPaused(StopSource& source)
+      : thread([this, &source] {
+          while (!source.pausing() && !done)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          source.request(SIGTERM);
+        }) {}
+  ~StopWhenPaused() {
+    done = true;  // never paused (a failing test): end anyway
+    thread.join();
+  }
+  std::atomic<bool> done{false};
+  std::thread thread;
+};
 
 EngineOptions options(int64_t batch) {
   EngineOptions eo;
@@ -105,4 +128,76 @@ TEST_CASE("a max_tokens beyond the context window is cut and counted", "[engine]
     CHECK(res[i].finish_reason == FinishReason::kLength);
     CHECK(res[i].prompt_tokens + res[i].completion_tokens == engine.max_context());
   }
+}
+
+TEST_CASE("a stop token is honoured inside one long prefill forward", "[engine][faults][stop]") {
+  EngineOptions eo = options(2);
+  eo.prefill_chunk = 4096;  // each step's prompts in one forward
+  Engine engine(eo);
+  const auto reqs = requests(2, 3);
+  const std::vector<Result> clean = engine.generate(reqs);
+  StopSource source;
+  // Asked at the prefill's first checkpoint: only one inside the forward can stop it, as the
+  // step has no second forward.
+  source.pause_at("prefill", 1);
+  GenerateCallbacks cb;
+  cb.stop = source.token();
+  std::vector<Result> cut;
+  {
+    StopWhenPaused asker(source);
+    cut = engine.generate(reqs, cb);
+  }
+  const GenerationStats& st = engine.last_stats();
+  CHECK(st.interrupted);
+  CHECK(st.stopped_in == "prefill");
+  CHECK(st.unfinished == 2);
+  CHECK(st.completion_tokens == 0);
+  for (const Result& r : cut) CHECK(r.finish_reason == FinishReason::kInterrupted);
+  const std::vector<Result> again = engine.generate(reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) CHECK(again[i].tokens == clean[i].tokens);
+  CHECK(engine.last_stats().stopped_in.empty());
+}
+
+TEST_CASE("a stop token ends admission, decode and a throwing callback", "[engine][faults][stop]") {
+  Engine engine(options(4));
+  const auto reqs = requests(8, 4);
+  const std::vector<Result> clean = engine.generate(reqs);
+  for (const char* phase : {"prepare", "decode", "output"}) {
+    INFO(phase);
+    StopSource source;
+    GenerateCallbacks cb;
+    std::vector<size_t> reported;
+    cb.on_result = [&](size_t i, const Result&) {
+      reported.push_back(i);
+      source.token().check("output");  // as the job's journal does after each record
+    };
+    source.pause_at(phase, 1);  // asked at the phase's first checkpoint; its next one stops
+    cb.stop = source.token();
+    std::vector<Result> cut;
+    {
+      StopWhenPaused asker(source);
+      cut = engine.generate(reqs, cb);
+    }
+    const GenerationStats& st = engine.last_stats();
+    CHECK(st.interrupted);
+    CHECK(st.stopped_in == phase);
+    CHECK(static_cast<int64_t>(reported.size()) == 8 - st.unfinished);
+    for (size_t i : reported) CHECK(cut[i].tokens == clean[i].tokens);
+  }
+  const std::vector<Result> again = engine.generate(reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) CHECK(again[i].tokens == clean[i].tokens);
+}
+
+TEST_CASE("a stop token ends the model load between units", "[engine][faults][stop]") {
+  StopSource source;
+  source.pause_at("load", 1);  // asked once the model's files are read; a unit's check stops it
+  try {
+    StopWhenPaused asker(source);
+    Engine engine(options(2), source.token());
+    FAIL("no Stopped");
+  } catch (const Stopped& e) {
+    CHECK(e.phase() == "load");
+  }
+  Engine engine(options(2));  // nothing left behind
+  CHECK(engine.generate(requests(1, 2))[0].finish_reason == FinishReason::kLength);
 }
