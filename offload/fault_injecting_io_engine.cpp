@@ -2,10 +2,14 @@
 #include "offload/fault_injecting_io_engine.h"
 
 #include <cerrno>
+#include <charconv>
+#include <cstdlib>
 #include <deque>
+#include <string_view>
 #include <unordered_map>
 
 #include "offload/aligned_buffer.h"
+#include "runtime/core/error.h"
 
 namespace offgen {
 
@@ -29,6 +33,31 @@ FaultRule FaultRule::enospc_past(uint64_t limit) {
   r.action = FaultAction::kFail, r.first = 1, r.period = 1, r.reads = false,
   r.min_end_offset = limit, r.error = ENOSPC;
   return r;
+}
+
+std::vector<FaultRule> fault_rules_from_env() {
+  const char* env = std::getenv("OFFGEN_DEBUG_IO_FAULT");
+  std::vector<FaultRule> rules;
+  if (env == nullptr || *env == '\0') return rules;
+  const std::string_view all(env);
+  for (size_t at = 0; at <= all.size();) {
+    const size_t comma = std::min(all.find(',', at), all.size());
+    const std::string_view item = all.substr(at, comma - at);
+    at = comma + 1;
+    const size_t sep = item.find('@');
+    const std::string_view kind = item.substr(0, sep);
+    uint64_t nth = 0;
+    const char* end = item.data() + item.size();
+    const bool number = sep != std::string_view::npos &&
+                        std::from_chars(item.data() + sep + 1, end, nth).ptr == end && nth > 0;
+    const int error = kind == "eio" ? EIO : kind == "enospc" ? ENOSPC : 0;
+    OFFGEN_CHECK(number && error != 0, kConfig,
+                 "OFFGEN_DEBUG_IO_FAULT={}: expected KIND@N[,KIND@N...] with KIND eio or enospc "
+                 "and N >= 1 (got '{}')",
+                 all, item);
+    rules.push_back(FaultRule::fail(nth, error));
+  }
+  return rules;
 }
 
 struct FaultInjectingIoEngine::Impl {

@@ -51,6 +51,12 @@ struct FaultRule {
   }
 };
 
+// The end-to-end test hook OFFGEN_DEBUG_IO_FAULT=KIND@N[,KIND@N...]: the disk tier's Nth engine op
+// (1-based, reads and writes counted together) completes with KIND, one of eio or enospc, instead
+// of reaching the file (the NVMe store then wraps its engine: NvmeStore). Empty when unset.
+// Throws Error(kConfig) naming the variable on a malformed value.
+std::vector<FaultRule> fault_rules_from_env();
+
 struct FaultStats {
   uint64_t ops = 0, shorts = 0, eagains = 0, failures = 0;
 };

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "offload/fault_injecting_io_engine.h"
 #include "offload/offload_file.h"
 #include "runtime/core/error.h"
 
@@ -284,6 +285,9 @@ NvmeStore::NvmeStore(NvmeStoreOptions options) {
                                   : make_default_io_engine(cfg, m.opt.use_io_uring);
   OFFGEN_CHECK(m.engine != nullptr, kConfig, "NVMe store {}: engine factory returned null",
                m.file.path());
+  if (!m.opt.engine_factory)  // the end-to-end tests' fault injection (OFFGEN_DEBUG_IO_FAULT)
+    if (std::vector<FaultRule> rules = fault_rules_from_env(); !rules.empty())
+      m.engine = std::make_unique<FaultInjectingIoEngine>(std::move(m.engine), std::move(rules));
   m.depth = std::max<uint32_t>(1, std::min(m.opt.queue_depth, m.engine->capacity()));
   m.slots.resize(m.depth);
   for (uint32_t i = m.depth; i-- > 0;) m.free_slots.push_back(i);
