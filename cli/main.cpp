@@ -1,10 +1,12 @@
 // The `offgen` executable: argument parsing over the scheduler's Engine and job runner.
 #include <CLI/CLI.hpp>
 
-#include <atomic>
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -16,6 +18,7 @@
 #include "cli/policy_flags.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
+#include "runtime/core/stop.h"
 #include "runtime/loaders/gguf_source.h"
 #include "runtime/loaders/model_loader.h"
 #include "eval/bench_runner.h"
@@ -90,35 +93,97 @@ void check_auto_backend(const CommonFlags& f, const PolicyFlags& pf) {
                backend_name(f.backend));
 }
 
-// `generate --policy auto`: plans for the job's longest prompt and largest max_tokens (every
-// sequence then fits the planned block) over its valid requests.
-Policy plan_for_job(const CommonFlags& f, const GenerateJobOptions& job,
-                    const std::vector<JobLine>& lines, const Policy& base, int64_t max_context) {
-  std::vector<Request> requests;
-  for (const JobLine& l : lines)
-    if (l.request) requests.push_back(*l.request);
-  OpenedModel opened = open_model(f.model);
-  const Tokenizer tokenizer(std::move(opened.vocab));
-  Workload w = job_workload(tokenizer, requests, max_context);
-  if (w.num_requests == 0) return unplanned_policy(base);
-  set_workload_chunk(f, w);
-  const PlanningContext ctx{f.model, base.weight_storage(f.weight_dtype), f.threads, "", base.offload_dir,
-                            calibration_progress};
-  return auto_plan(planning_inputs(ctx), w, base).policy;
-}
-
-// SIGINT / SIGTERM during `generate`: the first one asks the job to stop (records written so far
-// are kept, the report says "interrupted"), a second one ends the process at once.
-std::atomic<int> g_stop_signal{0};
-extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+// SIGINT / SIGTERM during `generate`: the first one asks the job to stop in whatever phase it is
+// (records written so far are kept, the report says "interrupted" and in which phase), a second
+// one ends the process at once. The handler only sets the stop source; the work checks it.
+StopSource g_stop;
+extern "C" void on_stop_signal(int sig) { g_stop.request(sig); }
 
 void install_stop_handlers() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;  // the next one gets the default action
+  // The next one gets the default action. No SA_RESTART: a read of a pipe whose writer waits
+  // returns EINTR, and the reader notices the stop.
+  sa.sa_flags = SA_RESETHAND;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // Test hook: OFFGEN_DEBUG_PAUSE=PHASE[:N] pauses at the Nth (default 1st) checkpoint of PHASE
+  // until a signal arrives (StopSource::pause_at), so tests signal a phase in progress.
+  if (const char* p = std::getenv("OFFGEN_DEBUG_PAUSE"); p && *p) {
+    const std::string spec(p);
+    const size_t colon = spec.find(':');
+    int64_t nth = 1;
+    if (colon != std::string::npos) {
+      const std::string n = spec.substr(colon + 1);
+      const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), nth);
+      OFFGEN_CHECK(ec == std::errc() && end == n.data() + n.size() && nth > 0, kConfig,
+                   "OFFGEN_DEBUG_PAUSE={}: expected PHASE or PHASE:N with N >= 1", spec);
+    }
+    g_stop.pause_at(spec.substr(0, colon), nth);
+  }
+}
+
+// `generate --policy auto`: plans for the job's longest prompt and largest max_tokens (every
+// sequence then fits the planned block) over its valid requests.
+Policy plan_for_job(const CommonFlags& f, const std::vector<JobLine>& lines, const Policy& base,
+                    int64_t max_context, const StopToken& stop) {
+  std::vector<Request> requests;
+  for (const JobLine& l : lines)
+    if (l.request) requests.push_back(*l.request);
+  OpenedModel opened = open_model(f.model, stop);
+  const Tokenizer tokenizer(std::move(opened.vocab));
+  Workload w = job_workload(tokenizer, requests, max_context, stop);
+  if (w.num_requests == 0) return unplanned_policy(base);
+  set_workload_chunk(f, w);
+  const PlanningContext ctx{f.model, base.weight_storage(f.weight_dtype), f.threads, "",
+                            base.offload_dir, [&](const std::string& what) {
+                              calibration_progress(what);
+                              stop.check("plan");  // between calibration steps
+                            }};
+  const PlanningInputs in = planning_inputs(ctx);
+  stop.check("plan");
+  return auto_plan(in, w, base).policy;
+}
+
+// A failure as the command reports it: one line, the exit status (2: the configuration; 1: the
+// rest) and the error's category ("" when it is not an offgen::Error).
+struct Failure {
+  std::string message;
+  std::string category;
+  int exit_code = 1;
+};
+
+Failure describe_failure(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return {e.what(), error_category_name(e.category()),
+            e.category() == ErrorCategory::kConfig ? 2 : 1};
+  } catch (const std::bad_alloc&) {
+    return {"out of memory (lower the batch size or max_tokens, or set --cpu-mem)", "", 1};
+  } catch (const std::exception& e) {
+    return {e.what(), "", 1};
+  } catch (...) {
+  }
+  return {"unknown error", "", 1};
+}
+
+// Ends a job interrupted by a stop request: one line on stderr; the status is 128 + the signal.
+int interrupted_exit(const JobSummary& s, int sig) {
+  const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+  if (s.output_opened)
+    std::fprintf(stderr,
+                 "offgen: interrupted by %s (in %s): %lld of %lld records written, %lld "
+                 "unfinished; run the same command again to resume\n",
+                 name, s.stopped_in.c_str(), static_cast<long long>(s.lines - s.unfinished),
+                 static_cast<long long>(s.lines), static_cast<long long>(s.unfinished));
+  else
+    std::fprintf(stderr,
+                 "offgen: interrupted by %s (in %s): no record written by this run; run the same "
+                 "command again to resume\n",
+                 name, s.stopped_in.c_str());
+  return 128 + (sig == SIGINT ? SIGINT : SIGTERM);
 }
 
 int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlags& pf,
@@ -128,34 +193,53 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   install_stop_handlers();
-  check_job_files(job, f.model);
-  const JobInput input = load_job_input(job);  // once: the input may be a pipe
-  Policy policy = pf.resolve();
-  OFFGEN_CHECK(job.context_file.empty() || policy.kv.info().compresses_context(), kConfig,
-               "--context: --kv-policy {} cannot compress a shared context; use one of: {}",
-               policy.kv.name(), fmt::join(context_policy_names(), ", "));
-  check_auto_backend(f, pf);
-  if (pf.auto_policy()) policy = plan_for_job(f, job, input.lines, policy, max_context);
-  Engine engine(engine_options(f, policy, max_context));
-  const double load_seconds = since_start();
-  job.progress = !quiet;
-  JobSummary s = run_generate_job(engine, job, input, [] { return g_stop_signal.load() != 0; });
-  const int sig = g_stop_signal.load();
-  if (!job.report.empty()) {
-    nlohmann::json report = job_report(engine, job, s, load_seconds, since_start());
-    if (s.interrupted) report["interrupted_by"] = sig == SIGINT ? "SIGINT" : "SIGTERM";
-    write_json_atomically(job.report, report);
+  check_job_files(job, f.model);  // refusals before the job: no report
+  // From here on the job exists: every way out writes its report.
+  const StopToken stop = g_stop.token();
+  JobSummary s;
+  JobEnd end;
+  end.model = f.model;
+  end.backend = backend_name(f.backend);
+  std::unique_ptr<Engine> engine;
+  const char* phase = "input";
+  try {
+    const JobInput input = load_job_input(job, stop);  // once: the input may be a pipe
+    s.input_read = true;
+    s.lines = static_cast<int64_t>(input.lines.size());
+    phase = "plan";
+    Policy policy = pf.resolve();
+    OFFGEN_CHECK(job.context_file.empty() || policy.kv.info().compresses_context(), kConfig,
+                 "--context: --kv-policy {} cannot compress a shared context; use one of: {}",
+                 policy.kv.name(), fmt::join(context_policy_names(), ", "));
+    check_auto_backend(f, pf);
+    if (pf.auto_policy()) policy = plan_for_job(f, input.lines, policy, max_context, stop);
+    phase = "load";
+    engine = std::make_unique<Engine>(engine_options(f, policy, max_context), stop);
+    end.load_seconds = since_start();
+    job.progress = !quiet;
+    run_generate_job(*engine, job, input, s, stop);
+  } catch (const Stopped& e) {  // before the records (run_generate_job returns on a stop)
+    s.interrupted = true;
+    s.stopped_in = e.phase();
+    if (!engine) end.load_seconds = since_start();  // up to the stop
+  } catch (...) {
+    const Failure failure = describe_failure(std::current_exception());
+    if (s.stopped_in.empty()) s.stopped_in = phase;
+    if (!engine) end.load_seconds = since_start();
+    end.error = failure.message;
+    end.error_category = failure.category;
+    end.exit_code = failure.exit_code;
+    end.wall_seconds = since_start();
+    write_job_report(engine.get(), job, s, end);
+    throw;
   }
+  const int sig = g_stop.reason();
+  end.signal = sig;
+  end.exit_code = s.interrupted ? 128 + (sig == SIGINT ? SIGINT : SIGTERM) : s.failed > 0 ? 3 : 0;
+  end.wall_seconds = since_start();
+  write_job_report(engine.get(), job, s, end);
+  if (s.interrupted) return interrupted_exit(s, sig);
   const auto& st = s.stats;
-  if (s.interrupted) {
-    std::fprintf(stderr,
-                 "offgen: interrupted by %s: %lld of %lld records written, %lld unfinished; run "
-                 "the same command again to resume\n",
-                 sig == SIGINT ? "SIGINT" : "SIGTERM",
-                 static_cast<long long>(s.lines - s.unfinished), static_cast<long long>(s.lines),
-                 static_cast<long long>(s.unfinished));
-    return 128 + (sig == 0 ? SIGTERM : sig);
-  }
   std::fprintf(stderr,
                "offgen: done: %lld requests (%lld resumed from an earlier run), %lld failed; prefill %lld tokens in %.2fs (%.1f tok/s), "
                "decode %lld tokens in %.2fs (%.1f tok/s); generate %.2fs, wall %.2fs (load %.2fs); output %s\n",
@@ -165,8 +249,8 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
                st.prefill_seconds > 0 ? st.prefill_tokens / st.prefill_seconds : 0.0,
                static_cast<long long>(st.decode_tokens), st.decode_seconds,
                st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0, st.wall_seconds,
-               since_start(), load_seconds, job.output.c_str());
-  return s.failed > 0 ? 3 : 0;
+               since_start(), end.load_seconds, job.output.c_str());
+  return end.exit_code;
 }
 
 int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& bo,
@@ -365,16 +449,10 @@ int main(int argc, char** argv) {
     if (plan_cmd.parsed()) return plan_cmd.run();
     if (eval_ppl.parsed()) return eval_ppl.run();
     if (eval_mq.parsed()) return eval_mq.run();
-  } catch (const Error& e) {
-    std::fprintf(stderr, "offgen: error: %s\n", e.what());
-    return e.category() == ErrorCategory::kConfig ? 2 : 1;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "offgen: error: out of memory (lower the batch size or max_tokens, or "
-                         "set --cpu-mem)\n");
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "offgen: error: %s\n", e.what());
-    return 1;
+  } catch (...) {
+    const Failure failure = describe_failure(std::current_exception());
+    std::fprintf(stderr, "offgen: error: %s\n", failure.message.c_str());
+    return failure.exit_code;
   }
   return 0;
 }

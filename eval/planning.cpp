@@ -109,11 +109,13 @@ PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& 
 }
 
 Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& requests,
-                      int64_t max_context) {
+                      int64_t max_context, const StopToken& stop) {
   Workload w;
   w.prompt_len = 1;
   w.gen_len = 2;
-  for (const Request& r : requests) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (i % 256 == 0) stop.check("plan");
+    const Request& r = requests[i];
     try {
       w.prompt_len = std::max<int64_t>(w.prompt_len, encode_request(tokenizer, r).size());
     } catch (const Error&) {

@@ -8,6 +8,7 @@
 
 #include "policies/planner.h"
 #include "runtime/backend/backend_caps.h"
+#include "runtime/core/stop.h"
 #include "eval/calibrate.h"
 #include "runtime/text/tokenizer.h"
 #include "scheduler/request.h"
@@ -47,8 +48,9 @@ PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& 
 // The workload a job is planned for: its longest prompt and largest max_tokens over the requests
 // that tokenise (others fail on their own when run), gen_len capped by max_context (0 = none).
 // num_requests == 0 when none does (nothing to plan: every request gets its error).
+// Checks `stop` ("plan") every 256 requests.
 Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& requests,
-                      int64_t max_context);
+                      int64_t max_context, const StopToken& stop = {});
 // The policy of a job without a valid request (nothing runs; each request gets its error): the
 // base with its batch sizes taken as given and no capacity limits (the planner would have moved
 // weights to meet them; nothing is placed beyond loading).

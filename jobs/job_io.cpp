@@ -1,6 +1,9 @@
 // Request JSONL parsing and output records.
 #include "jobs/job_io.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -343,19 +346,35 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
   return out;
 }
 
-std::string read_job_input(const std::string& path, const char* what) {
+std::string read_job_input(const std::string& path, const char* what, const StopToken& stop) {
+  // A named pipe or standard input may block for as long as the writer waits: a signal
+  // interrupts open() and read() (EINTR; the CLI's handlers do not restart them), and then either
+  // a stop was requested (Stopped) or the call is retried.
   const bool stdin_input = path == "-";
-  std::FILE* f = stdin_input ? stdin : std::fopen(path.c_str(), "rb");
-  OFFGEN_CHECK(f != nullptr, kIo, "{}: cannot open the {}: {}", path, what, std::strerror(errno));
+  const std::string name = stdin_input ? std::string("standard input") : path;
+  int fd = 0;
+  if (!stdin_input) {
+    while ((fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC)) < 0 && errno == EINTR)
+      stop.check("input");
+    OFFGEN_CHECK(fd >= 0, kIo, "{}: cannot open the {}: {}", path, what, std::strerror(errno));
+  }
   std::string text;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-  const bool failed = std::ferror(f) != 0;
-  const int err = errno;
-  if (!stdin_input) std::fclose(f);
-  OFFGEN_CHECK(!failed, kIo, "{}: cannot read the {}: {}", stdin_input ? "standard input" : path,
-               what, std::strerror(err));
+  std::vector<char> buf(size_t{1} << 16);
+  int err = 0;
+  for (;;) {
+    stop.check("input");
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n > 0) {
+      text.append(buf.data(), static_cast<size_t>(n));
+    } else if (n == 0) {
+      break;
+    } else if (errno != EINTR) {
+      err = errno;
+      break;
+    }
+  }
+  if (!stdin_input) ::close(fd);
+  OFFGEN_CHECK(err == 0, kIo, "{}: cannot read the {}: {}", name, what, std::strerror(err));
   return text;
 }
 
@@ -374,10 +393,12 @@ void assign_generated_id(JobLine& jl, std::string id, const SamplingParams& defa
 }  // namespace
 
 std::vector<JobLine> parse_request_text(std::string_view text, const SamplingParams& defaults,
-                                        bool chat_default, std::optional<float> openai_temperature) {
+                                        bool chat_default, std::optional<float> openai_temperature,
+                                        const StopToken& stop) {
   std::vector<JobLine> lines;
   int64_t no = 0;
   for (size_t start = 0; start < text.size();) {
+    if (no % 256 == 0) stop.check("prepare");
     size_t nl = text.find('\n', start);
     if (nl == std::string_view::npos) nl = text.size();
     std::string line(text.substr(start, nl - start));

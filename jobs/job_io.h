@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/core/stop.h"
 #include "scheduler/request.h"
 
 namespace offgen {
@@ -49,17 +50,21 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
 
 // The bytes of a job's file, read once: a regular file, a named pipe, or "-" for standard input.
 // Throws offgen::Error(kIo) naming the path and `what` ("input file", "context file") when it
-// cannot be read.
-std::string read_job_input(const std::string& path, const char* what = "input file");
+// cannot be read. Checks `stop` ("input") between reads and when a signal interrupts one (EINTR:
+// otherwise retried), so a pipe whose writer waits does not hold a stop request back.
+std::string read_job_input(const std::string& path, const char* what = "input file",
+                           const StopToken& stop = {});
 
 // Parses a whole JSONL text: blank (whitespace-only) lines are
 // skipped but keep their line numbers, a UTF-8 byte-order mark on the first line and a CR before
 // each LF are ignored; duplicate ids become per-line errors (the later line's record gets the id
 // "ID#line-N"). Every line's id is unique: a generated one ("line-N" for a line without an id,
 // "ID#line-N") that equals an id given by some line gets "#2", "#3", ... appended.
+// Checks `stop` ("prepare") every 256 lines.
 std::vector<JobLine> parse_request_text(std::string_view text, const SamplingParams& defaults,
                                         bool chat_default,
-                                        std::optional<float> openai_temperature = std::nullopt);
+                                        std::optional<float> openai_temperature = std::nullopt,
+                                        const StopToken& stop = {});
 // read_job_input + parse_request_text.
 std::vector<JobLine> read_request_file(const std::string& path, const SamplingParams& defaults,
                                        bool chat_default);

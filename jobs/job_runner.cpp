@@ -29,8 +29,8 @@ std::unordered_set<std::string> string_ids(const std::vector<JobLine>& lines) {
   return out;
 }
 
-std::string read_context_file(const std::string& path) {
-  std::string text = read_job_input(path, "context file");
+std::string read_context_file(const std::string& path, const StopToken& stop) {
+  std::string text = read_job_input(path, "context file", stop);
   OFFGEN_CHECK(!text.empty(), kInput, "{}: the context file is empty", path);
   return text;
 }
@@ -104,11 +104,11 @@ void check_not_read(const std::string& path, const std::string& flag,
 
 }  // namespace
 
-JobInput load_job_input(const GenerateJobOptions& opts) {
+JobInput load_job_input(const GenerateJobOptions& opts, const StopToken& stop) {
   JobInput in;
-  in.bytes = read_job_input(opts.input);
-  in.lines = parse_request_text(in.bytes, opts.defaults, opts.chat, opts.openai_temperature);
-  if (!opts.context_file.empty()) in.context = read_context_file(opts.context_file);
+  in.bytes = read_job_input(opts.input, "input file", stop);
+  if (!opts.context_file.empty()) in.context = read_context_file(opts.context_file, stop);
+  in.lines = parse_request_text(in.bytes, opts.defaults, opts.chat, opts.openai_temperature, stop);
   return in;
 }
 
@@ -170,80 +170,109 @@ nlohmann::json job_fingerprint(const EngineOptions& eo, const std::string& model
   return fp;
 }
 
-JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts, const JobInput& input,
-                            const std::function<bool()>& should_stop) {
+void run_generate_job(Engine& engine, const GenerateJobOptions& opts, const JobInput& input,
+                      JobSummary& summary, const StopToken& stop) {
   const std::vector<JobLine>& lines = input.lines;
-  if (lines.empty()) log_warn("{}: no requests (every line is blank)", opts.input);
-  OutputJournal out(opts.output,
-                    job_fingerprint(engine.options(), engine.model_id(), engine.max_context(), opts,
-                                    input),
-                    opts.overwrite, opts.fsync);
-  JobSummary summary;
+  summary.input_read = true;
   summary.lines = static_cast<int64_t>(lines.size());
-  summary.resumed = out.resumed();
-  summary.errors = out.resumed_error_counts();
-  summary.succeeded = out.resumed() - out.resumed_errors();
-  auto emit = [&](const JobLine& line, const nlohmann::json& record) {
-    out.append(line.key(), record);
-    if (!summary.errors.add(record)) ++summary.succeeded;
+  const char* phase = "prepare";  // of the job's own work (the engine says where it stopped)
+  int64_t written = 0;            // records this run
+  // Counts that hold however the job ends.
+  auto close = [&] {
+    summary.failed = summary.errors.total;
+    summary.unfinished = summary.lines - summary.resumed - written;
+    if (summary.stats.max_tokens_clamped > 0)
+      log_info("{} requests asked for more tokens than the context window leaves; their "
+               "max_tokens was cut to fit",
+               summary.stats.max_tokens_clamped);
   };
-  if (out.resumed() > 0) {
-    log_info("{}: resuming: {} of {} records already written", opts.output, out.resumed(),
-             lines.size());
-    // Records are final: raising a memory limit does not retry the requests that did not fit.
-    const auto& kinds = out.resumed_error_counts().by_kind;
-    const auto unfit = kinds.find(request_error_kind_name(RequestErrorKind::kDoesNotFit));
-    if (unfit != kinds.end() && unfit->second > 0)
-      log_warn("{}: {} of the records kept are does_not_fit errors of the earlier run; they are "
-               "not retried (run them into another output, or --overwrite to redo the job)",
-               opts.output, unfit->second);
-  }
-  // A numeric id's record from before ids were typed holds it as a string ("7" for 7): that
-  // record is its own unless a line gives the string id "7" too (then the fingerprint differs).
-  const auto strings = string_ids(lines);
-  auto done = [&](const JobLine& l) {
-    return out.done(l.key()) ||
-           (l.numeric_id && strings.count(l.id) == 0 && out.done(JobLine::id_key(l.id)));
-  };
-  std::vector<Request> requests;
-  std::vector<size_t> line_of;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    if (done(lines[i])) continue;
-    if (lines[i].request) {
-      requests.push_back(*lines[i].request);
-      if (!input.context.empty() && !requests.back().has_context())
-        requests.back().context = input.context;
-      line_of.push_back(i);
-    } else {
-      emit(lines[i], error_record(lines[i]));
+  try {
+    if (lines.empty()) log_warn("{}: no requests (every line is blank)", opts.input);
+    OutputJournal out(opts.output,
+                      job_fingerprint(engine.options(), engine.model_id(), engine.max_context(),
+                                      opts, input),
+                      opts.overwrite, opts.fsync, stop);
+    summary.output_opened = true;
+    summary.resumed = out.resumed();
+    summary.errors = out.resumed_error_counts();
+    summary.succeeded = out.resumed() - out.resumed_errors();
+    auto emit = [&](const JobLine& line, const nlohmann::json& record) {
+      const char* was = phase;
+      phase = "output";
+      out.append(line.key(), record);
+      ++written;
+      if (!summary.errors.add(record)) ++summary.succeeded;
+      stop.check("output");  // after the record: it is written and counted
+      phase = was;
+    };
+    if (out.resumed() > 0) {
+      log_info("{}: resuming: {} of {} records already written", opts.output, out.resumed(),
+               lines.size());
+      // Records are final: raising a memory limit does not retry the requests that did not fit.
+      const auto& kinds = out.resumed_error_counts().by_kind;
+      const auto unfit = kinds.find(request_error_kind_name(RequestErrorKind::kDoesNotFit));
+      if (unfit != kinds.end() && unfit->second > 0)
+        log_warn("{}: {} of the records kept are does_not_fit errors of the earlier run; they "
+                 "are not retried (run them into another output, or --overwrite to redo the job)",
+                 opts.output, unfit->second);
     }
+    // A numeric id's record from before ids were typed holds it as a string ("7" for 7): that
+    // record is its own unless a line gives the string id "7" too (then the fingerprint differs).
+    const auto strings = string_ids(lines);
+    auto done = [&](const JobLine& l) {
+      return out.done(l.key()) ||
+             (l.numeric_id && strings.count(l.id) == 0 && out.done(JobLine::id_key(l.id)));
+    };
+    std::vector<Request> requests;
+    std::vector<size_t> line_of;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (i % 1024 == 0) stop.check("prepare");
+      if (done(lines[i])) continue;
+      if (lines[i].request) {
+        requests.push_back(*lines[i].request);
+        if (!input.context.empty() && !requests.back().has_context())
+          requests.back().context = input.context;
+        line_of.push_back(i);
+      } else {
+        emit(lines[i], error_record(lines[i]));
+      }
+    }
+    const int64_t without = std::count_if(requests.begin(), requests.end(),
+                                          [](const Request& r) { return !r.has_context(); });
+    if (engine.options().policy.kv.context_only() && without > 0)
+      log_info("{} of {} requests have no context: --kv-policy {} compresses shared contexts "
+               "only, so they run with the full cache",
+               without, requests.size(), engine.options().policy.kv.name());
+    ProgressReporter progress(opts.progress);
+    const std::string model_name = engine.config().name.empty() ? engine.options().model
+                                                                : engine.config().name;
+    GenerateCallbacks cb;
+    cb.on_result = [&](size_t index, const Result& r) {
+      emit(lines[line_of[index]], result_record(lines[line_of[index]], r, model_name));
+    };
+    cb.on_progress = [&](const Progress& p) { progress.update(p); };
+    cb.stop = stop;
+    phase = "generate";
+    try {
+      engine.generate(requests, cb);
+    } catch (...) {
+      summary.stats = engine.last_stats();
+      summary.stopped_in = summary.stats.stopped_in;
+      throw;
+    }
+    progress.finish();
+    summary.stats = engine.last_stats();
+    summary.interrupted = summary.stats.interrupted;
+    summary.stopped_in = summary.stats.stopped_in;
+  } catch (const Stopped& e) {  // in the job's own phases (the engine returns on a stop)
+    summary.interrupted = true;
+    summary.stopped_in = e.phase();
+  } catch (...) {
+    if (summary.stopped_in.empty()) summary.stopped_in = phase;
+    close();
+    throw;
   }
-  const int64_t without = std::count_if(requests.begin(), requests.end(),
-                                        [](const Request& r) { return !r.has_context(); });
-  if (engine.options().policy.kv.context_only() && without > 0)
-    log_info("{} of {} requests have no context: --kv-policy {} compresses shared contexts only, "
-             "so they run with the full cache",
-             without, requests.size(), engine.options().policy.kv.name());
-  ProgressReporter progress(opts.progress);
-  const std::string model_name = engine.config().name.empty() ? engine.options().model
-                                                              : engine.config().name;
-  GenerateCallbacks cb;
-  cb.on_result = [&](size_t index, const Result& r) {
-    emit(lines[line_of[index]], result_record(lines[line_of[index]], r, model_name));
-  };
-  cb.on_progress = [&](const Progress& p) { progress.update(p); };
-  cb.should_stop = should_stop;
-  engine.generate(requests, cb);
-  progress.finish();
-  summary.stats = engine.last_stats();
-  summary.failed = summary.errors.total;
-  summary.interrupted = summary.stats.interrupted;
-  summary.unfinished = summary.stats.unfinished;
-  if (summary.stats.max_tokens_clamped > 0)
-    log_info("{} requests asked for more tokens than the context window leaves; their max_tokens "
-             "was cut to fit",
-             summary.stats.max_tokens_clamped);
-  return summary;
+  close();
 }
 
 }  // namespace offgen

@@ -2,10 +2,10 @@
 // one complete, flushed JSONL record per request as it finishes (resuming an interrupted output:
 // ids already written are skipped), and reports progress. Failures of the machine (disk full,
 // I/O errors) stop the job without journaling the unfinished requests; a stop request
-// (SIGINT/SIGTERM in the CLI) ends it early the same way, so a resumed job completes them.
+// (SIGINT/SIGTERM in the CLI, a StopToken here) ends it early the same way, in whatever phase it
+// is, so a resumed job completes them.
 #pragma once
 
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,8 +40,9 @@ struct JobInput {
   std::vector<JobLine> lines;
   std::string context;
 };
-// Throws offgen::Error for an unreadable input or context file, or an empty context file.
-JobInput load_job_input(const GenerateJobOptions& opts);
+// Throws offgen::Error for an unreadable input or context file, or an empty context file, and
+// Stopped ("input" while reading, "prepare" while parsing) after a stop request.
+JobInput load_job_input(const GenerateJobOptions& opts, const StopToken& stop = {});
 
 // Refuses, before any work (the model is not loaded yet), file arrangements that would lose data
 // or fail late: the output or the report being a file the job reads (the input, also as standard
@@ -52,12 +53,19 @@ JobInput load_job_input(const GenerateJobOptions& opts);
 void check_job_files(const GenerateJobOptions& opts, const std::string& model);
 
 struct JobSummary {
+  bool input_read = false;     // `lines` is known (the input was read and parsed)
+  bool output_opened = false;  // the record counts are known (the output was opened)
   int64_t lines = 0;   // requests read (valid or not)
   int64_t failed = 0;  // error records in the output (this run and resumed ones)
   int64_t resumed = 0;  // records already in the output from an earlier run
   int64_t succeeded = 0;  // completion records in the output (this run and resumed ones)
-  int64_t unfinished = 0;  // requests left without a record (an interrupted job)
+  int64_t unfinished = 0;  // requests left without a record (an interrupted or failed job)
   bool interrupted = false;
+  // The phase a stop request or a failure ended the job in ("" when it ran to its end): "input"
+  // (reading the request file), "prepare" (parsing, resuming the output, admitting requests:
+  // templates, tokenisers), "plan" and "load" (the caller's), "prefill", "decode", "output"
+  // (writing records).
+  std::string stopped_in;
   ErrorCounts errors;     // the `failed` records by kind and field
   GenerationStats stats;
 };
@@ -71,11 +79,13 @@ nlohmann::json job_fingerprint(const EngineOptions& engine, const std::string& m
                                int64_t max_context, const GenerateJobOptions& job,
                                const JobInput& input);
 
-// Runs the job. `should_stop` (may be empty) is polled between engine iterations; when it turns
-// true the job stops admitting work, keeps every record written and returns with
-// `interrupted`. Throws offgen::Error for job-level failures (unwritable output, a disk full
-// during generation, ...): records written so far stay in the output.
-JobSummary run_generate_job(Engine& engine, const GenerateJobOptions& opts, const JobInput& input,
-                            const std::function<bool()>& should_stop = {});
+// Runs the job, filling `summary` as it goes (`summary.lines` and `input_read` from `input`).
+// A stop request (`stop`: checked between the requests prepared, between the records written
+// and by the Engine inside its steps) ends it early: every record written stays, and it returns
+// with `interrupted` and `stopped_in`. Throws offgen::Error for job-level failures (unwritable
+// output, a disk full during generation, ...): records written so far stay in the output, and
+// `summary` holds what was done and where it stopped.
+void run_generate_job(Engine& engine, const GenerateJobOptions& opts, const JobInput& input,
+                      JobSummary& summary, const StopToken& stop = {});
 
 }  // namespace offgen

@@ -82,7 +82,7 @@ std::string record_key(const nlohmann::json& r) {
 }
 
 OutputJournal::OutputJournal(const std::string& path, const nlohmann::json& fingerprint,
-                             bool overwrite, FsyncPolicy fsync)
+                             bool overwrite, FsyncPolicy fsync, const StopToken& stop)
     : path_(path), fsync_(fsync), last_sync_(std::chrono::steady_clock::now()),
       uncaught_(std::uncaught_exceptions()) {
   // Open without truncating and take the lock first: one writer per output, and nothing is
@@ -121,7 +121,7 @@ OutputJournal::OutputJournal(const std::string& path, const nlohmann::json& fing
                      "model and settings — use --overwrite to start afresh or another --output",
                      path, fmt::join(what, "; "));
       }
-      load_existing(fd);
+      load_existing(fd, stop);
     } else {
       OFFGEN_CHECK(::ftruncate(fd, 0) == 0, kIo, "{}: cannot truncate: {}", path,
                    std::strerror(errno));
@@ -152,7 +152,7 @@ OutputJournal::~OutputJournal() {
   std::fclose(f_);
 }
 
-void OutputJournal::load_existing(int fd) {
+void OutputJournal::load_existing(int fd, const StopToken& stop) {
   std::ifstream in(path_, std::ios::binary);
   OFFGEN_CHECK(in.good(), kIo, "{}: cannot read the existing output", path_);
   std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -160,6 +160,7 @@ void OutputJournal::load_existing(int fd) {
   while (start < content.size()) {
     const size_t nl = content.find('\n', start);
     if (nl == std::string::npos) break;  // a torn last line (crash mid-write)
+    if (line_no % 1024 == 0) stop.check("prepare");
     ++line_no;
     const std::string line = content.substr(start, nl - start);
     try {

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/core/stop.h"
 #include "jobs/job_io.h"
 
 namespace offgen {
@@ -31,8 +32,9 @@ class OutputJournal {
   // `fingerprint` identifies what produced the records (input content, model, settings). With
   // overwrite=false an existing output with the same fingerprint is resumed; a different one is
   // an Error(kConfig) that names both and suggests --overwrite. Throws kIo on file errors.
+  // Reading a large existing output checks `stop` ("prepare") every 1024 records.
   OutputJournal(const std::string& path, const nlohmann::json& fingerprint, bool overwrite,
-                FsyncPolicy fsync);
+                FsyncPolicy fsync, const StopToken& stop = {});
   ~OutputJournal();
   OutputJournal(const OutputJournal&) = delete;
   OutputJournal& operator=(const OutputJournal&) = delete;
@@ -48,7 +50,7 @@ class OutputJournal {
   void sync();  // fdatasync now
 
  private:
-  void load_existing(int fd);
+  void load_existing(int fd, const StopToken& stop);
 
   std::string path_;
   FsyncPolicy fsync_;

@@ -14,21 +14,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# same_records CLEAN OUT: every id of CLEAN exactly once in OUT with an identical record.
-same_records() {
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-def rid(r): return r["custom_id"] if "custom_id" in r else r["id"]
-clean = {rid(r): r for r in map(json.loads, open(sys.argv[1]))}
-got = [json.loads(l) for l in open(sys.argv[2])]
-ids = [rid(r) for r in got]
-ok = len(ids) == len(set(ids)) == len(clean) and all(clean.get(rid(r)) == r for r in got)
-if not ok:
-    print(f"  {len(got)} records, {len(set(ids))} distinct, clean has {len(clean)}; "
-          f"differing: {[rid(r) for r in got if clean.get(rid(r)) != r][:5]}")
-sys.exit(0 if ok else 1)
-PY
-}
 gen() { "$bin" generate --model "$model" --quiet "$@"; }
 # A small RAM-backed filesystem of SIZE at DIR (root); returns non-zero when mounting is refused.
 small_fs() {
@@ -50,14 +35,14 @@ gen --input "$work/grow.jsonl" --output "$work/grow_clean.jsonl" --batch-size 4
 if small_fs 6m "$work/fs"; then
   how="a 6 MB tmpfs"
   gen --input "$work/grow.jsonl" --output "$work/grow.jsonl.out" "${kv_disk[@]}" \
-    --offload-dir "$work/fs" 2> "$work/enospc.txt"
+    --offload-dir "$work/fs" --report "$work/enospc_report.json" 2> "$work/enospc.txt"
   rc=$?
 else  # not root: a file-size limit makes the offload file's reservation fail the same way
   how="ulimit -f (no tmpfs mount here)"
   mkdir -p "$work/fs"
   (trap '' XFSZ; ulimit -f 6144
    gen --input "$work/grow.jsonl" --output "$work/grow.jsonl.out" "${kv_disk[@]}" \
-     --offload-dir "$work/fs" 2> "$work/enospc.txt")
+     --offload-dir "$work/fs" --report "$work/enospc_report.json" 2> "$work/enospc.txt")
   rc=$?
 fi
 echo "disk full via $how: $(cat "$work/enospc.txt")"
@@ -66,6 +51,16 @@ check "disk full: one clear line naming the offload file" grep -qE -- "cannot re
 n=$(wc -l < "$work/grow.jsonl.out")
 check "disk full: some records were written first ($n)" test "$n" -gt 0 -a "$n" -lt 24
 check "disk full: no record journaled as failed" test "$(grep -c '"error"' "$work/grow.jsonl.out")" -eq 0
+python3 - "$work/enospc_report.json" "$n" <<'PY' || fail=1
+import json, sys
+r, n = json.load(open(sys.argv[1])), int(sys.argv[2])
+e, req = r["error"], r["requests"]
+ok = (e is not None and e["category"] == "resource" and "cannot reserve" in e["message"]
+      and e["phase"] in ("prepare", "prefill", "decode") and r["exit_code"] == 1
+      and r["interrupted"] is False and req["this_run"] == n and req["unfinished"] == 24 - n)
+print(("ok" if ok else "FAIL") + f": disk full: the report names the failure ({e}, {req})")
+sys.exit(0 if ok else 1)
+PY
 gen --input "$work/grow.jsonl" --output "$work/grow.jsonl.out" "${kv_disk[@]}" --offload-dir "$work" \
   2> "$work/resume1.txt"
 rc=$?
