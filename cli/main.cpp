@@ -141,9 +141,7 @@ Policy plan_for_job(const CommonFlags& f, const std::vector<JobLine>& lines, con
                               calibration_progress(what);
                               stop.check("plan");  // between calibration steps
                             }};
-  const PlanningInputs in = planning_inputs(ctx);
-  stop.check("plan");
-  return auto_plan(in, w, base).policy;
+  return auto_plan(planning_inputs(ctx), w, base, stop).policy;
 }
 
 // A failure as the command reports it: one line, the exit status (2: the configuration; 1: the

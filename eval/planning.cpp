@@ -94,8 +94,10 @@ PlanOptions calibrated_plan_options(const Workload& w, const Policy& base) {
   return o;
 }
 
-PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base) {
-  const PlanOptions o = calibrated_plan_options(w, base);
+PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base,
+                     const StopToken& stop) {
+  PlanOptions o = calibrated_plan_options(w, base);
+  o.stop = stop;
   PlanResult r = plan(in.facts, in.compute, in.hw, o);
   const Policy& p = r.policy;
   std::fprintf(stderr,

@@ -43,7 +43,9 @@ PlanningInputs planning_inputs(const PlanningContext& ctx);
 PlanOptions calibrated_plan_options(const Workload& w, const Policy& base);
 // Plans `base` (capacities, KV policy) for the workload; prints a one-line summary to stderr.
 // `--policy auto` of generate and bench, and the Python API's policy="auto".
-PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base);
+// Checks `stop` ("plan") between the candidates it predicts.
+PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base,
+                     const StopToken& stop = {});
 
 // The workload a job is planned for: its longest prompt and largest max_tokens over the requests
 // that tokenise (others fail on their own when run), gen_len capped by max_context (0 = none).

@@ -78,6 +78,7 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
   for (double w_share : w_shares)
     for (double c_share : c_shares)
       for (bool overlap : {true, false}) {
+        o.stop.check("plan");
         Policy p = o.base;
         place(p, w_share, c_share);
         p.overlap = overlap;

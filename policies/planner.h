@@ -7,6 +7,7 @@
 #include <string>
 
 #include "policies/cost_model.h"
+#include "runtime/core/stop.h"
 
 namespace offgen {
 
@@ -20,6 +21,7 @@ struct PlanOptions {
   // The backend's BackendCaps::device_is_host: the device and host tiers are both RAM, under one
   // combined RAM limit.
   bool device_is_host = true;
+  StopToken stop;                 // checked ("plan") before each candidate placement
   void validate() const;          // throws Error(kConfig)
 };
 

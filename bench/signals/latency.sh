@@ -9,7 +9,8 @@
 # or, for the pipe reads, from offgen sleeping in read() with part of the input sent.
 #
 # Usage: bench/signals/latency.sh [OFFGEN_BINARY] [CASE...]
-#   cases: load-dummy (dummy:llama-7b:q4_k), load-gguf, prepare (300,000 chat lines), fifo, stdin,
+#   cases: load-dummy (dummy:llama-7b:q4_k), load-gguf, prepare (300,000 chat lines), plan
+#   (--policy auto: the planner's search; calibration too when no profile is cached), fifo, stdin,
 #   prefill (one forward of ~4000 tokens), prefill-1b (one forward of 1024 tokens on
 #   dummy:llama-1b:q4_k), decode, output; default: all of them.
 #   OFFGEN_MODEL: the GGUF (default: tools/get-model). Prints one TSV row per case:
@@ -20,7 +21,7 @@ bin=${1:-$here/../../build/offgen}
 shift || true
 model=${OFFGEN_MODEL:-$("$here/../../tools/get-model")}
 cases=("$@")
-[[ ${#cases[@]} -gt 0 ]] || cases=(load-dummy load-gguf prepare fifo stdin prefill prefill-1b decode output)
+[[ ${#cases[@]} -gt 0 ]] || cases=(load-dummy load-gguf prepare plan fifo stdin prefill prefill-1b decode output)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -120,6 +121,7 @@ for c in "${cases[@]}"; do
     load-dummy) paused "$c" load:150 --model dummy:llama-7b:q4_k --input "$work/batch.jsonl" ;;
     load-gguf) paused "$c" load:30 --model "$model" --input "$work/batch.jsonl" ;;
     prepare) paused "$c" prepare:600 --model "$model" --input "$work/chat.jsonl" --chat ;;
+    plan) paused "$c" plan:100 --model "$model" --input "$work/long.jsonl" --policy auto ;;
     fifo) piped "$c" fifo ;;
     stdin) piped "$c" stdin ;;
     prefill) paused "$c" prefill:20 --model "$model" --input "$work/long.jsonl" --prefill-chunk 8192 ;;

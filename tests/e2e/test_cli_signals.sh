@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `offgen generate` stopped by SIGTERM in every phase (issue: every signal in every phase): model
 # load (a dummy model's generated weights and a GGUF's units), request preparation over a large
-# input, a FIFO and standard input whose writer waits, one long prefill forward, decode, and
-# output writing. Each exits 143 with a report marked interrupted in that phase, and a resume
+# input, --policy auto's calibration, a FIFO and standard input whose writer waits, one long
+# prefill forward, decode, and output writing. Each exits 143 with a report marked interrupted in that phase, and a resume
 # produces the uninterrupted run's records exactly. A failure of the disk tier (EIO) and of the
 # output (a file-size limit) still writes the report, with the reason.
 #
@@ -83,6 +83,14 @@ gen --model "$model" --input "$work/large.jsonl" --output "$work/large_clean.jso
 interrupt prepare:20 "$work/large.jsonl.out" --model "$model" --input "$work/large.jsonl"
 gen --model "$model" --input "$work/large.jsonl" --output "$work/large.jsonl.out"
 check "prepare: resumed output equals the clean run" same_records "$work/large_clean.jsonl" "$work/large.jsonl.out"
+
+# --- --policy auto's planning: with no hardware profile cached it calibrates first; stopped
+# between two calibration steps. Records do not depend on the placement: the resume runs without.
+OFFGEN_PROFILE="$work/none/profile.json" interrupt plan:3 "$work/plan.jsonl" --model "$model" \
+  --input "$work/small.jsonl" --policy auto --offload-dir "$work"
+check "plan: no profile half written" test ! -e "$work/none/profile.json"
+gen --model "$model" --input "$work/small.jsonl" --output "$work/plan.jsonl"
+check "plan: resumed output equals the clean run" same_records "$work/small_clean.jsonl" "$work/plan.jsonl"
 
 # --- A FIFO and standard input whose writer has sent part of the input and waits: the read is
 # interrupted (EINTR), which must stop the job, not fail it.

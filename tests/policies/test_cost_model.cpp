@@ -2,6 +2,8 @@
 // and profile, the planner's limits and monotonicity, and the JSON / TOML round trips.
 #include <catch2/catch.hpp>
 
+#include <csignal>
+
 #include "policies/cost_model.h"
 #include "policies/planner.h"
 #include "runtime/core/error.h"
@@ -190,6 +192,20 @@ PlanOptions planner_options() {  // prompt 32, gen 32, blocks up to 256
   return o;
 }
 }  // namespace
+
+TEST_CASE("planner: a stop request ends the search between candidates", "[cost][plan]") {
+  const ModelFacts m = tiny_model();
+  const HardwareProfile hw = planner_hw();
+  PlanOptions o = planner_options();
+  o.base.cpu_mem = int64_t{64} << 20;
+  StopSource source;
+  source.pause_at("plan", 1);  // asked already: the first candidate's check passes, the next stops
+  source.request(SIGTERM);
+  o.stop = source.token();
+  CHECK_THROWS_AS(plan(m, hw.compute[0], hw, o), Stopped);
+  o.stop = {};
+  CHECK(plan(m, hw.compute[0], hw, o).evaluated > 0);
+}
 
 TEST_CASE("planner: fits the limits, names the binding one, never worse with more memory",
           "[cost][plan]") {
