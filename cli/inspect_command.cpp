@@ -13,6 +13,7 @@
 #include "runtime/loaders/hf_source.h"
 #include "runtime/loaders/model_loader.h"
 #include "runtime/backend/backend.h"
+#include "runtime/core/memory_info.h"
 #include "runtime/model/decoder.h"
 
 namespace offgen {
@@ -127,6 +128,22 @@ int run_inspect(const std::string& model, int threads, const std::string& weight
   std::printf("\n    per sequence: %.2f MiB at %lld tokens, %.1f MiB at the full context of %lld\n",
               per_seq(some), (long long)some, per_seq(c.context_length),
               (long long)c.context_length);
+  // What the memory limits count beside the homes (docs/offloading.md, "What the caps count"),
+  // as admission and the planner read it: the forwards' buffers.
+  const ForwardLayout& f = facts.forward;
+  const int64_t chunk = backend_caps(BackendKind::kCpu).default_prefill_chunk;
+  const ForwardSplit fc =
+      forward_need(facts, full, ForwardShape{chunk, chunk, 1, 1, 1, chunk, chunk});
+  std::printf("  counted against the limits besides: resident tensors %.1f MiB (always in RAM); "
+              "forwards %.1f KiB per sequence running (its logits and hidden row) and %.1f MiB "
+              "for a prompt chunk of %lld tokens (scratch, and attention scores on %lld "
+              "threads)\n",
+              m.resident_bytes() / 1048576.0, (f.logits_row_bytes + f.hidden_row_bytes) / 1024.0,
+              (fc.hidden + fc.scratch + fc.workspace).memory() / 1048576.0, (long long)chunk,
+              (long long)f.threads);
+  std::printf("  beyond them (a fixed overhead): the tokenizer and the libraries' static data "
+              "(%.1f MiB in this process as it started)\n",
+              startup_anon_bytes() / 1048576.0);
   return 0;
 }
 

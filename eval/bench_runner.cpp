@@ -29,12 +29,12 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   const int64_t capacity = engine.kv_capacity(o.prompt_len, o.gen_len);
   const bool fit = o.batch_size == 0 && !policy.batch_given && policy.has_capacity_limit();
   const int64_t b = o.batch_size > 0 ? o.batch_size
-                    : fit            ? engine.fit_sequences(capacity)
+                    : fit            ? engine.fit_sequences(o.prompt_len, o.gen_len)
                                      : policy.block_size();
   OFFGEN_CHECK(b > 0, kConfig,
                "not even one sequence of {} KV slots fits the tier capacities next to the weights",
                capacity);
-  engine.check_fits(b, capacity);
+  engine.check_fits(b, o.prompt_len, o.gen_len);
   std::mt19937_64 rng(o.seed);
   const int32_t vocab = static_cast<int32_t>(engine.config().vocab_size);
   std::uniform_int_distribution<int32_t> tok(std::min(100, vocab - 1), vocab - 1);
@@ -74,6 +74,8 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.peak_host = peak.host;
   r.peak_disk = peak.disk;
   r.peak_rss = peak_rss_bytes();
+  r.peak_anon = sample_anon_peak();
+  r.startup_anon = startup_anon_bytes();
   r.disk_read = static_cast<int64_t>(s.io.bytes_read);
   r.disk_write = static_cast<int64_t>(s.io.bytes_written);
   r.h2d = s.h2d_bytes;
@@ -108,6 +110,8 @@ nlohmann::json BenchReport::to_json() const {
       {"gen_len", gen_len},
       {"peak_bytes", {{"device", peak_device}, {"host", peak_host}, {"disk", peak_disk}}},
       {"peak_rss_bytes", peak_rss},
+      {"peak_anon_bytes", peak_anon},
+      {"startup_anon_bytes", startup_anon},
       {"io_bytes", {{"disk_read", disk_read}, {"disk_write", disk_write}, {"h2d", h2d}, {"d2h", d2h}}},
       {"lane_busy_seconds", {{"load", lanes.load}, {"compute", lanes.compute}, {"store", lanes.store}}},
       {"overlap_efficiency", overlap_efficiency},

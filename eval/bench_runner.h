@@ -35,6 +35,7 @@ struct BenchReport {
   // The bytes offgen places per tier at most (weights, staging, KV, shared contexts; not
   // activations, the tokenizer or the allocator's slack) and the process's peak RSS so far.
   int64_t peak_device = 0, peak_host = 0, peak_disk = 0, peak_rss = 0;
+  int64_t peak_anon = 0, startup_anon = 0;  // sample_anon_peak(), startup_anon_bytes()
   int64_t disk_read = 0, disk_write = 0, h2d = 0, d2h = 0;
   std::string backend, weight_dtype;
   int64_t prefill_chunk = 0;       // prompt tokens per prefill forward, at most

@@ -15,6 +15,17 @@
 namespace offgen {
 namespace {
 
+// The process's memory beside what the placement holds (docs/offloading.md, "What the caps
+// count"): anonymous memory at its sampled peak, as the process started (the libraries) and
+// now, and the file pages resident now (code, libraries, model pages not yet released).
+nlohmann::json memory_report() {
+  const RssBytes now = rss_bytes();
+  return {{"peak_anon_bytes", sample_anon_peak()},
+          {"startup_anon_bytes", startup_anon_bytes()},
+          {"anon_bytes", now.anon},
+          {"file_bytes", now.file}};
+}
+
 const char* signal_name(int sig) {
   switch (sig) {
     case SIGINT: return "SIGINT";
@@ -69,6 +80,7 @@ nlohmann::json job_report(const Engine* engine, const GenerateJobOptions& job,
       {"total_throughput", rate(s.completion_tokens, s.prefill_seconds + s.decode_seconds)},
       {"batch_size", s.peak_active},
       {"peak_rss_bytes", peak_rss_bytes()},
+      {"memory", memory_report()},
       {"io_bytes",
        {{"disk_read", s.io.bytes_read},
         {"disk_write", s.io.bytes_written},

@@ -35,6 +35,7 @@ KvStore::KvStore(const ModelConfig& config, const Placement& placement, NvmeStor
   if (compress) codec_.emplace(config.n_kv_heads, config.head_dim);
   layout_.n_layers = n_layers_;
   layout_.row_bytes = codec_ ? codec_->row_bytes() : kv_dim_ * 4;
+  layout_.stage_row_bytes = stage_row_bytes();
   // Slot ram_slots must start a page of the staging rows that disk reads land in; a compressed
   // store reads into the page-aligned disk image instead, so any split works.
   layout_.compressed = codec_.has_value();
@@ -45,11 +46,7 @@ KvStore::KvStore(const ModelConfig& config, const Placement& placement, NvmeStor
   layout_.window = layout_.window_layers > 0 ? config.sliding_window : 0;
 }
 
-int64_t KvStore::staging_bytes(int64_t capacity) const {
-  const auto rows = static_cast<int64_t>(align_up(static_cast<uint64_t>(capacity * stage_row_bytes())));
-  if (!codec_) return rows;
-  return rows + static_cast<int64_t>(align_up(static_cast<uint64_t>(capacity * row_bytes())));
-}
+int64_t KvStore::staging_bytes(int64_t capacity) const { return layout_.staging_bytes(capacity); }
 
 int64_t KvStore::ram_slots(int64_t capacity) const {
   return placement_.kv_table(layout_, capacity).memory_slots;

@@ -230,6 +230,7 @@ KvTableLayout ModelFacts::kv_layout(const Policy& p) const {
   l.with_meta = p.kv.evicts();
   l.window_layers = window_layers;
   l.window = window;
+  l.stage_row_bytes = kv_stage_row_bytes > 0 ? kv_stage_row_bytes : kv_row_bytes;
   return l;
 }
 
@@ -243,9 +244,36 @@ TierBytes kv_need(const ModelFacts& m, const Policy& p, int64_t capacity) {
   return m.placement(p).kv_table(m.kv_layout(p), capacity).tiers;
 }
 
-TierBytes block_need(const ModelFacts& m, const Policy& p, int64_t capacity, int64_t sequences) {
+ForwardSplit forward_need(const ModelFacts& m, const Policy& p, const ForwardShape& shape) {
+  return m.placement(p).forward(m.forward, m.kv_layout(p), shape);
+}
+
+ForwardShape forward_shape(const Policy& p, int64_t prefill_chunk, int64_t sequences,
+                           int64_t prompt_tokens, int64_t longest_prompt, int64_t capacity,
+                           int64_t samplers) {
+  const int64_t n = sequences, g = p.gpu_batch_size;
+  if (n <= 0) return {};
+  const int64_t chunk = std::min(prefill_chunk, prompt_tokens);  // the largest prefill forward
+  ForwardShape s;
+  s.rows = std::max(chunk, n);
+  s.batch_rows = std::max(chunk, std::min(g, n));
+  s.batches = (n + g - 1) / g;
+  s.sequences = n;
+  s.batch_sequences = std::min(g, n);
+  s.new_rows = std::min(prefill_chunk, longest_prompt);
+  s.capacity = capacity;
+  s.samplers = samplers < 0 ? n : samplers;
+  return s;
+}
+
+TierBytes block_need(const ModelFacts& m, const Policy& p, const Workload& w, int64_t sequences) {
+  const int64_t capacity = p.kv.table_slots(w.prompt_len, w.gen_len);
   TierBytes t = weight_need(m, p);
   t += kv_need(m, p, capacity) * sequences;
+  t += forward_need(m, p,
+                    forward_shape(p, w.prefill_chunk, sequences, sequences * w.prompt_len,
+                                  w.prompt_len, capacity, w.sampling ? sequences : 0))
+           .total();
   return t;
 }
 
@@ -294,8 +322,8 @@ Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const Har
   Prediction r;
   r.batch = batch > 0 ? batch : p.block_size();
   r.kv_slots = x.capacity;
-  r.need = block_need(m, p, x.capacity, r.batch);
-  r.fits = p.fits(r.need);
+  r.need = block_need(m, p, w, r.batch);
+  r.fits = p.fits(r.need, m.device_is_host);
   const int64_t N = r.batch, gbs = p.gpu_batch_size;
 
   // Prefill: the engine's forwards of at most prefill_chunk tokens (a prompt may span two), each

@@ -15,6 +15,8 @@
 
 namespace offgen {
 
+struct Workload;
+
 // What the model's layout contributes to costs and memory (filled from a loaded model).
 struct ModelFacts {
   std::string key;                   // model_key(config, weight dtype)
@@ -25,7 +27,9 @@ struct ModelFacts {
   int64_t resident_bytes = 0;        // embedding, output head, norms (always in RAM)
   int64_t kv_row_bytes = 0;          // one layer's K (or V) for one token
   int64_t kv_row_bytes_compressed = 0;  // the same as 4-bit groups (--compress-cache); 0: unknown
+  int64_t kv_stage_row_bytes = 0;       // the same staged for attention (fp32)
   bool device_is_host = true;           // the backend's device memory is host memory (the CPU)
+  ForwardLayout forward;                // a forward's buffers per row / sequence / thread
   int64_t unit_total() const;
   int64_t unit_max() const;
   // Home bytes of one row under a policy (compressed when p.compress_cache and known).
@@ -47,8 +51,20 @@ TierBytes weight_need(const ModelFacts& m, const Policy& p);
 // ... and for one sequence's KV table of `capacity` slots (Placement::kv_table, with its
 // eviction metadata in RAM).
 TierBytes kv_need(const ModelFacts& m, const Policy& p, int64_t capacity);
-// ... and both for `sequences` tables of `capacity` slots: what a block of them commits.
-TierBytes block_need(const ModelFacts& m, const Policy& p, int64_t capacity, int64_t sequences);
+// ... and for the buffers of the forwards that run them (Placement::forward) ...
+ForwardSplit forward_need(const ModelFacts& m, const Policy& p, const ForwardShape& shape);
+// ... and all of it for a block of `sequences` sequences of the workload (its prompt_len, gen_len
+// and prefill_chunk): the weights, their KV tables and their forwards — what a block commits.
+TierBytes block_need(const ModelFacts& m, const Policy& p, const Workload& w,
+                     int64_t sequences);
+
+// The largest forward the engine runs with `sequences` sequences at once whose prompts total
+// `prompt_tokens` tokens (the longest `longest_prompt`) in KV tables of at most `capacity` slots:
+// prefill forwards of at most `prefill_chunk` tokens, decode forwards of a row per sequence, both
+// in GPU batches of p.gpu_batch_size sequences; `samplers` of them sample on the host (-1: all).
+ForwardShape forward_shape(const Policy& p, int64_t prefill_chunk, int64_t sequences,
+                           int64_t prompt_tokens, int64_t longest_prompt, int64_t capacity,
+                           int64_t samplers = -1);
 
 struct Workload {
   int64_t prompt_len = 512;
@@ -57,6 +73,9 @@ struct Workload {
   // The engine's tokens per prefill forward (the CPU backend's default: the planner's profile
   // is the CPU's).
   int64_t prefill_chunk = BackendCaps{}.default_prefill_chunk;
+  // Whether the requests sample on the host (a temperature above 0: each sequence keeps its
+  // sampler's candidates) rather than greedily, as bench's do.
+  bool sampling = false;
   void validate() const;        // throws Error(kConfig) naming the field
 };
 

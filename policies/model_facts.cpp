@@ -19,8 +19,10 @@ ModelFacts model_facts(const DecoderModel& model, const std::string& weight_dtyp
   for (int64_t u = 0; u < model.num_units(); ++u) m.unit_bytes.push_back(model.unit_bytes(u));
   m.resident_bytes = model.resident_bytes();
   m.kv_row_bytes = c.kv_dim() * 4;
+  m.kv_stage_row_bytes = c.kv_dim() * 4;
   m.kv_row_bytes_compressed = KvRowCodec(c.n_kv_heads, c.head_dim).row_bytes();
   m.device_is_host = model.backend().device_is_host();
+  m.forward = model.forward_layout();
   return m;
 }
 

@@ -35,16 +35,7 @@ void PlanOptions::validate() const {
 }
 
 std::string plan_overflow(const PlanOptions& o, const TierBytes& need) {
-  const Policy& p = o.base;
-  if (o.device_is_host) {
-    const int64_t ram = p.gpu_mem + p.cpu_mem;  // the device tier is host RAM
-    if (ram > 0 && need.device + need.host > ram) return p.cpu_mem > 0 ? "--cpu-mem" : "--gpu-mem";
-  } else {
-    if (p.gpu_mem > 0 && need.device > p.gpu_mem) return "--gpu-mem";
-    if (p.cpu_mem > 0 && need.host > p.cpu_mem) return "--cpu-mem";
-  }
-  if (p.disk_mem > 0 && need.disk > p.disk_mem) return "--disk-mem";
-  return "";
+  return o.base.overflow(need, o.device_is_host);
 }
 
 PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProfile& hw,
@@ -61,7 +52,7 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
     (o.device_is_host ? p.cache_cpu_percent : p.cache_gpu_percent) = c_ram;
     (o.device_is_host ? p.cache_gpu_percent : p.cache_cpu_percent) = 0;
   };
-  auto need_of = [&](const Policy& p) { return block_need(m, p, capacity, p.block_size()); };
+  auto need_of = [&](const Policy& p) { return block_need(m, p, w, p.block_size()); };
   // RAM shares searched: the grid, or the given shares alone.
   std::vector<double> w_shares, c_shares;
   if (o.base.shares_given) {

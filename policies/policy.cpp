@@ -68,21 +68,37 @@ Placement Policy::placement(bool device_is_host) const {
                    TierShare{act_gpu_percent, act_cpu_percent}, device_is_host);
 }
 
-bool Policy::fits(const TierBytes& need) const {
-  return (gpu_mem == 0 || need.device <= gpu_mem) && (cpu_mem == 0 || need.host <= cpu_mem) &&
-         (disk_mem == 0 || need.disk <= disk_mem);
+std::string Policy::overflow(const TierBytes& need, bool device_is_host) const {
+  if (device_is_host) {
+    if (ram_mem() > 0 && need.device + need.host > ram_mem())
+      return cpu_mem > 0 ? "--cpu-mem" : "--gpu-mem";
+  } else {
+    if (gpu_mem > 0 && need.device > gpu_mem) return "--gpu-mem";
+    if (cpu_mem > 0 && need.host > cpu_mem) return "--cpu-mem";
+  }
+  if (disk_mem > 0 && need.disk > disk_mem) return "--disk-mem";
+  return "";
 }
 
-void Policy::check_fits(const TierBytes& need, const std::string& what) const {
-  auto check = [&](int64_t n, int64_t cap, const char* tier, const char* flag) {
-    OFFGEN_CHECK(cap == 0 || n <= cap, kConfig,
-                 "{} need {} on the {} tier but {} is {}: raise it or move more to another tier "
-                 "(--percent)",
-                 what, format_bytes(n), tier, flag, format_bytes(cap));
-  };
-  check(need.device, gpu_mem, "device (GPU)", "--gpu-mem");
-  check(need.host, cpu_mem, "host (CPU)", "--cpu-mem");
-  check(need.disk, disk_mem, "disk", "--disk-mem");
+void Policy::check_fits(const TierBytes& need, bool device_is_host,
+                        const std::string& what) const {
+  const std::string flag = overflow(need, device_is_host);
+  if (flag.empty()) return;
+  const char* move = "raise it or move more to another tier (--percent)";
+  if (flag == "--disk-mem")
+    OFFGEN_THROW(kConfig, "{} need {} on the disk tier but --disk-mem is {}: {}", what,
+                 format_bytes(need.disk), format_bytes(disk_mem), move);
+  if (device_is_host)
+    OFFGEN_THROW(kConfig,
+                 "{} need {} of RAM but {} is {} (on this backend the GPU and CPU tiers are both "
+                 "RAM: --gpu-mem + --cpu-mem bound them together): {}",
+                 what, format_bytes(need.device + need.host),
+                 gpu_mem > 0 && cpu_mem > 0 ? "--gpu-mem + --cpu-mem" : flag.c_str(),
+                 format_bytes(ram_mem()), move);
+  const bool gpu = flag == "--gpu-mem";
+  OFFGEN_THROW(kConfig, "{} need {} on the {} tier but {} is {}: {}", what,
+               format_bytes(gpu ? need.device : need.host), gpu ? "device (GPU)" : "host (CPU)",
+               flag, format_bytes(gpu ? gpu_mem : cpu_mem), move);
 }
 
 int64_t parse_size(const std::string& text, const std::string& what) {

@@ -58,10 +58,20 @@ struct Policy {
   // The weight, cache and activation percentages as a Placement, for a backend whose device
   // memory is (or is not) host memory.
   Placement placement(bool device_is_host) const;
-  // Whether `need` fits the tier capacities (0 = unlimited).
-  bool fits(const TierBytes& need) const;
-  // Throws Error(kConfig) naming the first tier `need` overflows, its capacity flag and `what`.
-  void check_fits(const TierBytes& need, const std::string& what) const;
+  // The tier capacities as they bound a placement's bytes — the one reading of --gpu-mem,
+  // --cpu-mem and --disk-mem that the engine's admission, the planner, bench's fitting and the
+  // reports share. Where device memory is host memory (device_is_host: the CPU backend) the device
+  // and host tiers are one RAM, bounded by gpu_mem + cpu_mem together (ram_mem()); elsewhere each
+  // tier by its own capacity. 0 = unlimited.
+  int64_t ram_mem() const { return gpu_mem + cpu_mem; }
+  // The flag of the first capacity `need` overflows ("--gpu-mem", "--cpu-mem" or "--disk-mem"),
+  // or "" when it fits.
+  std::string overflow(const TierBytes& need, bool device_is_host) const;
+  bool fits(const TierBytes& need, bool device_is_host) const {
+    return overflow(need, device_is_host).empty();
+  }
+  // Throws Error(kConfig) naming the capacity `need` overflows, its flag and `what`.
+  void check_fits(const TierBytes& need, bool device_is_host, const std::string& what) const;
 };
 
 // Loads a policy TOML file over `base`; throws kConfig naming the file, line and key on errors.

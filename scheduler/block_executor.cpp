@@ -42,42 +42,70 @@ BlockExecutor::BlockExecutor(const DecoderModel& model, WeightStore& weights, Kv
   load_stream_ = backend_.make_stream();
 }
 
-void BlockExecutor::prepare_activations(const std::vector<BatchInput>& batches) {
+void BlockExecutor::prepare_activation(size_t k, int64_t rows) {
   const int64_t d = model_.config().d_model;
-  offload_act_ = false;
-  if (placement_.activations().memory() >= 100) return;
-  int64_t max_bytes = 0;
-  act_home_.resize(std::max(act_home_.size(), batches.size()));
-  for (size_t k = 0; k < batches.size(); ++k) {
-    ActHome& h = act_home_[k];
-    const TierBytes split =
-        placement_.activation(static_cast<int64_t>(batches[k].ids.size()) * d * 4);
-    h.bytes = split.host + split.disk;
-    h.ram_bytes = split.host;
-    if (static_cast<int64_t>(h.ram.capacity()) < h.ram_bytes) h.ram = AlignedHostBuffer(h.ram_bytes);
-    const auto disk_bytes = static_cast<uint64_t>(h.bytes - h.ram_bytes);
-    // A batch's extent only grows (doubling); the outgrown one goes back to the store (no I/O of
-    // an earlier forward is in flight: forwards are synchronous).
-    if (h.disk.bytes < disk_bytes) {
-      const Extent old = std::exchange(h.disk, Extent{});  // never named again once released
-      disk_->release(old);
-      const uint64_t want = std::max(disk_bytes, 2 * old.bytes);
-      try {
-        h.disk = disk_->allocate(want);
-      } catch (const Error& e) {  // the doubled size past the disk's room: the exact one
-        if (e.category() != ErrorCategory::kResource || want == disk_bytes) throw;
-        h.disk = disk_->allocate(disk_bytes);
-      }
-    }
-    max_bytes = std::max(max_bytes, h.bytes);
-    offload_act_ = offload_act_ || disk_bytes > 0;
+  if (act_home_.size() <= k) act_home_.resize(k + 1);
+  ActHome& h = act_home_[k];
+  const TierBytes split = placement_.activation(rows * d * 4);
+  const int64_t bytes = split.host + split.disk;
+  if (bytes <= h.bytes) return;  // homes only grow
+  h.bytes = bytes;
+  h.ram_bytes = split.host;
+  if (static_cast<int64_t>(h.ram.capacity()) < h.ram_bytes) h.ram = AlignedHostBuffer(h.ram_bytes);
+  const auto disk_bytes = static_cast<uint64_t>(split.disk);
+  // The outgrown extent goes back to the store (no I/O of an earlier forward is in flight:
+  // forwards are synchronous); the new one is exactly what the placement says, as admission
+  // counted it.
+  if (h.disk.bytes < disk_bytes) {
+    const Extent old = std::exchange(h.disk, Extent{});  // never named again once released
+    disk_->release(old);
+    h.disk = disk_->allocate(disk_bytes);
   }
   for (auto& st : act_stage_)
-    if (static_cast<int64_t>(st.capacity()) < max_bytes) st = AlignedHostBuffer(max_bytes);
+    if (static_cast<int64_t>(st.capacity()) < bytes) st = AlignedHostBuffer(bytes);
+}
+
+void BlockExecutor::prepare_kv_staging(int64_t seqs, int64_t capacity) {
+  const int64_t need = kv_.staging_bytes(capacity);
+  for (int slot = 0; slot < 2; ++slot) {
+    auto& v = kv_stage_[slot];
+    if (need > stage_bytes_) v.clear();
+    while (static_cast<int64_t>(v.size()) < 2 * seqs) v.emplace_back(std::max(need, stage_bytes_));
+  }
+  stage_bytes_ = std::max(stage_bytes_, need);
+}
+
+void BlockExecutor::reserve(const ForwardShape& s) {
+  if (s.rows == 0) return;
+  const ModelConfig& c = model_.config();
+  if (placement_.activations().memory() >= 100) {
+    hidden_.reserve(backend_, s.rows * c.d_model);
+  } else {
+    for (int64_t k = 0; k < s.batches; ++k)
+      prepare_activation(static_cast<size_t>(k), s.batch_rows);
+  }
+  scratch_.reserve(backend_, c, s.batch_rows);
+  if (!backend_.device_is_host()) logits_.reserve(backend_, s.sequences * c.vocab_size);
+  if (s.capacity > 0 && (kv_.compressed() || kv_.ram_slots(s.capacity) < s.capacity))
+    prepare_kv_staging(s.batch_sequences, s.capacity);
+}
+
+TierBytes BlockExecutor::held() const {
+  auto pages = [](int64_t bytes) { return (bytes + 4095) / 4096 * 4096; };
+  TierBytes t;
+  t.device = pages(hidden_.capacity() * 4) + scratch_.bytes() + pages(logits_.capacity() * 4);
+  for (const ActHome& h : act_home_) {
+    t.host += static_cast<int64_t>(h.ram.capacity());
+    t.disk += static_cast<int64_t>(h.disk.bytes);
+  }
+  for (const auto& st : act_stage_) t.host += static_cast<int64_t>(st.capacity());
+  for (const auto& slot : kv_stage_)
+    for (const AlignedHostBuffer& b : slot) t.device += static_cast<int64_t>(b.capacity());
+  return t;
 }
 
 float* BlockExecutor::hidden(int64_t unit, int64_t batch) {
-  if (!offload_act_) return hidden_[batch].data();
+  if (!offload_act_) return hidden_.data() + row_offset_[batch] * model_.config().d_model;
   const int64_t slot = (unit * static_cast<int64_t>(logits_offset_.size()) + batch) % 2;
   return reinterpret_cast<float*>(act_stage_[slot].data());
 }
@@ -135,7 +163,6 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
     case TaskKind::kCompute: {
       const BatchInput& b = batches[t.batch];
       const int64_t rows = static_cast<int64_t>(b.ids.size());
-      if (!offload_act_ && t.unit == 0) hidden_[t.batch].reserve(backend_, rows * c.d_model);
       float* h = hidden(t.unit, t.batch);
       if (t.unit == 0) model_.embed(b.ids, b.positions.data(), h, scratch_);
       std::vector<KvSeqView> views;
@@ -222,7 +249,6 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
   shape.weight_slots = weights_.staging_slots();
   shape.load_cache = false;
   int64_t max_seqs = 0, max_cap = 0;
-  hidden_.resize(K);
   logits_offset_.assign(K, 0);
   int64_t off = 0;
   for (int64_t k = 0; k < K; ++k) {
@@ -235,15 +261,7 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
         max_cap = std::max(max_cap, kv_.capacity(h));
       }
   }
-  if (shape.load_cache) {
-    const int64_t need = kv_.staging_bytes(max_cap);
-    for (int slot = 0; slot < 2; ++slot) {
-      auto& v = kv_stage_[slot];
-      if (need > stage_bytes_) v.clear();
-      while (static_cast<int64_t>(v.size()) < 2 * max_seqs) v.emplace_back(std::max(need, stage_bytes_));
-    }
-    stage_bytes_ = std::max(stage_bytes_, need);
-  }
+  if (shape.load_cache) prepare_kv_staging(max_seqs, max_cap);
   OFFGEN_CHECK(!shape.load_cache || backend_.device_is_host(), kInternal,
                "KV staging on the {} backend", backend_.name());
   // Logits straight into the caller's rows where device memory is host memory.
@@ -254,7 +272,20 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
     logits_.reserve(backend_, n_logits);
     logits_out_ = logits_.data();
   }
-  prepare_activations(batches);
+  // Activations: every batch's rows in one array, or (a share below 100%) each batch's home.
+  offload_act_ = placement_.activations().memory() < 100;
+  if (offload_act_) {
+    for (size_t k = 0; k < batches.size(); ++k)
+      prepare_activation(k, static_cast<int64_t>(batches[k].ids.size()));
+  } else {
+    row_offset_.assign(K, 0);
+    int64_t rows = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      row_offset_[k] = rows;
+      rows += static_cast<int64_t>(batches[k].ids.size());
+    }
+    hidden_.reserve(backend_, rows * model_.config().d_model);
+  }
   shape.load_hidden = offload_act_;
   const std::vector<Task> plan = plan_step(shape);
 

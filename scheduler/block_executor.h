@@ -48,6 +48,13 @@ class BlockExecutor {
   // throws (Stopped) ends the run like a task failure.
   void run(const std::vector<BatchInput>& batches, float* logits, int32_t* argmax = nullptr,
            const std::function<void()>& checkpoint = {});
+  // Allocates the buffers of forwards up to `shape` now (Placement::forward: hidden states or
+  // activation homes, scratch, device logits, KV staging), so that runs within it allocate
+  // nothing; kept until the executor goes. Throws Error(kResource) when the disk has no room for
+  // the activation homes. Buffers only grow: a run past the shape grows them.
+  void reserve(const ForwardShape& shape);
+  // What the buffers hold now by tier (the stores' part of Placement::forward).
+  TierBytes held() const;
   const LaneTimes& times() const { return times_; }  // accumulated over all runs
   int64_t d2h_bytes() const { return d2h_bytes_; }   // logits / tokens copied back from a GPU
 
@@ -58,7 +65,9 @@ class BlockExecutor {
   // differs from the sequence's; KvStore::slots_used).
   std::vector<SeqSpan> layer_spans(const BatchInput& b, int64_t layer) const;
   float* hidden(int64_t unit, int64_t batch);  // where compute(unit, batch) finds its activations
-  void prepare_activations(const std::vector<BatchInput>& batches);
+  // Sizes batch k's activation home for `rows` rows (grow only) and the staging slots.
+  void prepare_activation(size_t k, int64_t rows);
+  void prepare_kv_staging(int64_t seqs, int64_t capacity);
   float* stage(int slot, size_t seq, int which);
 
   const DecoderModel& model_;
@@ -68,7 +77,8 @@ class BlockExecutor {
   bool overlap_;
   DecoderScratch scratch_;
   std::unique_ptr<Stream> load_stream_;            // the load lane's copies
-  std::vector<BackendArray<float>> hidden_;        // per batch, device memory (no offloading)
+  BackendArray<float> hidden_;                     // every batch's rows, device memory
+  std::vector<int64_t> row_offset_;                // first hidden row of each batch
   BackendArray<float> logits_;                     // device memory (not on the CPU backend)
   float* logits_out_ = nullptr;                    // where output_step writes this run
   // Activation offloading: per batch a RAM home and a disk extent (Placement::activation); two

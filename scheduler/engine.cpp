@@ -89,18 +89,31 @@ Engine::Engine(EngineOptions options, StopToken stop) : options_(std::move(optio
     options_.prefill_chunk = backend_caps(options_.backend).default_prefill_chunk;
   const WeightMode storage = options_.policy.weight_storage(options_.weight_dtype);
   backend_ = make_backend(options_.backend, options_.threads, storage);
+  auto memory = [](const char* at) {
+    const RssBytes r = rss_bytes();
+    log_debug("memory {}: anonymous {}, file pages {}", at, format_bytes(r.anon),
+              format_bytes(r.file));
+  };
+  trim_free_memory();  // what earlier work (a calibration, an earlier engine) freed
+  memory("before the model");
   OpenedModel opened = open_model(options_.model, stop);
+  memory("model opened");
   tokenizer_ = std::make_unique<Tokenizer>(std::move(opened.vocab));
+  memory("tokenizer");
   model_id_ = std::move(opened.content_id);
   const auto t0 = EngineClock::now();
   source_ = std::move(opened.source);
   model_ = std::make_unique<DecoderModel>(*source_, *backend_);
+  // The file's pages of tensors copied out leave the resident set (they count for nothing the
+  // placement holds); so do each unit's once the weight store has homed it.
+  source_->release_pages();
+  memory("resident tensors");
   const Policy& p = options_.policy;
   // Capacity check of the weights before anything is staged (the accounting the planner uses).
   facts_ = std::make_unique<const ModelFacts>(model_facts(*model_, storage.name()));
   weight_need_ = weight_need(*facts_, p);
   const Placement placement = facts_->placement(p);
-  p.check_fits(weight_need_, "the model's weights");
+  p.check_fits(weight_need_, backend_->device_is_host(), "the model's weights");
   // No RAM limit given: admit KV caches within the RAM available now (with 10% to spare), so a
   // request asking for a huge max_tokens cannot take the machine down.
   const bool ram_limited = p.cpu_mem > 0 || (backend_->device_is_host() && p.gpu_mem > 0);
@@ -125,8 +138,10 @@ Engine::Engine(EngineOptions options, StopToken stop) : options_(std::move(optio
       [&](int64_t u, void* dst) {
         stop.check("load");  // between units (a dummy model's source checks inside tensors)
         model_->build_unit(u, dst);
+        source_->release_pages();
       },
       placement, nvme_.get());
+  memory("weight store");
   if (p.kv.evicts()) kv_policy_ = make_kv_policy(p.kv);
   kv_ = std::make_unique<KvStore>(model_->config(), placement, nvme_.get(), kv_policy_ != nullptr,
                                   p.compress_cache, KvDeviceHomes{backend_.get()});
@@ -134,6 +149,7 @@ Engine::Engine(EngineOptions options, StopToken stop) : options_(std::move(optio
                                               nvme_.get(), kv_policy_.get());
   stop.check("load");
   log_debug("loaded {} in {:.2f}s", options_.model, seconds_since(t0));
+  sample_anon_peak();
   OFFGEN_CHECK(tokenizer_->vocab_size() <= model_->config().vocab_size, kInput,
                "{}: tokenizer has {} tokens but the model only {} embeddings", options_.model,
                tokenizer_->vocab_size(), model_->config().vocab_size);
@@ -156,12 +172,16 @@ TierBytes Engine::peak_bytes() const {
   const WeightStoreStats& w = weights_->stats();
   const KvStoreStats& k = kv_->stats();
   const int64_t resident = model_->resident_bytes();
+  const TierBytes f = stats().forward;
   if (backend_->device_is_host())
-    return {0, resident + w.ram_bytes + w.staging_bytes + k.peak_ram_bytes + stats_.context_peak_bytes,
-            w.disk_bytes + k.peak_disk_bytes};
-  return {
-      resident + w.device_bytes + w.staging_bytes + k.peak_tiers.device + stats_.context_peak_bytes,
-      w.ram_bytes + w.bounce_bytes + k.peak_tiers.host, w.disk_bytes + k.peak_disk_bytes};
+    return {0,
+            resident + w.ram_bytes + w.staging_bytes + k.peak_ram_bytes +
+                stats_.context_peak_bytes + f.memory(),
+            w.disk_bytes + k.peak_disk_bytes + f.disk};
+  return {resident + w.device_bytes + w.staging_bytes + k.peak_tiers.device +
+              stats_.context_peak_bytes + f.device,
+          w.ram_bytes + w.bounce_bytes + k.peak_tiers.host + f.host,
+          w.disk_bytes + k.peak_disk_bytes + f.disk};
 }
 
 EngineStats Engine::stats() const {
@@ -182,6 +202,10 @@ EngineStats Engine::stats() const {
   s.kv.sequences = k.sequences;
   s.kv.tiers = k.tiers;
   s.kv.peak_tiers = k.peak_tiers;
+  s.forward = executor_->held();
+  // The logits rows the engine samples from: the device's own where device memory is host memory.
+  const int64_t logits = (static_cast<int64_t>(logits_.capacity()) * 4 + 4095) / 4096 * 4096;
+  (backend_->device_is_host() ? s.forward.device : s.forward.host) += logits;
   if (nvme_) {
     s.disk.used = true;
     s.disk.path = nvme_->path();
@@ -214,11 +238,15 @@ std::vector<int32_t> Engine::encode_prompt(const Request& r) const {
   return encode_request(*tokenizer_, r);
 }
 
-void Engine::check_fits(int64_t sequences, int64_t capacity) const {
-  options_.policy.check_fits(
-      block_need(*facts_, options_.policy, capacity, sequences),
-      fmt::format("the model's weights and the KV cache of {} sequences of {} tokens", sequences,
-                  capacity));
+void Engine::check_fits(int64_t sequences, int64_t prompt_len, int64_t gen_len) const {
+  Workload w;
+  w.prompt_len = prompt_len;
+  w.gen_len = gen_len;
+  w.prefill_chunk = options_.prefill_chunk;
+  check_memory(block_need(*facts_, options_.policy, w, sequences),
+               fmt::format("the model's weights and the KV cache and forwards of {} sequences of "
+                           "{} tokens",
+                           sequences, kv_capacity(prompt_len, gen_len)));
 }
 
 TierBytes Engine::kv_need(int64_t capacity) const {
@@ -229,42 +257,62 @@ int64_t Engine::kv_capacity(int64_t prompt, int64_t max_tokens) const {
   return options_.policy.kv.table_slots(prompt, max_tokens);
 }
 
-int64_t Engine::fit_sequences(int64_t capacity) const {
-  const TierBytes one = kv_need(capacity);
-  const Policy& p = options_.policy;
-  int64_t n = int64_t{1} << 20;
-  auto limit = [&](int64_t cap, int64_t used, int64_t per) {
-    if (cap == 0 || per == 0) return;
-    n = std::min(n, cap > used ? (cap - used) / per : 0);
-  };
-  limit(p.gpu_mem, weight_need_.device, one.device);
-  limit(p.cpu_mem, weight_need_.host, one.host);
-  limit(p.disk_mem, weight_need_.disk, one.disk);
-  limit(ram_limit_, ram_part(weight_need_), ram_part(one));
-  return n;
+int64_t Engine::fit_sequences(int64_t prompt_len, int64_t gen_len) const {
+  Workload w;
+  w.prompt_len = prompt_len;
+  w.gen_len = gen_len;
+  w.prefill_chunk = options_.prefill_chunk;
+  // The need grows with the count: the largest count that fits, by bisection.
+  int64_t lo = 0, hi = int64_t{1} << 20;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits_memory(block_need(*facts_, options_.policy, w, mid))) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+TierBytes Engine::forward_need(const ForwardShape& shape) const {
+  return offgen::forward_need(*facts_, options_.policy, shape).total();
+}
+
+void Engine::reserve_forward(const ForwardShape& shape) {
+  if (forward_reserved_.covers(shape)) return;
+  executor_->reserve(shape);
+  logits_.reserve(static_cast<size_t>(shape.sequences * model_->config().vocab_size));
+  forward_reserved_ = forward_reserved_.max(shape);
 }
 
 void Engine::check_kv_limited() const {
   const Policy& p = options_.policy;
   if (p.batch_given || !p.has_capacity_limit()) return;
   // Sizes from capacity limits: one of them (or the default RAM limit) must bound the KV cache,
-  // or admission, and bench's fit, would be unbounded.
+  // or admission, and bench's fit, would be unbounded. Where device memory is host memory the
+  // RAM limit bounds the device and host tiers together.
   const TierBytes one = kv_need(1);
-  const bool bound = (p.gpu_mem > 0 && one.device > 0) || (p.cpu_mem > 0 && one.host > 0) ||
-                     (p.disk_mem > 0 && one.disk > 0) || (ram_limit_ > 0 && ram_part(one) > 0);
-  std::vector<std::string> tiers;
-  if (one.device > 0) tiers.emplace_back("GPU (--gpu-mem)");
-  if (one.host > 0) tiers.emplace_back("CPU (--cpu-mem)");
-  if (one.disk > 0) tiers.emplace_back("disk (--disk-mem)");
-  OFFGEN_CHECK(bound, kConfig,
-               "no batch size is given, and the capacity limits given do not limit the tier the KV "
-               "cache is placed on ({}), so nothing would bound how many sequences run at once: "
-               "give --gpu-batch-size, or a limit for that tier{}",
-               fmt::join(tiers, ", "),
-               backend_->device_is_host()
-                   ? " (on the CPU backend the GPU and CPU tiers are both RAM; --percent WG WC 0 "
-                     "100 HG HC places the cache on the CPU tier)"
-                   : "");
+  const bool dih = backend_->device_is_host();
+  const bool ram_bound = dih ? p.ram_mem() > 0 && ram_part(one) > 0
+                             : (p.gpu_mem > 0 && one.device > 0) || (p.cpu_mem > 0 && one.host > 0);
+  const bool bound = ram_bound || (p.disk_mem > 0 && one.disk > 0) ||
+                     (ram_limit_ > 0 && ram_part(one) > 0);
+  if (bound) return;
+  std::vector<std::string> on, flags;
+  if (dih && ram_part(one) > 0) {
+    on.emplace_back("RAM"), flags.emplace_back("--cpu-mem");
+  } else {
+    if (one.device > 0) on.emplace_back("GPU memory"), flags.emplace_back("--gpu-mem");
+    if (one.host > 0) on.emplace_back("host RAM"), flags.emplace_back("--cpu-mem");
+  }
+  if (one.disk > 0) on.emplace_back("disk"), flags.emplace_back("--disk-mem");
+  std::vector<std::string> given;
+  if (p.gpu_mem > 0) given.emplace_back("--gpu-mem");
+  if (p.cpu_mem > 0) given.emplace_back("--cpu-mem");
+  if (p.disk_mem > 0) given.emplace_back("--disk-mem");
+  OFFGEN_THROW(kConfig,
+               "no batch size is given and the KV cache is in {}, which {} does not limit: "
+               "nothing would bound how many sequences run at once; give --gpu-batch-size N, "
+               "or {}",
+               fmt::join(on, " and "), fmt::join(given, " and "), fmt::join(flags, " or "));
 }
 
 int64_t Engine::max_active() const {

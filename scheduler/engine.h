@@ -109,6 +109,9 @@ struct EngineStats {
     int64_t sequences = 0;        // tables held now
     TierBytes tiers, peak_tiers;  // the same by tier: device = GPU memory
   } kv;
+  // The forwards' buffers held now (they only grow: also their peak), by tier: hidden states or
+  // activation homes, scratch, logits, KV staging (the stores' part of Placement::forward).
+  TierBytes forward;
   struct Disk {
     bool used = false;            // an offload file exists (some share of the policy is on disk)
     std::string path;             // the offload file
@@ -164,28 +167,33 @@ class Engine {
   // All weight bytes: resident tensors and every unit blob's homes (not the staging).
   int64_t weight_bytes() const;
   // Peak memory by tier: the weights (resident tensors, homes, staging, bounce buffers), the KV
-  // homes at their peak and the shared contexts' peak (of the last generate()) — device = GPU
-  // memory (on the CPU backend everything but disk is host).
+  // homes at their peak, the shared contexts' peak (of the last generate()) and the forwards'
+  // buffers — device = GPU memory (on the CPU backend everything but disk is host).
   TierBytes peak_bytes() const;
   // The stores' figures now (see EngineStats).
   EngineStats stats() const;
   const Backend& backend() const { return *backend_; }
   Backend& backend() { return *backend_; }  // not during generate(), except from its callbacks
 
-  // Capacity fitting (the cost model's figures: equal to what the stores allocate).
-  // Throws Error(kConfig) when weights plus `sequences` KV caches of `capacity` tokens exceed the
-  // policy's tier capacities (the pre-flight check of fixed-shape workloads such as bench).
-  void check_fits(int64_t sequences, int64_t capacity) const;
+  // Capacity fitting (the cost model's figures: what the stores allocate), under the tier
+  // capacities as Policy::overflow reads them on this backend.
+  // Throws Error(kConfig) when weights plus `sequences` KV caches of prompts of `prompt_len`
+  // tokens generating `gen_len`, and their forwards, exceed the policy's tier capacities (the
+  // pre-flight check of fixed-shape workloads such as bench).
+  void check_fits(int64_t sequences, int64_t prompt_len, int64_t gen_len) const;
   // KV slots of a sequence of `prompt` tokens generating up to `max_tokens`, under the KV policy.
   int64_t kv_capacity(int64_t prompt, int64_t max_tokens) const;
   // Bytes per tier of one sequence's KV table of `capacity` slots (with its slot metadata).
   TierBytes kv_need(int64_t capacity) const;
-  // Largest number of sequences of `capacity` slots that fit the tier capacities (and the
-  // default RAM limit) next to the weights (capped at 2^20; 0 when not even one fits).
-  int64_t fit_sequences(int64_t capacity) const;
+  // Largest number of sequences of such prompts whose KV tables and forwards fit the tier
+  // capacities (and the default RAM limit) next to the weights (capped at 2^20; 0 when not even
+  // one fits).
+  int64_t fit_sequences(int64_t prompt_len, int64_t gen_len) const;
   // Sequences that may run at once: the policy's block, or (no batch sizes given, a tier
   // capacity set) as many as the capacities admit.
   int64_t max_active() const;
+  // The largest forward whose buffers admission has reserved so far (they are kept).
+  const ForwardShape& forward_reserved() const { return forward_reserved_; }
 
   // Renders and tokenises a request's prompt (chat template when asked). Throws kInput.
   std::vector<int32_t> encode_prompt(const Request& r) const;
@@ -225,6 +233,12 @@ class Engine {
   void checkpoint(bool between_steps) const;
   TierBytes context_tier(int64_t bytes) const;
   int64_t ram_part(const TierBytes& need) const;
+  // The cost model's bytes of forwards up to `shape`, and its buffers allocated now (the block
+  // executor's and the logits rows); forward_reserved_ is the largest shape reserved so far.
+  TierBytes forward_need(const ForwardShape& shape) const;
+  void reserve_forward(const ForwardShape& shape);
+  // The shape of the forwards with `s` admitted beside the running sequences of `run`.
+  ForwardShape forward_shape_with(const Run& run, const Sequence& s) const;
   bool fits_memory(const TierBytes& need) const;
   void check_memory(const TierBytes& need, const std::string& what) const;
   // Sizes from capacity limits: throws Error(kConfig) when no limit bounds the KV cache.
@@ -257,6 +271,7 @@ class Engine {
   std::unique_ptr<const ModelFacts> facts_;       // the layout the memory accounting reads
   TierBytes weight_need_;                          // weights' bytes per tier
   int64_t ram_limit_ = 0;  // RAM admission may commit (0: the policy's tier limits decide)
+  ForwardShape forward_reserved_;
   std::vector<float> logits_;
   std::vector<int32_t> argmax_;  // the last forward's greedy tokens (when greedy_)
   bool greedy_ = false;

@@ -7,6 +7,7 @@
 #include "runtime/core/argmax.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
+#include "runtime/core/memory_info.h"
 #include "scheduler/context_prompt.h"
 #include "scheduler/engine_state.h"
 
@@ -65,6 +66,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
       admit(run);
       if (run.active.empty()) continue;
       step(run);
+      sample_anon_peak();
       if (cb.on_progress)
         cb.on_progress(Progress{run.done, static_cast<int64_t>(requests.size()),
                                 stats_.completion_tokens, seconds_since(run.t0)});
@@ -78,6 +80,11 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
     throw;
   }
   close();
+  const RssBytes rss = rss_bytes();
+  log_debug("memory after generate: anonymous {}, file pages {}; forwards reserved for {} rows, "
+            "{} sequences",
+            format_bytes(rss.anon), format_bytes(rss.file), forward_reserved_.rows,
+            forward_reserved_.sequences);
   return std::move(run.results);
 }
 
@@ -121,13 +128,13 @@ TierBytes Engine::context_tier(int64_t bytes) const {
 }
 
 bool Engine::fits_memory(const TierBytes& need) const {
-  if (!options_.policy.fits(need)) return false;
+  if (!options_.policy.fits(need, backend_->device_is_host())) return false;
   if (ram_limit_ == 0) return true;
   return ram_part(need) <= ram_limit_;
 }
 
 void Engine::check_memory(const TierBytes& need, const std::string& what) const {
-  options_.policy.check_fits(need, what);
+  options_.policy.check_fits(need, backend_->device_is_host(), what);
   OFFGEN_CHECK(ram_limit_ == 0 || ram_part(need) <= ram_limit_, kConfig,
                "{} need {} of RAM but {} is available to this job (the default limit without "
                "--cpu-mem): raise --cpu-mem if the machine has more, lower max_tokens, or move "
@@ -235,11 +242,15 @@ void Engine::admit(Run& run) {
     Sequence& s = *run.prepared;
     TierBytes after = run.committed;
     after += kv_need(s.capacity);
-    if (!fits_memory(after) && !run.active.empty()) break;
+    // The forwards' buffers grow with the running sequences (hidden rows, logits) and the
+    // largest prompt chunk and table (scratch, scores, KV staging); they are kept at their most.
+    const ForwardShape shape = forward_reserved_.max(forward_shape_with(run, s));
+    const TierBytes need = after + forward_need(shape);
+    if (!fits_memory(need) && !run.active.empty()) break;
     try {
-      check_memory(after, fmt::format("the model's weights and this request's KV cache ({} "
-                                      "tokens)",
-                                      s.capacity));
+      check_memory(need, fmt::format("the model's weights and this request's KV cache ({} "
+                                     "tokens) and forwards",
+                                     s.capacity));
     } catch (const Error& e) {  // this request alone does not fit: its own record says so
       s.result.finish_reason = FinishReason::kError;
       s.result.error = e.what();
@@ -249,6 +260,7 @@ void Engine::admit(Run& run) {
       continue;
     }
     try {
+      reserve_forward(shape);
       s.kv = kv_->add(s.capacity, s.compact_to);
     } catch (const Error& e) {
       // The disk tier had no extent for it (free space split among running sequences', or the
@@ -257,6 +269,11 @@ void Engine::admit(Run& run) {
       break;
     }
     run.committed = after;
+    const auto p = static_cast<int64_t>(s.prompt.size());
+    run.prompt_tokens += p;
+    run.longest_prompt = std::max(run.longest_prompt, p);
+    run.max_capacity = std::max(run.max_capacity, s.capacity);
+    run.samplers += s.samples() ? 1 : 0;
     if (s.max_tokens == 0) {
       s.result.finish_reason = FinishReason::kLength;
       const auto done = std::move(run.prepared);
@@ -287,10 +304,20 @@ void Engine::step(Run& run) {
   std::erase_if(run.active, [](const auto& s) { return !s; });
 }
 
+ForwardShape Engine::forward_shape_with(const Run& run, const Sequence& s) const {
+  const auto p = static_cast<int64_t>(s.prompt.size());
+  return forward_shape(options_.policy, options_.prefill_chunk,
+                       static_cast<int64_t>(run.active.size()) + 1, run.prompt_tokens + p,
+                       std::max(run.longest_prompt, p), std::max(run.max_capacity, s.capacity),
+                       run.samplers + (s.samples() ? 1 : 0));
+}
+
 void Engine::release(Run& run, Sequence& s) {
   if (s.kv >= 0) {
     kv_->remove(s.kv);
     run.committed += kv_need(s.capacity) * -1;
+    run.prompt_tokens -= static_cast<int64_t>(s.prompt.size());
+    run.samplers -= s.samples() ? 1 : 0;
   }
   s.kv = -1;
   if (run.job_of[s.index] >= 0) {

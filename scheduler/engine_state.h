@@ -47,6 +47,8 @@ struct Engine::Sequence {
 
   explicit Sequence(const SamplingParams& p) : sampler(p) {}
   bool prefilling() const { return n_pos < static_cast<int64_t>(prompt.size()); }
+  // Whether it samples on the host (its Sampler keeps a candidate per token), not greedily.
+  bool samples() const { return req->sampling.temperature != 0.0f && req->forced.empty(); }
 };
 
 // A distinct shared context of one generate() call and the requests that name it.
@@ -80,6 +82,10 @@ struct Engine::Run {
   std::vector<std::vector<int32_t>> own;     // a context request's own tokens
   std::vector<std::string> split_error;      // why a request's context could not be split off
   int64_t context_bytes = 0;                 // shared contexts held now
+  // The running sequences' prompt tokens, and (over the run) the longest prompt and KV table:
+  // the forwards' shape (forward_shape) follows from them.
+  int64_t prompt_tokens = 0, longest_prompt = 0, max_capacity = 0;
+  int64_t samplers = 0;  // running sequences that sample on the host (Sequence::samples)
 };
 
 }  // namespace offgen

@@ -37,13 +37,13 @@ void Engine::forward(std::vector<Sequence*>& seqs, const std::vector<std::vector
   for (const Sequence* s : seqs)
     greedy_ = greedy_ && s->req->sampling.temperature == 0.0f && s->req->forced.empty();
   const auto check = [this] { checkpoint(false); };  // between the forward's units
-  if (greedy_) {
-    argmax_.resize(seqs.size());
-    executor_->run(batches, nullptr, argmax_.data(), check);
-  } else {
-    logits_.resize(seqs.size() * model_->config().vocab_size);
-    executor_->run(batches, logits_.data(), nullptr, check);
-  }
+  // Where device memory is host memory the logits rows are written here in place (the one copy
+  // the memory accounting counts); on a GPU only sampled ones come back.
+  const bool host_logits = !greedy_ || backend_->device_is_host();
+  if (host_logits) logits_.resize(seqs.size() * model_->config().vocab_size);
+  if (greedy_) argmax_.resize(seqs.size());
+  executor_->run(batches, host_logits ? logits_.data() : nullptr,
+                 greedy_ ? argmax_.data() : nullptr, check);
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& s = *seqs[i];
     const auto n = static_cast<int64_t>(chunks[i].size());

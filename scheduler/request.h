@@ -37,7 +37,7 @@ enum class RequestErrorKind {
   kFailed,          // invalid for this model or engine (an id outside the vocabulary, a context
                     // that cannot be built, ...): "request_failed"
   kPromptTooLong,   // the prompt leaves no room in the context window: "prompt_too_long"
-  kDoesNotFit,      // its KV cache alone exceeds the memory limits: "does_not_fit"
+  kDoesNotFit,      // its KV cache and forwards alone exceed the memory limits: "does_not_fit"
   kNonFiniteLogits  // the model produced NaN or infinite logits: "non_finite_logits"
 };
 const char* request_error_kind_name(RequestErrorKind k);

@@ -15,6 +15,7 @@ class BackendArray {
   explicit BackendArray(Tier tier = Tier::kDevice) : tier_(tier) {}
   T* data() const { return static_cast<T*>(buf_.data()); }
   int64_t size() const { return size_; }
+  int64_t capacity() const { return capacity_; }  // elements allocated
   // Makes room for n elements (at least; never shrinks) on `be`'s tier.
   void reserve(Backend& be, int64_t n) {
     if (n > capacity_) {

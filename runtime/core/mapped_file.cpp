@@ -54,6 +54,12 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
 
 MappedFile::~MappedFile() { unmap(); }
 
+void MappedFile::release_pages() const {
+  // Read-only and never written, so no page of the private mapping was copied: dropping them
+  // loses nothing (a failure only leaves them resident).
+  if (data_ != nullptr) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
+}
+
 void MappedFile::unmap() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
   data_ = nullptr;

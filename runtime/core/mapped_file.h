@@ -29,6 +29,10 @@ class MappedFile {
   const std::string& path() const { return path_; }
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   size_t size() const { return size_; }
+  // Drops the mapping's pages from this process's resident set (madvise MADV_DONTNEED): they
+  // stay in the page cache and are read again on the next access, so the contents seen do not
+  // change. For after the bytes have been copied out. Never throws.
+  void release_pages() const;
 
  private:
   void unmap();

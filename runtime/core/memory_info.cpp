@@ -1,10 +1,12 @@
 // /proc/meminfo and cgroup v2 readings.
 #include "runtime/core/memory_info.h"
 
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <string>
 
@@ -48,6 +50,38 @@ int64_t available_ram_bytes() {
   if (limit > 0 && used >= 0) avail = std::min(avail, std::max<int64_t>(0, limit - used));
   return avail;
 }
+
+RssBytes rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  RssBytes r;
+  std::string key, unit;
+  int64_t kb = 0;
+  while (in >> key) {
+    if (key == "RssAnon:" || key == "RssFile:" || key == "RssShmem:") {
+      if (!(in >> kb)) break;
+      (key == "RssAnon:" ? r.anon : r.file) += kb * 1024;
+    }
+    std::getline(in, unit);
+  }
+  return r;
+}
+
+namespace {
+const int64_t g_startup_anon = rss_bytes().anon;
+std::atomic<int64_t> g_anon_peak{0};
+}  // namespace
+
+int64_t startup_anon_bytes() { return g_startup_anon; }
+
+int64_t sample_anon_peak() {
+  const int64_t now = rss_bytes().anon;
+  int64_t peak = g_anon_peak.load();
+  while (now > peak && !g_anon_peak.compare_exchange_weak(peak, now)) {
+  }
+  return std::max(peak, now);
+}
+
+void trim_free_memory() { ::malloc_trim(0); }
 
 int64_t peak_rss_bytes() {
   struct rusage u {};

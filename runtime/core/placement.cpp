@@ -32,6 +32,22 @@ int64_t KvTableLayout::page_period() const {
   return kPlacementAlign / std::gcd(kPlacementAlign, row_bytes);
 }
 
+int64_t KvTableLayout::staging_bytes(int64_t capacity) const {
+  const int64_t rows = page_up(capacity * stage_row_bytes);
+  return compressed ? rows + page_up(capacity * row_bytes) : rows;
+}
+
+ForwardShape ForwardShape::max(const ForwardShape& o) const {
+  return {std::max(rows, o.rows),
+          std::max(batch_rows, o.batch_rows),
+          std::max(batches, o.batches),
+          std::max(sequences, o.sequences),
+          std::max(batch_sequences, o.batch_sequences),
+          std::max(new_rows, o.new_rows),
+          std::max(capacity, o.capacity),
+          std::max(samplers, o.samplers)};
+}
+
 Placement::Placement(TierShare weights, TierShare cache, TierShare activations, bool device_is_host)
     : weights_(weights), cache_(cache), activations_(activations), device_is_host_(device_is_host) {
   check_share(weights_, "weight");
@@ -123,6 +139,37 @@ TierBytes Placement::activation(int64_t bytes) const {
   const int64_t size = page_up(bytes);
   const int64_t memory = share(size, activations_.memory());
   return {0, memory, size - memory};
+}
+
+ForwardSplit Placement::forward(const ForwardLayout& f, const KvTableLayout& kv,
+                                const ForwardShape& s) const {
+  ForwardSplit out;
+  if (s.rows == 0) return out;
+  // The buffers a backend allocates are whole pages.
+  if (activations_.memory() >= 100) {
+    out.hidden.device = page_up(s.rows * f.hidden_row_bytes);
+  } else {
+    out.hidden = activation(s.batch_rows * f.hidden_row_bytes) * s.batches;
+    out.hidden.host += 2 * page_up(s.batch_rows * f.hidden_row_bytes);
+  }
+  out.scratch.device = s.batch_rows * f.scratch_row_bytes + f.scratch_buffers * kPlacementAlign;
+  out.logits.device = page_up(s.sequences * f.logits_row_bytes);
+  if (!device_is_host_) out.logits.host = out.logits.device;
+  if (s.capacity > 0) {
+    const KvTableSplit t = kv_table(kv, s.capacity);
+    if (kv.compressed || t.memory_slots < s.capacity)
+      out.kv_staging.device = 2 * 2 * s.batch_sequences * kv.staging_bytes(s.capacity);
+  }
+  // A chunk's keys: the table's slots, or, where a chunk may overflow its table (eviction, window
+  // tables), the table and the chunk.
+  const bool overflows = kv.with_meta || kv.window_layers > 0;
+  const int64_t keys =
+      (s.capacity + (overflows ? s.new_rows : 0) + f.key_block - 1) / f.key_block * f.key_block;
+  out.workspace.device =
+      f.threads * s.new_rows * keys * f.score_bytes + s.batch_rows * f.work_row_bytes;
+  const int64_t sampling = s.samplers > 0 ? (s.samplers + 1) * f.sample_row_bytes : 0;
+  (device_is_host_ ? out.workspace.device : out.workspace.host) += sampling;
+  return out;
 }
 
 }  // namespace offgen

@@ -80,6 +80,12 @@ struct KvTableLayout {
   bool windowed(int64_t capacity) const {
     return window_layers > 0 && window_capacity(capacity) < capacity;
   }
+  // One staged slot row (K or V of one layer) as attention reads it: fp32.
+  int64_t stage_row_bytes = 0;
+  // One staging buffer (K or V) of a table of `capacity` slots, for a table not used in place (the
+  // KV store's staging_bytes): capacity staged rows, 4 KiB-rounded; compressed, followed by the
+  // 4 KiB-rounded disk image of its encoded rows.
+  int64_t staging_bytes(int64_t capacity) const;
   int64_t meta_bytes(int64_t capacity) const {
     const int64_t per_slot = 3 * n_kv_heads * 4;
     if (!windowed(capacity)) return with_meta ? n_layers * per_slot * capacity : 0;
@@ -108,6 +114,55 @@ struct KvTableSplit {
   // larger of the cache's device / host shares where device memory is host memory, else in host
   // memory) and the disk part.
   TierBytes tiers;
+};
+
+// The buffers a forward computes with beyond the homes — the block executor's and the engine's —
+// per row, per sequence and per compute thread, read off the decoder and its backend.
+struct ForwardLayout {
+  int64_t hidden_row_bytes = 0;   // one row's hidden state between units (fp32 d_model)
+  int64_t scratch_row_bytes = 0;  // one row's scratch inside a unit (DecoderScratch)
+  int64_t scratch_buffers = 0;    // the buffers that scratch is in (each rounded to 4 KiB)
+  int64_t work_row_bytes = 0;     // one row's backend workspace (quantised activations), per call
+  int64_t logits_row_bytes = 0;   // one sequence's logits (fp32 vocab)
+  int64_t sample_row_bytes = 0;   // a sampling sequence's candidates (logit and id per token)
+  int64_t score_bytes = 0;  // attention scores of one query row and key (fp32 per query head of
+                            // a KV head's group), kept by each compute thread
+  int64_t key_block = 1;    // keys are scored in blocks of this many
+  int64_t threads = 1;      // compute threads
+};
+
+// The largest forward a run holds buffers for: each buffer is kept at its high-water mark, so
+// these are maxima over the forwards of a run, each on its own.
+struct ForwardShape {
+  int64_t rows = 0;             // rows of one forward (a prefill chunk, or the sequences decoding)
+  int64_t batch_rows = 0;       // rows of one GPU batch
+  int64_t batches = 0;          // GPU batches of one forward
+  int64_t sequences = 0;        // sequences of one forward (logits rows)
+  int64_t batch_sequences = 0;  // sequences of one GPU batch (KV staging)
+  int64_t new_rows = 0;         // one sequence's rows in one forward (its prompt chunk)
+  int64_t capacity = 0;         // slots of the largest KV table
+  int64_t samplers = 0;         // sequences that sample on the host (not greedy), running at once
+  ForwardShape max(const ForwardShape& o) const;
+  bool covers(const ForwardShape& o) const { return max(o) == *this; }
+  bool operator==(const ForwardShape&) const = default;
+};
+
+// A forward's buffers by tier (Placement::forward).
+struct ForwardSplit {
+  // Hidden states between units: one array of `rows` rows on the device tier, or, while the
+  // activation share is below 100%, per GPU batch a home split by Placement::activation (RAM and
+  // disk) and two host staging slots of the largest batch.
+  TierBytes hidden;
+  TierBytes scratch;     // DecoderScratch for the largest batch (device; at most, by its rounding)
+  TierBytes logits;      // on the device; apart from device memory also their host copy
+  TierBytes kv_staging;  // per GPU batch sequence its K and V staging, twice (tables not in place)
+  // Held outside the stores (not in their figures): every compute thread's attention scores of
+  // its largest (sequence, KV head) task and the quantised activations of the largest batch
+  // (device), and each sampling sequence's candidates with one more row while it samples (host
+  // memory: on the host tier apart from device memory).
+  TierBytes workspace;
+  TierBytes stores() const { return hidden + scratch + logits + kv_staging; }
+  TierBytes total() const { return stores() + workspace; }
 };
 
 class Placement {
@@ -146,6 +201,11 @@ class Placement {
   // (at 100% activations stay in the compute tier's memory): `bytes` rounded up to 4 KiB, its
   // first round_down(size x (device + host)%) in host memory and the rest on disk.
   TierBytes activation(int64_t bytes) const;
+
+  // A forward's buffers of this shape (see ForwardSplit); `kv`, the KV tables' layout, says
+  // whether tables of shape.capacity slots are staged (not wholly in memory, or compressed).
+  ForwardSplit forward(const ForwardLayout& f, const KvTableLayout& kv,
+                       const ForwardShape& shape) const;
 
  private:
   TierShare weights_, cache_, activations_;

@@ -272,6 +272,13 @@ void GgufFile::parse_all(bool metadata_only) {
   check_no_overlap(tensors_, data_start, path_);
 }
 
+void GgufFile::release_arrays() {
+  for (auto& [key, v] : kv_) {
+    std::vector<double>().swap(v.nums);
+    std::vector<std::string>().swap(v.strs);
+  }
+}
+
 const GgufValue* GgufFile::find(const std::string& key) const {
   auto it = kv_.find(key);
   return it == kv_.end() ? nullptr : &it->second;

@@ -75,6 +75,11 @@ class GgufFile {
   std::optional<std::string> get_string_opt(const std::string& key) const;
   bool get_bool_or(const std::string& key, bool fallback) const;
   const GgufTensor& tensor(const std::string& name) const;  // throws kInput when missing
+  // The file's pages out of the resident set (MappedFile::release_pages).
+  void release_pages() const { map_.release_pages(); }
+  // Frees the elements of array values (a tokenizer's vocabulary, scores and merges: tens of MiB
+  // for a large vocabulary) once they have been read; their keys, types and counts stay.
+  void release_arrays();
 
  private:
   GgufFile() = default;

@@ -18,7 +18,9 @@ class GgufWeightSource final : public WeightSource {
   TensorRef tensor(const std::string& name) const override;
   bool has_tensor(const std::string& name) const override;
   std::string describe() const override { return file_.path(); }
+  void release_pages() const override { file_.release_pages(); }
   const GgufFile& file() const { return file_; }
+  GgufFile& file() { return file_; }
 
  private:
   GgufFile file_;

@@ -31,6 +31,9 @@ class HfWeightSource final : public WeightSource {
   std::vector<int64_t> tensor_dims(const std::string& name) const override;
   DType tensor_dtype(const std::string& name) const override;
   std::string describe() const override { return dir_; }
+  void release_pages() const override {
+    for (const SafetensorsFile& f : ckpt_.files()) f.release_pages();
+  }
   const SafetensorsCheckpoint& checkpoint() const { return ckpt_; }
 
  private:

@@ -159,6 +159,7 @@ OpenedModel open_model(const std::string& spec, StopToken stop) {
   } else {
     auto src = std::make_unique<GgufWeightSource>(GgufFile::open(spec));
     m.vocab = vocab_from_gguf(src->file());
+    src->file().release_arrays();  // the vocabulary's copy in the metadata is read
     m.source = std::move(src);
     m.content_id = "gguf:" + file_content_id(spec);
   }

@@ -52,6 +52,7 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   uint64_t file_bytes() const { return bytes_.size(); }
   uint64_t data_offset() const { return data_offset_; }  // start of the data section (8 + N)
+  void release_pages() const { map_.release_pages(); }  // MappedFile::release_pages
 
  private:
   SafetensorsFile() = default;

@@ -1,6 +1,7 @@
 // Decoder steps over the Backend.
 #include "runtime/model/decoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -87,6 +88,18 @@ constexpr int64_t kBlobAlign = 4096;
 int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
 }  // namespace
+
+int64_t DecoderScratch::row_floats(const ModelConfig& c) {
+  return c.d_model + (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() + c.q_dim() + c.d_model +
+         2 * c.ffn_dim + c.ffn_dim + c.embed_width();
+}
+
+int64_t DecoderScratch::bytes() const {
+  int64_t b = 0;
+  for (const BackendArray<float>* a : {&x, &qkv, &q, &attn, &proj, &gate_up, &act, &emb})
+    b += (a->capacity() * 4 + 4095) / 4096 * 4096;
+  return b;
+}
 
 void DecoderScratch::reserve(Backend& be, const ModelConfig& c, int64_t rows) {
   auto grow = [&be, rows](BackendArray<float>& v, int64_t width) {
@@ -244,6 +257,25 @@ int64_t DecoderModel::unit_bytes(int64_t unit) const { return layout(unit).bytes
 int64_t DecoderModel::resident_bytes() const {
   return tok_embd_.bytes() + pos_embd_.bytes() + proj_in_.bytes() + proj_out_.bytes() +
          lm_head_.bytes() + out_norm_.bytes() + out_norm_b_.bytes();
+}
+
+ForwardLayout DecoderModel::forward_layout() const {
+  const ModelConfig& c = config_;
+  ForwardLayout f;
+  f.hidden_row_bytes = c.d_model * 4;
+  f.scratch_row_bytes = DecoderScratch::row_floats(c) * 4;
+  f.scratch_buffers = DecoderScratch::kBuffers;
+  // The CPU kernels' activations of the widest matmul input: 8-bit codes, their tile copy and
+  // block scales (bf16 weights: 2 bytes per element) — at most 3 bytes per element.
+  f.work_row_bytes = 3 * std::max({c.d_model, c.q_dim(), c.ffn_dim, c.embed_width()});
+  f.logits_row_bytes = c.vocab_size * 4;
+  f.sample_row_bytes = c.vocab_size * 8;  // Sampler: a (logit, id) pair per token
+  // Each compute thread keeps fp32 scores of its largest (sequence, KV head) task: the query
+  // group's rows against every key, keys in blocks of 16.
+  f.score_bytes = (c.n_heads / c.n_kv_heads) * 4;
+  f.key_block = 16;
+  f.threads = backend_.threads().threads();
+  return f;
 }
 
 std::map<DType, int64_t> DecoderModel::bytes_by_format() const {

@@ -14,6 +14,7 @@
 
 #include "runtime/backend/backend.h"
 #include "runtime/backend/backend_array.h"
+#include "runtime/core/placement.h"
 #include "runtime/model/config.h"
 #include "runtime/model/kv_slots.h"
 #include "runtime/model/weight_source.h"
@@ -25,7 +26,12 @@ namespace offgen {
 struct DecoderScratch {
   BackendArray<float> x, qkv, q, attn, proj, gate_up, act, emb;
   std::vector<KvOverflow> overflow;  // per sequence, for chunks that overflow their table
+  static constexpr int64_t kBuffers = 8;  // the arrays above
   void reserve(Backend& be, const ModelConfig& c, int64_t rows);
+  // fp32 elements of one row over all the arrays.
+  static int64_t row_floats(const ModelConfig& c);
+  // Bytes the arrays hold now, each rounded up to 4 KiB as the backends allocate.
+  int64_t bytes() const;
 };
 
 // The rows of one ragged batch as a unit sees them.
@@ -60,6 +66,9 @@ class DecoderModel {
   // Writes unit u's blob (unit_bytes(u), 64-byte aligned) from the weight source. Thread-safe.
   void build_unit(int64_t unit, void* dst) const;
   int64_t resident_bytes() const;  // embedding + output head + norms
+  // What a forward on this backend holds per row, sequence and compute thread (the block
+  // executor's buffers, DecoderScratch, the backend's workspace) for the memory accounting.
+  ForwardLayout forward_layout() const;
   // Bytes of every matrix and table (units and resident ones) by the format it is stored in, as
   // this backend holds them; norm gains and biases count as f32.
   std::map<DType, int64_t> bytes_by_format() const;

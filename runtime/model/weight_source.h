@@ -41,6 +41,10 @@ class WeightSource {
     return tensor(name).dims;
   }
   virtual std::string describe() const = 0;  // e.g. the file path
+  // Drops the pages of the files the tensors are mapped from out of this process's resident set
+  // (MappedFile::release_pages), for after they have been copied: tensor data stays readable
+  // (read from the file again). A no-op for sources that do not map files. Thread-safe.
+  virtual void release_pages() const {}
 };
 
 }  // namespace offgen

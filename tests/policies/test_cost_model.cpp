@@ -364,3 +364,77 @@ TEST_CASE("cost model: a compressed cache is accounted and moved at its compress
   CHECK(r.kv_slots == 9);  // prompt + generated - 1 (the last token is never fed)
   CHECK(r.need.disk == 2 * 4096);  // K and V: 9 x 128 bytes each, a 4 KiB disk segment
 }
+
+TEST_CASE("memory caps: one reading of the limits, and a forward's buffers by tier",
+          "[cost][memory]") {
+  using Catch::Contains;
+  Policy p;  // everything on the device tier
+  p.cpu_mem = 10 << 20;
+  const TierBytes need{8 << 20, 4 << 20, 0};
+  // Where device memory is host memory (the CPU backend) the device and host tiers are one RAM,
+  // under --gpu-mem + --cpu-mem together: --cpu-mem alone bounds a device-tier placement.
+  CHECK(p.overflow(need, true) == "--cpu-mem");
+  CHECK(p.overflow(need, false).empty());  // on a GPU the device tier is --gpu-mem's alone
+  CHECK_THROWS_WITH(p.check_fits(need, true, "the weights"),
+                    Contains("the weights need 12.0 MiB of RAM but --cpu-mem is 10.0 MiB") &&
+                        Contains("GPU and CPU tiers are both RAM"));
+  p.gpu_mem = 2 << 20;
+  CHECK(p.overflow(need, true).empty());  // 12 MiB within 2 + 10
+  CHECK(p.overflow(need, false) == "--gpu-mem");
+  CHECK_THROWS_WITH(p.check_fits(need, false, "x"),
+                    Contains("x need 8.0 MiB on the device (GPU) tier but --gpu-mem is 2.0 MiB"));
+  p.disk_mem = 4096;
+  CHECK(p.overflow({0, 0, 8192}, true) == "--disk-mem");
+
+  // A forward's buffers (Placement::forward): 1 KiB hidden rows, 10 KiB of scratch and 100 KiB
+  // of logits per row / sequence, two threads scoring 8 bytes per query row and key.
+  ForwardLayout f;
+  f.hidden_row_bytes = 1024;
+  f.scratch_row_bytes = 10 * 1024;
+  f.scratch_buffers = 8;
+  f.work_row_bytes = 512;
+  f.logits_row_bytes = 100 * 1024;
+  f.score_bytes = 8;
+  f.key_block = 16;
+  f.threads = 2;
+  KvTableLayout kv;
+  kv.n_layers = 2;
+  kv.row_bytes = kv.stage_row_bytes = 1024;
+  kv.n_kv_heads = 2;
+  Policy q;
+  q.gpu_batch_size = 4;
+  // 6 sequences of 100-token prompts in tables of 120 slots, prefill chunks of 256 tokens: the
+  // largest forward is a 256-row chunk in one batch; decode runs 6 rows in batches of 4 and 2.
+  const ForwardShape s = forward_shape(q, 256, 6, 600, 100, 120, 0);
+  CHECK(s == ForwardShape{256, 256, 2, 6, 4, 100, 120, 0});
+  CHECK(forward_shape(q, 256, 6, 600, 100, 120).samplers == 6);  // all, unless told
+  CHECK(forward_shape(q, 256, 300, 300, 1, 120).rows == 300);  // decoding 300 at once
+  const Placement ram({100, 0}, {100, 0}, {100, 0}, true);
+  const ForwardSplit a = ram.forward(f, kv, s);
+  CHECK(a.hidden == TierBytes{256 * 1024, 0, 0});
+  CHECK(a.scratch == TierBytes{256 * 10 * 1024 + 8 * 4096, 0, 0});
+  CHECK(a.logits == TierBytes{600 * 1024, 0, 0});
+  CHECK(a.kv_staging == TierBytes{});  // the cache is used in place
+  CHECK(a.workspace.device == 2 * 100 * 128 * 8 + 256 * 512);  // 120 keys, in blocks of 16
+  kv.with_meta = true;  // an evicting table: a chunk overflows it, 120 + 100 keys -> 224
+  CHECK(ram.forward(f, kv, s).workspace.device == 2 * 100 * 224 * 8 + 256 * 512);
+  kv.with_meta = false;
+  // The cache half on disk: K and V staging of each batch sequence, twice; activations 25% in
+  // RAM: each of the 2 batches' homes split, and two host staging slots.
+  const Placement split({100, 0}, {0, 50}, {0, 25}, true);
+  const ForwardSplit b = split.forward(f, kv, s);
+  CHECK(b.kv_staging.device == 2 * 2 * 4 * kv.staging_bytes(120));
+  CHECK(kv.staging_bytes(120) == 122880);  // 120 fp32 rows of 1 KiB
+  CHECK(b.hidden == TierBytes{0, 2 * 65536 + 2 * 262144, 2 * 196608});
+  // On a GPU the engine's sampling copy of the logits is host memory.
+  const Placement gpu({100, 0}, {100, 0}, {100, 0}, false);
+  CHECK(gpu.forward(f, kv, s).logits == TierBytes{600 * 1024, 600 * 1024, 0});
+  // Sampling sequences keep their candidates, and one more row while sampling (host memory).
+  f.sample_row_bytes = 4096;
+  ForwardShape sampling = s;
+  sampling.samplers = 3;
+  CHECK(ram.forward(f, kv, sampling).workspace.device ==
+        a.workspace.device + 4 * 4096);
+  CHECK(gpu.forward(f, kv, sampling).workspace.host == 4 * 4096);
+  CHECK(ram.forward(f, kv, ForwardShape{}).total() == TierBytes{});
+}

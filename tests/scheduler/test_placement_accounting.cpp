@@ -1,9 +1,9 @@
-// The planner's memory figures against the stores: weight_need, kv_need and block_need (what plan,
-// bench's fitting and admission read) equal what the weight store, the KV store and the engine's
-// peak report actually hold per tier, for several --percent splits, with eviction metadata and
-// compressed weights or rows, on the CPU backend (device and host tiers are one RAM) and on the
-// emulated-device backend (device memory apart from host memory, as on a GPU). Plus the Placement
-// rules themselves on hand-computed sizes.
+// The planner's memory figures against the stores: weight_need, kv_need, forward_need and
+// block_need (what plan, bench's fitting and admission read) equal what the weight store, the KV
+// store, the block executor and the engine's peak report actually hold per tier, for several
+// --percent splits, with eviction metadata and compressed weights or rows, on the CPU backend
+// (device and host tiers are one RAM) and on the emulated-device backend (device memory apart
+// from host memory, as on a GPU). Plus the Placement rules themselves on hand-computed sizes.
 #include <catch2/catch.hpp>
 #include <memory>
 #include <random>
@@ -174,28 +174,47 @@ TEST_CASE("placement: the planner's memory figures are what the stores allocate"
     REQUIRE(s.kv.sequences == 0);  // every table released; the peaks held all n at once
 
     const TierBytes wn = weight_need(m, p), kn = kv_need(m, p, capacity);
-    const TierBytes bn = block_need(m, p, capacity, n), peak = engine.peak_bytes();
-    INFO("weight need " << str(wn) << ", KV need " << str(kn) << " x " << n << ", block need "
-                        << str(bn) << ", peak " << str(peak));
+    Workload w;
+    w.prompt_len = prompt;
+    w.gen_len = gen;
+    w.prefill_chunk = engine.options().prefill_chunk;
+    const TierBytes bn = block_need(m, p, w, n), peak = engine.peak_bytes();
+    // The forwards: admission reserved their buffers for all n sequences at once, their prompts
+    // in one prefill chunk.
+    const ForwardShape shape = engine.forward_reserved();
+    CHECK(shape == forward_shape(p, w.prefill_chunk, n, n * prompt, prompt, capacity, 0));
+    const ForwardSplit fs = forward_need(m, p, shape);
+    const TierBytes held = s.forward;
+    INFO("weight need " << str(wn) << ", KV need " << str(kn) << " x " << n << ", forwards "
+                        << str(fs.total()) << " (stores " << str(fs.stores()) << ", held "
+                        << str(held) << "), block need " << str(bn) << ", peak " << str(peak));
     CHECK(engine.kv_need(capacity) == kn);  // admission's figure is the planner's
-    CHECK(bn == wn + kn * n);
-    const EngineStats::Weights& w = s.weights;
+    CHECK(bn == wn + kn * n + fs.total());
+    // The buffers held are the cost model's, short of the scratch arrays' page rounding at most;
+    // the runs grew none of them past the reservation.
+    const int64_t slack = fs.stores().memory() - held.memory();
+    CHECK(slack >= 0);
+    CHECK(slack < m.forward.scratch_buffers * kPlacementAlign);
+    CHECK(held.disk == fs.stores().disk);
+    CHECK(held.memory() > 0);
+    const EngineStats::Weights& ws = s.weights;
     if (m.device_is_host) {
       // Device and host tiers are the same RAM: the stores hold their sum.
-      CHECK(w.device_bytes == 0);
-      CHECK(wn.memory() == w.resident_bytes + w.ram_bytes + w.staging_bytes);
-      CHECK(wn.disk == w.disk_bytes);
+      CHECK(ws.device_bytes == 0);
+      CHECK(wn.memory() == ws.resident_bytes + ws.ram_bytes + ws.staging_bytes);
+      CHECK(wn.disk == ws.disk_bytes);
       CHECK(s.kv.peak_ram_bytes == n * kn.memory());
       CHECK(s.kv.peak_disk_bytes == n * kn.disk);
       CHECK(peak.device == 0);
-      CHECK(peak.host == bn.memory());
+      CHECK(peak.host == (wn + kn * n).memory() + held.memory());
       CHECK(peak.disk == bn.disk);
     } else {
-      CHECK(wn.device == w.resident_bytes + w.device_bytes + w.staging_bytes);
-      CHECK(wn.host == w.ram_bytes + w.bounce_bytes);
-      CHECK(wn.disk == w.disk_bytes);
+      CHECK(wn.device == ws.resident_bytes + ws.device_bytes + ws.staging_bytes);
+      CHECK(wn.host == ws.ram_bytes + ws.bounce_bytes);
+      CHECK(wn.disk == ws.disk_bytes);
       CHECK(s.kv.peak_tiers == kn * n);
-      CHECK(peak == bn);
+      CHECK(held.host == fs.stores().host);  // the logits rows the engine samples from
+      CHECK(peak == wn + kn * n + held);
     }
     // Each case puts bytes where it says (so that the comparisons above are not all zeros).
     CHECK((bn.disk > 0) == (p.weight_gpu_percent + p.weight_cpu_percent < 100 ||

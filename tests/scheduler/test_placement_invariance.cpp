@@ -181,13 +181,15 @@ TEST_CASE("tier capacities defer admission without changing any result", "[model
   const auto reqs = requests();
   Policy free_policy = placement(100, 0, 0, 100, true);  // KV on the host tier, in RAM
   const Run ref = run(free_policy, reqs, false);
-  // Room on the host tier for about two sequences' KV at a time.
+  // Room in RAM beside the weights (on the CPU backend --cpu-mem bounds all of it) for about two
+  // sequences' KV and forwards at a time.
   EngineOptions eo;
   eo.model = test::default_model_path();
   Engine probe(eo);
+  const int64_t weights = probe.peak_bytes().memory();
   const int64_t per_seq = probe.config().kv_bytes_per_token() * 16;
   Policy capped = free_policy;
-  capped.cpu_mem = 2 * per_seq;
+  capped.cpu_mem = weights + 2 * per_seq + (int64_t{2} << 20);
   const Run r = run(capped, reqs, false);
   for (size_t i = 0; i < reqs.size(); ++i) {
     INFO("request " << i << ": " << r.results[i].error);
@@ -195,7 +197,7 @@ TEST_CASE("tier capacities defer admission without changing any result", "[model
   }
   // A request that cannot fit even alone gets an error naming the flag; the rest still run.
   Policy tiny = free_policy;
-  tiny.cpu_mem = per_seq / 4;
+  tiny.cpu_mem = weights + per_seq / 4;
   const Run t = run(tiny, reqs, false);
   for (const auto& res : t.results) {
     CHECK(res.finish_reason == FinishReason::kError);
@@ -204,29 +206,90 @@ TEST_CASE("tier capacities defer admission without changing any result", "[model
 }
 
 TEST_CASE("a capacity limit must bound the KV cache when it sizes the batch", "[model][memory]") {
-  // The cache on the GPU tier (RAM on the CPU backend) and only --cpu-mem given: nothing would
-  // bound admission, nor bench's fit (it once tried 2^20 sequences).
+  // Without a batch size a capacity limit decides how many sequences run: one must bound the
+  // tier the KV cache is on, or admission (and bench's fit, which once tried 2^20 sequences)
+  // would be unbounded. On the CPU backend the GPU and CPU tiers are both RAM: --cpu-mem alone
+  // bounds a cache on either (it was refused with the cache on the GPU tier).
   EngineOptions eo;
   eo.model = test::default_model_path();
   eo.policy = placement(100, 0, 100, 0, true);
+  eo.policy.cpu_mem = int64_t{1} << 30;
+  const int64_t fit = Engine(eo).fit_sequences(32, 32);
+  CHECK(fit > 0);
+  CHECK(fit < (int64_t{1} << 20));
+  eo.policy.cpu_mem = 0;
+  eo.policy.gpu_mem = int64_t{1} << 30;
+  CHECK(Engine(eo).fit_sequences(32, 32) == fit);  // the same RAM, by either flag
+  // Only the disk limited, the cache wholly in RAM: the default RAM limit (what is available
+  // now) bounds it.
+  eo.policy.gpu_mem = 0;
+  eo.policy.disk_mem = int64_t{1} << 30;
+  CHECK(Engine(eo).fit_sequences(32, 32) < (int64_t{1} << 20));
+  // Where device memory is not host memory (a GPU; here the emulated device) the tiers are apart:
+  // --cpu-mem does not bound a cache in GPU memory.
+  eo.backend = BackendKind::kCpuEmulatedDevice;
+  eo.policy.disk_mem = 0;
   eo.policy.cpu_mem = int64_t{1} << 30;
   try {
     Engine e(eo);
     FAIL("an unbounded KV cache was accepted");
   } catch (const Error& e) {
     CHECK(e.category() == ErrorCategory::kConfig);
-    CHECK_THAT(e.what(), Catch::Contains("GPU (--gpu-mem)") && Catch::Contains("--gpu-batch-size"));
+    CHECK_THAT(e.what(), Catch::Contains("the KV cache is in GPU memory, which --cpu-mem does "
+                                         "not limit") &&
+                             Catch::Contains("--gpu-batch-size") && Catch::Contains("--gpu-mem"));
   }
-  // A limit on the cache's tier bounds it, and so does a given batch size.
-  eo.policy.cpu_mem = 0;
-  eo.policy.gpu_mem = int64_t{1} << 30;
-  const int64_t fit = Engine(eo).fit_sequences(64);
-  CHECK(fit > 0);
-  CHECK(fit < (int64_t{1} << 20));
-  eo.policy.gpu_mem = 0;
-  eo.policy.cpu_mem = int64_t{1} << 30;
   eo.policy.batch_given = true;
   CHECK_NOTHROW(Engine(eo));
+}
+
+TEST_CASE("--cpu-mem bounds every RAM byte of the weights on the CPU backend", "[model][memory]") {
+  // The resident tensors (embedding, output head) and the blobs homed on the GPU tier are RAM
+  // on the CPU backend: a limit below them refuses the job before anything is placed (they were
+  // not counted: a 250M limit ran at 780 MB).
+  EngineOptions eo;
+  eo.model = test::default_model_path();
+  eo.policy = placement(100, 0, 100, 0, true);
+  eo.policy.batch_given = true;
+  const Engine probe(eo);
+  const EngineStats::Weights w = probe.stats().weights;
+  REQUIRE(w.resident_bytes > 0);
+  eo.policy.cpu_mem = w.resident_bytes + w.ram_bytes - 4096;
+  try {
+    Engine e(eo);
+    FAIL("weights past --cpu-mem were placed");
+  } catch (const Error& e) {
+    CHECK(e.category() == ErrorCategory::kConfig);
+    CHECK_THAT(e.what(), Catch::Contains("the model's weights need") &&
+                             Catch::Contains("of RAM but --cpu-mem is"));
+  }
+}
+
+TEST_CASE("admission counts the forwards' buffers against the limits", "[model][memory]") {
+  // Caps alone decide the batch: every byte the stores and the block executor hold — the
+  // weights, the KV tables and the forwards' hidden rows, scratch and logits rows — stays within
+  // --cpu-mem, and results do not change.
+  const auto reqs = requests();
+  Policy p = placement(100, 0, 100, 0, true);
+  const Run ref = run(p, reqs, false);
+  EngineOptions eo;
+  eo.model = test::default_model_path();
+  eo.policy = p;
+  eo.policy.batch_given = true;
+  const int64_t weights = Engine(eo).peak_bytes().memory();
+  const int64_t per_seq = Engine(eo).config().kv_bytes_per_token() * 16;
+  eo.policy.batch_given = false;
+  eo.policy.cpu_mem = weights + 3 * per_seq + (int64_t{1} << 20);
+  Engine engine(eo);
+  const std::vector<Result> res = engine.generate(reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    INFO("request " << i << ": " << res[i].error);
+    CHECK(res[i].tokens == ref.results[i].tokens);
+  }
+  const EngineStats s = engine.stats();
+  CHECK(s.forward.memory() > 0);
+  CHECK(engine.peak_bytes().memory() <= eo.policy.cpu_mem);
+  CHECK(engine.last_stats().peak_active < static_cast<int64_t>(reqs.size()));
 }
 
 TEST_CASE("a request waits while the disk's free space is split among running ones",
@@ -272,10 +335,11 @@ TEST_CASE("a request waits while the disk's free space is split among running on
   }
 }
 
-TEST_CASE("activations that do not fit the disk fail each call the same way", "[model][io]") {
-  // The outgrown activation extent is released before the larger one is allocated: when that
-  // allocation fails the batch must not keep naming the released extent (a later call would
-  // release it twice, or do I/O into space another sequence owns).
+TEST_CASE("activations on disk count against --disk-mem", "[model][io][memory]") {
+  // Activation homes on disk are admission's to count: a request whose forward's activations do
+  // not fit beside the weights gets its own does_not_fit error naming --disk-mem, every other
+  // request runs, and the offload file stays within the limit — call after call (they were not
+  // counted: the job stopped mid-run once the disk was full).
   Policy p = placement(100, 0, 100, 0, true);
   p.act_gpu_percent = p.act_cpu_percent = 0;  // activations on disk
   p.gpu_batch_size = 2;
@@ -293,13 +357,13 @@ TEST_CASE("activations that do not fit the disk fail each call the same way", "[
   reqs[0].prompt = std::string(400, 'x');  // a forward's activations past 64 KiB
   for (int call = 1; call <= 2; ++call) {
     INFO("call " << call);
-    try {
-      engine.generate(reqs);
-      FAIL("activations past --disk-mem were placed");
-    } catch (const Error& e) {
-      CHECK(e.category() == ErrorCategory::kResource);
-      CHECK_THAT(e.what(), Catch::Contains("--disk-mem"));
-    }
+    const std::vector<Result> res = engine.generate(reqs);
+    CHECK(res[0].error_kind == RequestErrorKind::kDoesNotFit);
+    CHECK_THAT(res[0].error, Catch::Contains("--disk-mem"));
+    CHECK(res[1].error.empty());
+    CHECK(res[1].tokens.size() == static_cast<size_t>(reqs[1].sampling.max_tokens));
+    CHECK(engine.stats().disk.allocated_bytes <= p.disk_mem);
+    CHECK(engine.peak_bytes().disk <= p.disk_mem);
   }
 }
 
