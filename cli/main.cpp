@@ -131,17 +131,19 @@ Policy plan_for_job(const CommonFlags& f, const std::vector<JobLine>& lines, con
   std::vector<Request> requests;
   for (const JobLine& l : lines)
     if (l.request) requests.push_back(*l.request);
-  OpenedModel opened = open_model(f.model, stop);
-  const Tokenizer tokenizer(std::move(opened.vocab));
-  Workload w = job_workload(tokenizer, requests, max_context, stop);
+  Workload w = [&] {  // the tokenizer goes before the planning inputs are measured
+    OpenedModel opened = open_model(f.model, stop);
+    const Tokenizer tokenizer(std::move(opened.vocab));
+    return job_workload(tokenizer, requests, max_context, stop);
+  }();
   if (w.num_requests == 0) return unplanned_policy(base);
   set_workload_chunk(f, w);
-  const PlanningContext ctx{f.model, base.weight_storage(f.weight_dtype), f.threads, "",
-                            base.offload_dir, [&](const std::string& what) {
-                              calibration_progress(what);
-                              stop.check("plan");  // between calibration steps
-                            }};
-  return auto_plan(planning_inputs(ctx), w, base, stop).policy;
+  PlanningContext ctx{f.model, base.weight_storage(f.weight_dtype), f.threads, "",
+                      base.offload_dir, [&](const std::string& what) {
+                        calibration_progress(what);
+                        stop.check("plan");  // between calibration steps
+                      }};
+  return auto_plan(planning_inputs(ctx.limits_of(base)), w, base, stop).policy;
 }
 
 // A failure as the command reports it: one line, the exit status (2: the configuration; 1: the
@@ -269,7 +271,8 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
   std::optional<PlanningInputs> in;
   if (pf.auto_policy() || predict_flag)
     in = planning_inputs(PlanningContext{f.model, variants.front().weight_storage(f.weight_dtype), f.threads, "",
-                                         variants.front().offload_dir, calibration_progress});
+                                         variants.front().offload_dir, calibration_progress}
+                             .limits_of(variants.front()));
   for (Policy p : variants) {
     if (pf.auto_policy()) p = auto_plan(*in, w, p).policy;
     Engine engine(engine_options(f, p, bo.prompt_len + bo.gen_len));

@@ -121,7 +121,7 @@ int PlanCommand::run() const {
   const Policy base = policy.resolve();
   const WeightMode storage = base.weight_storage(WeightMode::parse(weight_dtype));
   PlanningContext ctx{model, storage, threads, profile, base.offload_dir, progress};
-  const PlanningInputs in = planning_inputs(ctx);
+  const PlanningInputs in = planning_inputs(ctx.limits_of(base));
   Workload w = workload;
   if (prefill_chunk > 0) w.prefill_chunk = prefill_chunk;
   PlanOptions o = calibrated_plan_options(w, base);

@@ -16,6 +16,8 @@
 #include "runtime/model/kv_codec.h"
 #include "runtime/core/buffer.h"
 #include "runtime/core/error.h"
+#include "runtime/core/log.h"
+#include "runtime/core/memory_info.h"
 #include "runtime/text/sampler.h"
 
 namespace offgen {
@@ -27,6 +29,7 @@ using Clock = std::chrono::steady_clock;
 template <typename Fn>
 double median_time(Fn&& fn, int reps, double budget) {
   fn();
+  sample_anon_peak();  // while the measurement's buffers are held
   std::vector<double> t;
   const auto start = Clock::now();
   while (static_cast<int>(t.size()) < reps ||
@@ -47,6 +50,7 @@ std::string today() {
 }
 
 void step(const CalibrateOptions& o, const std::string& what) {
+  log_debug("calibrating: anonymous memory {} before {}", format_bytes(rss_bytes().anon), what);
   if (o.on_step) o.on_step(what);
 }
 
@@ -96,10 +100,18 @@ HardwareProfile measure_transfers(const CalibrateOptions& o, HardwareProfile p) 
   p.offload_dir = no.dir;
   NvmeStore store(no);
   p.direct_io = store.direct();
-  const std::vector<uint64_t> sizes =
-      o.quick ? std::vector<uint64_t>{4096, 1 << 20}
-              : std::vector<uint64_t>{4096, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20};
-  const uint64_t span = o.quick ? 8ull << 20 : 256ull << 20;  // file region the ops cycle over
+  // Within the limits: the file region the ops cycle over fits the disk limit, the op buffer a
+  // quarter of the RAM limit (a few sizes always: the smallest two).
+  uint64_t span = o.quick ? 8ull << 20 : 256ull << 20;
+  if (o.disk_limit > 0) span = std::max<uint64_t>(align_down(o.disk_limit), 8192);
+  const auto ram_room = [&](uint64_t bytes, uint64_t share) {
+    return o.memory_limit <= 0 || bytes <= static_cast<uint64_t>(o.memory_limit) / share;
+  };
+  std::vector<uint64_t> sizes;
+  for (uint64_t size : o.quick ? std::vector<uint64_t>{4096, 1 << 20}
+                               : std::vector<uint64_t>{4096, 16 << 10, 64 << 10, 256 << 10, 1 << 20,
+                                                       4 << 20, 16 << 20})
+    if (size <= span / 2 && (sizes.size() < 2 || ram_room(size, 4))) sizes.push_back(size);
   const Extent extent = store.allocate(span);
   AlignedHostBuffer buf(sizes.back());
   std::memset(buf.data(), 0x5a, buf.capacity());
@@ -127,9 +139,10 @@ HardwareProfile measure_transfers(const CalibrateOptions& o, HardwareProfile p) 
       c.seconds.push_back(median_time(op, reps, o.quick ? 0.0 : 0.3));
     }
   }
-  const std::vector<uint64_t> copy_sizes =
-      o.quick ? std::vector<uint64_t>{4096, 1 << 20}
-              : std::vector<uint64_t>{4096, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  std::vector<uint64_t> copy_sizes;  // two buffers of the largest
+  for (uint64_t size : o.quick ? std::vector<uint64_t>{4096, 1 << 20}
+                               : std::vector<uint64_t>{4096, 64 << 10, 1 << 20, 16 << 20, 64 << 20})
+    if (copy_sizes.size() < 2 || ram_room(size, 4)) copy_sizes.push_back(size);
   std::vector<std::byte> from(copy_sizes.back(), std::byte{1}), to(copy_sizes.back());
   for (uint64_t size : copy_sizes) {
     step(o, fmt::format("RAM copy {} KiB", size >> 10));
@@ -146,9 +159,12 @@ ComputeProfile measure_compute(const DecoderModel& model, const std::string& wei
   ComputeProfile out;
   out.model_key = model_key(c, weight_dtype);
   out.threads = model.backend().threads().threads();
+  out.memory_limit = o.memory_limit;
   // Copies of each unit's blob, cycled through so that weights stream from RAM as in a forward
-  // over all layers (one copy would stay in the last-level cache).
-  const int64_t stream_bytes = o.quick ? (8 << 20) : (128 << 20);
+  // over all layers (one copy would stay in the last-level cache); within a limit, a quarter of
+  // it for both units' copies.
+  int64_t stream_bytes = o.quick ? (8 << 20) : (128 << 20);
+  if (o.memory_limit > 0) stream_bytes = std::min(stream_bytes, o.memory_limit / 8);
   std::vector<Buffer> blobs[2];
   for (int unit = 0; unit < 2; ++unit) {
     const int64_t bytes = model.unit_bytes(unit);
@@ -160,6 +176,33 @@ ComputeProfile measure_compute(const DecoderModel& model, const std::string& wei
     }
   }
   size_t next_blob[2] = {0, 0};
+  // Within a limit: beside the blobs, each measurement's KV tables while it runs, and what is
+  // kept at its largest from one measurement to the next — the scratch, the hidden rows and
+  // their copy and the backend's workspace per row, each thread's attention scores, the logits
+  // rows and a sampler's candidates. The shapes are chosen in the order they are measured.
+  const ForwardLayout f = model.forward_layout();
+  int64_t room = o.memory_limit;
+  for (const auto& copies : blobs)
+    for (const Buffer& b : copies) room -= b.bytes();
+  const int64_t per_row = 2 * f.hidden_row_bytes + f.scratch_row_bytes + f.work_row_bytes;
+  int64_t kept_rows = 0, kept_scores = 0, kept_logits = 0;
+  auto tables = [&](int64_t seqs, int64_t capacity, bool evict) {
+    return seqs * capacity * (2 * c.kv_dim() * 4 + (evict ? 3 * c.n_kv_heads * 4 : 0));
+  };
+  auto scores = [&](int64_t n_new, int64_t capacity) {
+    return f.threads * n_new * ((capacity + f.key_block - 1) / f.key_block * f.key_block) *
+           f.score_bytes;
+  };
+  // Whether a measurement of this many rows, scores, logits and tables fits beside what is kept
+  // (always: the smallest shapes); when it does, what it keeps is counted from then on.
+  auto take = [&](int64_t rows, int64_t score, int64_t logits, int64_t table, bool always) {
+    const int64_t r = std::max(kept_rows, rows), s = std::max(kept_scores, score),
+                  l = std::max(kept_logits, logits);
+    const int64_t need = r * per_row + f.scratch_buffers * 4096 + s + l + table;
+    if (!always && o.memory_limit > 0 && need > room) return false;
+    kept_rows = r, kept_scores = s, kept_logits = l;
+    return true;
+  };
   DecoderScratch scratch;
   const auto kv_policy = make_kv_policy(KvPolicyConfig{.kind = KvPolicyKind::kH2o});
   const int reps = o.quick ? 1 : 3;
@@ -193,9 +236,11 @@ ComputeProfile measure_compute(const DecoderModel& model, const std::string& wei
         reps, budget);
   };
 
-  const std::vector<int64_t> rows = o.quick ? std::vector<int64_t>{1, 16, 128}
-                                            : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128,
-                                                                   256, 512, 1024, 2048};
+  std::vector<int64_t> rows;
+  for (int64_t r : o.quick ? std::vector<int64_t>{1, 16, 128}
+                           : std::vector<int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024,
+                                                  2048})
+    if (take(r, scores(1, 1), 0, tables(r, 1, false), rows.size() < 2)) rows.push_back(r);
   for (int64_t r : rows) {
     step(o, fmt::format("units at {} rows", r));
     out.mlp.x.push_back(static_cast<double>(r));
@@ -207,9 +252,17 @@ ComputeProfile measure_compute(const DecoderModel& model, const std::string& wei
   // (equal rows, so the projections cancel). Prefill: prompts of n tokens filling one forward,
   // minus attn_base at its rows, per n (the cost per pair grows with n as K/V outgrow the caches). Full caches and
   // h2o tables (statistics accumulated; in decode a victim overwritten per head).
-  const int64_t g = o.quick ? 8 : 64, l1 = 32, l2 = o.quick ? 256 : 1024;
-  const std::vector<int64_t> lens = o.quick ? std::vector<int64_t>{32, 128}
-                                            : std::vector<int64_t>{32, 64, 128, 256, 512, 1024, 2048};
+  int64_t g = o.quick ? 8 : 64, l2 = o.quick ? 256 : 1024;
+  const int64_t l1 = 32;
+  // Within a limit: fewer sequences, then a shorter long past.
+  while (!take(g, scores(1, l2 + 1), 0, tables(g, l2 + 1, true), g <= 4 && l2 <= 4 * l1))
+    (g > 4 ? g : l2) /= 2;
+  std::vector<int64_t> lens;
+  for (int64_t n : o.quick ? std::vector<int64_t>{32, 128}
+                           : std::vector<int64_t>{32, 64, 128, 256, 512, 1024, 2048}) {
+    const int64_t seqs = std::max<int64_t>(1, rows.back() / n);
+    if (take(seqs * n, scores(n, n), 0, tables(seqs, n, true), lens.empty())) lens.push_back(n);
+  }
   for (const bool evict : {false, true}) {
     step(o, fmt::format("decode attention{}", evict ? " (h2o)" : ""));
     const double d1 = unit_time(0, g, 1, l1, evict ? l1 : l1 + 1, evict);
@@ -239,8 +292,11 @@ ComputeProfile measure_compute(const DecoderModel& model, const std::string& wei
   }
   // Output head and sampling (the engine's default sampling parameters) per sequence.
   std::vector<float> logits;
-  const std::vector<int64_t> seqs = o.quick ? std::vector<int64_t>{1, 16}
-                                            : std::vector<int64_t>{1, 4, 16, 64, 256, 1024};
+  std::vector<int64_t> seqs;
+  for (int64_t s : o.quick ? std::vector<int64_t>{1, 16}
+                           : std::vector<int64_t>{1, 4, 16, 64, 256, 1024})
+    if (take(s, 0, s * f.logits_row_bytes + 2 * f.sample_row_bytes, 0, seqs.size() < 2))
+      seqs.push_back(s);
   for (int64_t s : seqs) {
     step(o, fmt::format("output head for {} sequences", s));
     hidden0.resize(s * c.d_model);

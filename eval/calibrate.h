@@ -16,6 +16,12 @@ namespace offgen {
 struct CalibrateOptions {
   std::string offload_dir;  // disk to measure; empty: $TMPDIR or /tmp
   bool quick = false;       // fewer sizes and repetitions (tests; rougher figures)
+  // RAM the measurements may hold at once beside the model (0: no limit): buffers, KV tables,
+  // activations, logits. Shapes past it are left out (the curves extrapolate them); the sizes
+  // measured always include the smallest ones.
+  int64_t memory_limit = 0;
+  // Disk bytes the transfer measurements may write into the offload dir (0: no limit).
+  int64_t disk_limit = 0;
   // Called before each measurement with a short description (progress on stderr).
   std::function<void(const std::string&)> on_step;
 };

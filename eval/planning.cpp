@@ -8,9 +8,12 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "runtime/backend/backend.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
+#include "runtime/core/memory_info.h"
 #include "runtime/loaders/model_loader.h"
 #include "runtime/core/atomic_file.h"
 #include "scheduler/engine.h"
@@ -47,6 +50,7 @@ void save_profile(const std::string& path, const HardwareProfile& p) {
 }
 
 PlanningInputs planning_inputs(const PlanningContext& ctx) {
+  trim_free_memory();  // what reading the requests freed: a calibration below keeps to a limit
   const std::string path = ctx.profile_path.empty() ? default_profile_path() : ctx.profile_path;
   PlanningInputs in;
   bool have = std::filesystem::exists(path), changed = false;
@@ -65,19 +69,44 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
   CalibrateOptions co;
   co.offload_dir = ctx.offload_dir;
   co.on_step = ctx.on_step;
+  co.disk_limit = ctx.disk_limit;
+  auto limits = [&] {
+    return ctx.ram_limit > 0 ? fmt::format(", within {} of RAM", format_bytes(ctx.ram_limit))
+                             : std::string();
+  };
   if (!have || in.hw.disk_read.empty() || in.hw.ram_copy.empty()) {
+    std::fprintf(stderr,
+                 "offgen: %s has no disk and RAM figures of this machine: measuring them once "
+                 "(about 10 s%s)\n",
+                 path.c_str(), limits().c_str());
+    co.memory_limit = ctx.ram_limit > 0 ? std::max<int64_t>(ctx.ram_limit - kPlanningOverhead,
+                                                            int64_t{16} << 20)
+                                        : 0;
     in.hw = measure_transfers(co, std::move(in.hw));
     changed = true;
   }
   auto backend = make_cpu_backend(ctx.threads, ctx.weight_dtype);
   OpenedModel opened = open_model(ctx.model);
   DecoderModel model(*opened.source, *backend);
+  opened.source->release_pages();  // its tensors are copied out
   const std::string storage = ctx.weight_dtype.name();  // part of the profile's keys
   in.facts = model_facts(model, storage);
   const int threads = backend->threads().threads();
-  if (const ComputeProfile* c = in.hw.find_compute(in.facts.key, threads)) {
-    in.compute = *c;
+  // The measurements share the RAM limit with the model's resident tensors.
+  co.memory_limit =
+      ctx.ram_limit > 0 ? std::max<int64_t>(ctx.ram_limit - model.resident_bytes() -
+                                                kPlanningOverhead,
+                                            int64_t{16} << 20)
+                        : 0;
+  const ComputeProfile* cached = in.hw.find_compute(in.facts.key, threads);
+  if (cached && cached->covers(co.memory_limit)) {
+    in.compute = *cached;
   } else {
+    std::fprintf(stderr,
+                 "offgen: %s has no compute figures of %s at %d threads%s: measuring them once "
+                 "(about 30 s%s)\n",
+                 path.c_str(), ctx.model.c_str(), threads,
+                 cached ? " measured with this much RAM" : "", limits().c_str());
     in.compute = measure_compute(model, storage, co);
     in.hw.put_compute(in.compute);
     changed = true;
@@ -124,6 +153,7 @@ Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& re
       continue;  // reported per request by the run itself
     }
     w.gen_len = std::max<int64_t>(w.gen_len, r.sampling.max_tokens);
+    w.sampling = w.sampling || (r.sampling.temperature != 0.0f && r.forced.empty());
     ++w.num_requests;
   }
   if (max_context > 0)

@@ -28,16 +28,31 @@ struct PlanningContext {
   std::string profile_path;         // empty: default_profile_path(), re-measured when outdated
   std::string offload_dir;          // where to measure the disk when the profile lacks it
   std::function<void(const std::string&)> on_step;  // calibration progress
+  // The limits a calibration run on first use keeps to (0: none): the RAM limit where device
+  // memory is host memory (Policy::ram_mem(): --gpu-mem + --cpu-mem), shared with the model
+  // loaded to measure it, and --disk-mem. Set with limits_of.
+  int64_t ram_limit = 0, disk_limit = 0;
+  PlanningContext& limits_of(const Policy& p) {
+    ram_limit = p.ram_mem();
+    disk_limit = p.disk_mem;
+    return *this;
+  }
 };
 
 // Loads the model's layout and the profile, measuring (and caching) what the profile lacks: the
-// disk and RAM figures, and this model's compute at this thread count.
+// disk and RAM figures, and this model's compute at this thread count (again when the cached
+// figures were measured within a smaller RAM limit). A measurement says so on stderr first, and
+// keeps to ctx's limits: what it holds beside the model stays within ram_limit less the model's
+// resident tensors and kPlanningOverhead.
 struct PlanningInputs {
   ModelFacts facts;
   HardwareProfile hw;
   ComputeProfile compute;
 };
 PlanningInputs planning_inputs(const PlanningContext& ctx);
+// What a calibration leaves out of its RAM limit beside the model's resident tensors: the
+// model's tokenizer and the file's metadata while it is open.
+inline constexpr int64_t kPlanningOverhead = int64_t{32} << 20;
 
 // The planner's options for the backend the calibrated profile describes (the CPU's).
 PlanOptions calibrated_plan_options(const Workload& w, const Policy& base);
@@ -48,7 +63,8 @@ PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& 
                      const StopToken& stop = {});
 
 // The workload a job is planned for: its longest prompt and largest max_tokens over the requests
-// that tokenise (others fail on their own when run), gen_len capped by max_context (0 = none).
+// that tokenise (others fail on their own when run), gen_len capped by max_context (0 = none),
+// sampling when one of them samples on the host.
 // num_requests == 0 when none does (nothing to plan: every request gets its error).
 // Checks `stop` ("plan") every 256 requests.
 Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& requests,

@@ -109,7 +109,8 @@ nlohmann::json HardwareProfile::to_json() const {
                   {"decode_pair", c.decode_pair},
                   {"decode_pair_evict", c.decode_pair_evict},
                   {"prefill_pair", curve_json(c.prefill_pair)},
-                  {"prefill_pair_evict", curve_json(c.prefill_pair_evict)}});
+                  {"prefill_pair_evict", curve_json(c.prefill_pair_evict)},
+                  {"memory_limit", c.memory_limit}});
   j["compute"] = cs;
   return j;
 }
@@ -145,6 +146,9 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::s
     c.decode_pair_evict = r.number(cs[i], "decode_pair_evict", where);
     c.prefill_pair = r.curve(cs[i], "prefill_pair", where);
     c.prefill_pair_evict = r.curve(cs[i], "prefill_pair_evict", where);
+    // Absent in profiles measured before limits were recorded: measured without one.
+    if (cs[i].contains("memory_limit"))
+      c.memory_limit = static_cast<int64_t>(r.number(cs[i], "memory_limit", where));
     p.compute.push_back(std::move(c));
   }
   return p;

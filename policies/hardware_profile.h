@@ -31,6 +31,13 @@ struct ComputeProfile {
   double decode_pair = 0, decode_pair_evict = 0;  // one new token over a long cache
   TimeCurve prefill_pair, prefill_pair_evict;     // causal chunk of x tokens (n(n+1)/2 pairs);
                                                   // grows with x as K/V leave the caches
+  // The RAM the measurements were held to (0: none). Shapes that would have needed more were
+  // left out (the curves extrapolate them); a later plan with more RAM measures again.
+  int64_t memory_limit = 0;
+  // Whether these figures serve a plan whose measurements may hold `limit` bytes (0: no limit).
+  bool covers(int64_t limit) const {
+    return memory_limit == 0 || (limit > 0 && limit <= memory_limit);
+  }
 };
 
 struct HardwareProfile {

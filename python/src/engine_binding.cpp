@@ -180,11 +180,13 @@ std::pair<Policy, bool> plan_job(const std::string& model, const std::string& we
   std::vector<Request> requests;
   for (const JobLine& l : parse_lines(lines, defaults, chat))
     if (l.request) requests.push_back(*l.request);
-  OpenedModel opened = open_model(model);
-  const Tokenizer tokenizer(std::move(opened.vocab));
-  const Workload w = job_workload(tokenizer, requests, max_context);
+  const Workload w = [&] {  // the tokenizer goes before the planning inputs are measured
+    OpenedModel opened = open_model(model);
+    const Tokenizer tokenizer(std::move(opened.vocab));
+    return job_workload(tokenizer, requests, max_context);
+  }();
   if (w.num_requests == 0) return {unplanned_policy(base), false};
-  const PlanningContext ctx{model,
+  PlanningContext ctx{model,
                             base.weight_storage(WeightMode::parse(weight_dtype)),
                             threads,
                             "",
@@ -192,7 +194,7 @@ std::pair<Policy, bool> plan_job(const std::string& model, const std::string& we
                             [](const std::string& what) {
                               std::fprintf(stderr, "offgen: calibrating: %s\n", what.c_str());
                             }};
-  return {auto_plan(planning_inputs(ctx), w, base).policy, true};
+  return {auto_plan(planning_inputs(ctx.limits_of(base)), w, base).policy, true};
 }
 
 }  // namespace

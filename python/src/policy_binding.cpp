@@ -30,7 +30,7 @@ struct PlanAnswer {
 PlanAnswer run_plan(const std::string& model, const std::string& weight_dtype, int threads,
                     const std::string& profile, const Policy& base, const Workload& workload,
                     int64_t max_batch) {
-  const PlanningContext ctx{model,
+  PlanningContext ctx{model,
                             base.weight_storage(WeightMode::parse(weight_dtype)),
                             threads,
                             profile,
@@ -38,7 +38,7 @@ PlanAnswer run_plan(const std::string& model, const std::string& weight_dtype, i
                             [](const std::string& what) {
                               std::fprintf(stderr, "offgen: calibrating: %s\n", what.c_str());
                             }};
-  const PlanningInputs in = planning_inputs(ctx);
+  const PlanningInputs in = planning_inputs(ctx.limits_of(base));
   PlanOptions o;
   o.workload = workload;
   o.base = base;

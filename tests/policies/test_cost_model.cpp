@@ -304,6 +304,14 @@ TEST_CASE("hardware profile: JSON round trip, interpolation, field-named errors"
   REQUIRE(back.find_compute("tiny", 1) != nullptr);
   CHECK(back.find_compute("tiny", 2) == nullptr);
   CHECK(back.compute[0].decode_pair_evict == 2e-6);
+  // The RAM limit a calibration kept to; absent in older profiles: none.
+  HardwareProfile limited = hw;
+  limited.compute[0].memory_limit = int64_t{3} << 30;
+  CHECK(HardwareProfile::from_json(limited.to_json(), "p.json").compute[0].memory_limit ==
+        int64_t{3} << 30);
+  nlohmann::json old = hw.to_json();
+  old["compute"][0].erase("memory_limit");
+  CHECK(HardwareProfile::from_json(old, "p.json").compute[0].memory_limit == 0);
   CHECK(hw.disk_read.at(6144) == Approx(1.5e-3));  // between points
   CHECK(hw.disk_read.at(16384) == Approx(4e-3));   // past the last: the last segment's slope
   CHECK(hw.disk_read.at(2048) == Approx(0.5e-3));  // before the first
