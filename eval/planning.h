@@ -7,7 +7,7 @@
 #include <string>
 
 #include "policies/planner.h"
-#include "runtime/backend/backend_caps.h"
+#include "runtime/core/backend_caps.h"
 #include "runtime/core/stop.h"
 #include "eval/calibrate.h"
 #include "runtime/text/tokenizer.h"

@@ -10,7 +10,7 @@
 
 #include "policies/hardware_profile.h"
 #include "policies/policy.h"
-#include "runtime/backend/backend_caps.h"
+#include "runtime/core/backend_caps.h"
 #include "runtime/model/config.h"
 
 namespace offgen {

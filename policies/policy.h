@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "policies/kv/kv_policy.h"
-#include "runtime/backend/backend_caps.h"
+#include "runtime/core/backend_caps.h"
 #include "runtime/core/placement.h"
 
 namespace offgen {

@@ -18,7 +18,7 @@
 #include "runtime/core/buffer.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/threading.h"
-#include "runtime/backend/backend_caps.h"
+#include "runtime/core/backend_caps.h"
 #include "runtime/backend/rope_style.h"
 
 namespace offgen {

@@ -14,6 +14,7 @@
 #include "runtime/backend/cpu/gemm.h"
 #include "runtime/backend/cpu/cpu_kernels.h"
 #include "runtime/backend/cuda/cuda_backend.h"
+#include "runtime/core/backend_caps.h"
 #include "runtime/core/error.h"
 #include "runtime/core/formats.h"
 

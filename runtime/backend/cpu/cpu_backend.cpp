@@ -22,21 +22,6 @@
 
 namespace offgen {
 
-BackendCaps cpu_backend_caps(bool emulate_device) {
-  BackendCaps c;
-  // Every format with an entry in the CPU kernel table (f32, bf16, q4g64, GGML block formats).
-  for (const FormatTraits& f : all_formats())
-    if (cpu::cpu_matmul_kernel(f.type) != nullptr)
-      c.matmul_storages |= BackendCaps::storage_bit(f.type);
-  c.calibrated_profile = !emulate_device;
-  c.device_is_host = !emulate_device;
-  // The emulated device has what the GPU backend has: KV wholly on the device or, computed on
-  // the CPU, wholly in host memory; activations on the device; no compressed KV cache.
-  c.kv_split = c.kv_on_disk = c.compress_cache = c.activation_offload = !emulate_device;
-  c.cpu_cache_compute = true;
-  return c;
-}
-
 CpuBackend::CpuBackend(int threads, WeightMode weights, bool emulate_device)
     : ctx_(threads), weights_(weights), emulate_device_(emulate_device) {
   if (weights.native) return;

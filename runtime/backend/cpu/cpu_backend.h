@@ -7,10 +7,6 @@
 
 namespace offgen {
 
-// What the CPU backend supports (its emulated device: no device tier shared with the host, and
-// only what a GPU backend supports so far).
-BackendCaps cpu_backend_caps(bool emulate_device);
-
 class CpuBackend final : public Backend {
  public:
   // weights: f32 (exact, default), bf16 (half the bytes, ~2x GEMM; needs AVX512-BF16), q4g64

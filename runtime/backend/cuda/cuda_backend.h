@@ -20,10 +20,4 @@ bool cuda_available(std::string* why, int device = 0);
 // Whether this build compiled the CUDA backend at all.
 bool cuda_compiled();
 
-// What the CUDA backend supports (cuda_caps.cpp, built with or without CUDA): GPU memory of its
-// own; matmul weights f32, f16, bf16, q4g64 and every GGML block format (a device dequantiser
-// each, cuda_quant_cuda.cu); the KV cache wholly in GPU memory or, with cpu_cache_compute, wholly
-// in host memory; activations in GPU memory; whole-block prefills.
-BackendCaps cuda_backend_caps();
-
 }  // namespace offgen

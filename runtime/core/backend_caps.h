@@ -1,7 +1,7 @@
 // Backend kinds, the weight storage option (WeightMode) and what each backend supports
-// (BackendCaps), known without constructing a device: the engine validates its options, the CLI
-// checks its flags and the planner reads tiers from here.
-// Each backend describes itself in its own folder; backend.cpp registers the kinds.
+// (BackendCaps): data every layer may read without the backend layer (the engine validates its
+// options, the CLI checks its flags, policies and the planner read tiers and formats here).
+// One row per kind in backend_caps.cpp; runtime/backend/backend.cpp holds the factories.
 #pragma once
 
 #include <cstdint>
@@ -52,7 +52,7 @@ struct BackendCaps {
   // Prompt tokens per prefill forward. On the CPU 1024: a forward's activations stay in cache for
   // small models (prefill at batch 16-64 over 512-token prompts 5-10% faster than 2048 on
   // SmolLM2 135M and Gemma 3 270M, a few % on a 7B shape; bench/RESULTS.md); the GPU takes
-  // whole blocks (cuda_caps).
+  // whole blocks (cuda_backend_caps).
   int64_t default_prefill_chunk = 1024;
   // `offgen calibrate`'s hardware profile describes this backend (the planner, --predict).
   bool calibrated_profile = true;
@@ -71,5 +71,10 @@ std::vector<std::string> backend_flag_names();
 BackendKind parse_backend_kind(std::string_view name);
 // What `kind` supports, whether or not this build or machine can run it.
 BackendCaps backend_caps(BackendKind kind);
+// The rows of the capability table: the CPU backend (emulate_device: posing as a device, with
+// only what a GPU backend supports so far) and the CUDA backend (known without a GPU or CUDA in
+// the build).
+BackendCaps cpu_backend_caps(bool emulate_device);
+BackendCaps cuda_backend_caps();
 
 }  // namespace offgen

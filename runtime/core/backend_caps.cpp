@@ -1,0 +1,122 @@
+// The backend capability table (one row per kind: name, whether --backend offers it, what it
+// supports) and WeightMode's text form, parsed once at the edges (CLI flags, eval/plan options,
+// the Python binding) and printed in reports and the resume fingerprint.
+#include "runtime/core/backend_caps.h"
+
+#include <string>
+
+#include <fmt/format.h>
+
+#include "runtime/core/dtype.h"
+#include "runtime/core/error.h"
+#include "runtime/core/formats.h"
+
+namespace offgen {
+
+WeightMode WeightMode::parse(std::string_view name) {
+  if (name == "native") return native_mode();
+  try {
+    return WeightMode(dtype_from_name(name));
+  } catch (const Error&) {
+    OFFGEN_THROW(kConfig,
+                 "--weight-dtype {}: expected native, f32, bf16, f16 (GPU) or a GGML block "
+                 "format to quantise to (q8_0, q4_0, q4_k, q5_k, q6_k)",
+                 name);
+  }
+}
+
+std::string WeightMode::name() const {
+  return native ? std::string("native") : std::string(dtype_name(storage));
+}
+
+BackendCaps cpu_backend_caps(bool emulate_device) {
+  BackendCaps c;
+  // Every format with an entry in the CPU kernel table (f32, bf16, q4g64, GGML block formats:
+  // FormatTraits::matmul_weight, which tests hold equal to runtime/backend/cpu/cpu_kernels.h).
+  for (const FormatTraits& f : all_formats())
+    if (f.matmul_weight) c.matmul_storages |= BackendCaps::storage_bit(f.type);
+  c.calibrated_profile = !emulate_device;
+  c.device_is_host = !emulate_device;
+  // The emulated device has what the GPU backend has: KV wholly on the device or, computed on
+  // the CPU, wholly in host memory; activations on the device; no compressed KV cache.
+  c.kv_split = c.kv_on_disk = c.compress_cache = c.activation_offload = !emulate_device;
+  c.cpu_cache_compute = true;
+  return c;
+}
+
+BackendCaps cuda_backend_caps() {
+  BackendCaps c;
+  c.device_is_host = false;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4G64})
+    c.matmul_storages |= BackendCaps::storage_bit(t);
+  // GGML blocks stay as they are in GPU memory and are dequantised for cuBLAS (dequant_supported).
+  for (const FormatTraits& f : all_formats())
+    if (f.ggml_type != kNoGgmlType) c.matmul_storages |= BackendCaps::storage_bit(f.type);
+  c.kv_split = false;
+  c.kv_on_disk = false;
+  c.compress_cache = false;
+  c.activation_offload = false;
+  c.cpu_cache_compute = true;
+  // A whole block of FlexGen's workload in one forward: weights streamed to the GPU move once.
+  c.default_prefill_chunk = 65536;
+  c.calibrated_profile = false;  // `offgen calibrate` measures the CPU backend
+  return c;
+}
+
+namespace {
+
+// The registered backends: a new one adds its kind, one row here and its factory in
+// runtime/backend/backend.cpp.
+struct KindRow {
+  BackendKind kind;
+  std::string_view name;
+  bool user_selectable;  // offered by --backend (the emulated device is for tests)
+  BackendCaps (*caps)();
+};
+
+const KindRow kKinds[] = {
+    {BackendKind::kCpu, "cpu", true, [] { return cpu_backend_caps(false); }},
+    {BackendKind::kCuda, "cuda", true, &cuda_backend_caps},
+    {BackendKind::kCpuEmulatedDevice, "cpu-emulated-device", false,
+     [] { return cpu_backend_caps(true); }},
+};
+
+const KindRow& row(BackendKind kind) {
+  for (const KindRow& r : kKinds)
+    if (r.kind == kind) return r;
+  OFFGEN_THROW(kInternal, "backend kind {} is not registered", static_cast<int>(kind));
+}
+
+}  // namespace
+
+const std::vector<BackendKind>& backend_kinds() {
+  static const std::vector<BackendKind> kinds = [] {
+    std::vector<BackendKind> out;
+    for (const KindRow& r : kKinds) out.push_back(r.kind);
+    return out;
+  }();
+  return kinds;
+}
+
+std::string_view backend_name(BackendKind kind) { return row(kind).name; }
+bool backend_user_selectable(BackendKind kind) { return row(kind).user_selectable; }
+BackendCaps backend_caps(BackendKind kind) { return row(kind).caps(); }
+
+std::vector<std::string> backend_flag_names() {
+  std::vector<std::string> out;
+  for (const KindRow& r : kKinds)
+    if (r.user_selectable) out.emplace_back(r.name);
+  return out;
+}
+
+BackendKind parse_backend_kind(std::string_view name) {
+  for (const KindRow& r : kKinds)
+    if (r.name == name) return r.kind;
+  const std::vector<std::string> names = backend_flag_names();
+  const std::string last = names.back();
+  OFFGEN_THROW(kConfig, "--backend {}: expected {}{}{}", name,
+               fmt::join(names.begin(), names.end() - 1, ", "), names.size() > 1 ? " or " : "",
+               last);
+}
+
+}  // namespace offgen
