@@ -10,6 +10,7 @@
 #include "cli/line_plot.h"
 #include "cli/policy_flags.h"
 #include "cli/flag_checks.h"
+#include "policies/policy_overrides.h"
 #include "runtime/core/error.h"
 #include "eval/eval_runner.h"
 #include "runtime/core/atomic_file.h"
@@ -26,8 +27,8 @@ void EvalPplCommand::add_to(CLI::App* eval) {
   add_weight_dtype(cmd_, weight_dtype);
   cmd_->add_flag("--compress-weight", compress_weight,
                  "4-bit group-compressed matmul weights (q4g64), to measure their perplexity cost");
-  cmd_->add_flag("--compress-cache", compress_cache,
-                 "4-bit group-compressed KV cache (q4g64 per head), to measure its perplexity cost");
+  add_kv_dtype(cmd_, kv_dtype, false);
+  cmd_->add_flag("--compress-cache", compress_cache, "--kv-dtype q4g64 (FlexGen's name)");
   cmd_->add_option("--text", texts, "Text file (repeatable, or comma-separated)")->required();
   cmd_->add_option("--kv-policy", policies,
                    "Policies, comma-separated (full always runs as the reference)");
@@ -53,7 +54,11 @@ int EvalPplCommand::run() const {
   eo.threads = threads;
   eo.weight_dtype = WeightMode::parse(weight_dtype);
   eo.policy.compress_weight = compress_weight;
-  eo.policy.compress_cache = compress_cache;
+  PolicyOverrides kv;  // --kv-dtype / --compress-cache as the policy flags resolve them
+  kv.kv_dtype = kv_dtype;
+  if (compress_cache) kv.compress_cache = true;
+  const Policy resolved = kv.resolve();
+  eo.policy.kv_dtype = resolved.kv_dtype;
   EvalPplOptions o;
   for (const std::string& t : texts)
     for (const std::string& one : split_list(t)) o.texts.push_back(one);

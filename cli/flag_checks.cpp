@@ -9,7 +9,10 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "runtime/core/backend_caps.h"
+#include "runtime/core/kv_format.h"
 #include "runtime/text/utf8.h"
 
 namespace offgen {
@@ -71,6 +74,22 @@ CLI::Option* add_weight_dtype(CLI::App* app, std::string& target) {
                        (target.empty() ? std::string() : " (default " + target + ")"))
       ->check(CLI::IsMember(
           {"native", "f32", "bf16", "f16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"}));
+}
+
+CLI::Option* add_kv_dtype(CLI::App* app, std::string& target, bool with_auto) {
+  std::vector<std::string> names;
+  for (DType t : kv_dtypes()) names.emplace_back(dtype_name(t));
+  if (with_auto) names.emplace_back("auto");
+  return app
+      ->add_option("--kv-dtype", target,
+                   fmt::format("KV cache storage, read directly by attention: {} (default: the "
+                               "backend's 16-bit, {} on the CPU, {} on CUDA; q8_0: int8 per 32 "
+                               "values with an fp16 scale; q4g64: FlexGen's 4-bit groups{})",
+                               fmt::join(names, ", "),
+                               dtype_name(backend_caps(BackendKind::kCpu).default_kv_dtype),
+                               dtype_name(backend_caps(BackendKind::kCuda).default_kv_dtype),
+                               with_auto ? "; auto: the planner, with --policy auto" : ""))
+      ->check(CLI::IsMember(names));
 }
 
 CLI::Option* add_prefill_chunk(CLI::App* app, int64_t& target) {

@@ -22,6 +22,9 @@ CLI::Validator utf8_text();
 // --weight-dtype into `target` (its current value is the default the help names): native (GGML
 // blocks as the file holds them), f32, bf16, f16 (GPU), or a GGML block format to quantise to.
 CLI::Option* add_weight_dtype(CLI::App* app, std::string& target);
+// --kv-dtype into `target` ("" = not given: the backend's default): f32, bf16, f16, q8_0 or
+// q4g64, and with `with_auto` also auto (the planner chooses; --policy auto).
+CLI::Option* add_kv_dtype(CLI::App* app, std::string& target, bool with_auto);
 // --prefill-chunk into `target` (0 = the backend's default), for the commands that run or plan
 // the engine.
 CLI::Option* add_prefill_chunk(CLI::App* app, int64_t& target);

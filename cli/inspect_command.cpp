@@ -13,6 +13,7 @@
 #include "runtime/loaders/hf_source.h"
 #include "runtime/loaders/model_loader.h"
 #include "runtime/backend/backend.h"
+#include "runtime/core/error.h"
 #include "runtime/core/memory_info.h"
 #include "runtime/model/decoder.h"
 
@@ -68,7 +69,8 @@ std::string join_dims(const Dims& d) {
 
 }  // namespace
 
-int run_inspect(const std::string& model, int threads, const std::string& weight_dtype) {
+int run_inspect(const std::string& model, int threads, const std::string& weight_dtype,
+                BackendKind backend_kind, const std::string& kv_dtype) {
   OpenedModel om = open_model(model);
   const ModelConfig& c = om.source->config();
   std::printf("model: %s\n  source: %s\n", c.name.c_str(), om.source->describe().c_str());
@@ -113,14 +115,25 @@ int run_inspect(const std::string& model, int threads, const std::string& weight
   std::printf("\n");
   for (const auto& [t, b] : m.bytes_by_format())
     std::printf("    %-8s %10.2f MiB\n", std::string(dtype_name(t)).c_str(), b / 1048576.0);
-  // KV bytes per sequence as the KV store allocates them (fp32, all in memory, no eviction):
-  // sliding-window layers hold only their window.
-  const ModelFacts facts = model_facts(m, weight_dtype);
-  const Policy full;
+  // KV bytes per sequence as the KV store allocates them (in the KV dtype, all in memory, no
+  // eviction): sliding-window layers hold only their window.
+  const BackendCaps caps = backend_caps(backend_kind);
+  ModelFacts facts = model_facts(m, weight_dtype);
+  facts.default_kv_dtype = caps.default_kv_dtype;
+  Policy full;
+  if (!kv_dtype.empty()) full.set_kv_dtype(kv_dtype);
+  const DType kv = full.kv_storage(caps);
+  OFFGEN_CHECK(caps.stores_kv(kv), kConfig, "--backend {} stores the KV cache as {}; not {}",
+               backend_name(backend_kind), caps.kv_dtype_list(), dtype_name(kv));
   auto per_seq = [&](int64_t tokens) {
     return kv_need(facts, full, tokens).memory() / 1048576.0;
   };
-  std::printf("  KV cache: %.1f KiB per token (fp32) over all layers", c.kv_bytes_per_token() / 1024.0);
+  std::printf("  KV cache: %s (%s; the %s backend stores %s), %.1f KiB per token over all layers "
+              "(fp32: %.1f KiB)",
+              std::string(dtype_name(kv)).c_str(),
+              kv_dtype.empty() ? "the backend's default" : "--kv-dtype",
+              std::string(backend_name(backend_kind)).c_str(), caps.kv_dtype_list().c_str(),
+              c.kv_bytes_per_token(kv) / 1024.0, c.kv_bytes_per_token(DType::kF32) / 1024.0);
   if (facts.window_layers > 0)
     std::printf("; %lld sliding-window layers hold only their window of %lld",
                 (long long)facts.window_layers, (long long)facts.window);

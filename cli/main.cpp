@@ -139,10 +139,12 @@ Policy plan_for_job(const CommonFlags& f, const std::vector<JobLine>& lines, con
   if (w.num_requests == 0) return unplanned_policy(base);
   set_workload_chunk(f, w);
   PlanningContext ctx{f.model, base.weight_storage(f.weight_dtype), f.threads, "",
-                      base.offload_dir, [&](const std::string& what) {
+                      base.offload_dir,
+                      [&](const std::string& what) {
                         calibration_progress(what);
                         stop.check("plan");  // between calibration steps
-                      }};
+                      },
+                      planning_kv_dtypes(base)};
   return auto_plan(planning_inputs(ctx.limits_of(base)), w, base, stop).policy;
 }
 
@@ -270,8 +272,10 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
   // The planner's inputs (model layout, hardware profile), loaded once for every variant.
   std::optional<PlanningInputs> in;
   if (pf.auto_policy() || predict_flag)
-    in = planning_inputs(PlanningContext{f.model, variants.front().weight_storage(f.weight_dtype), f.threads, "",
-                                         variants.front().offload_dir, calibration_progress}
+    in = planning_inputs(PlanningContext{f.model, variants.front().weight_storage(f.weight_dtype),
+                                         f.threads, "", variants.front().offload_dir,
+                                         calibration_progress,
+                                         planning_kv_dtypes(variants.front())}
                              .limits_of(variants.front()));
   for (Policy p : variants) {
     if (pf.auto_policy()) p = auto_plan(*in, w, p).policy;
@@ -283,7 +287,7 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
       // The cost model's figures for what ran: these prompts, admitted as the engine admits them.
       Workload ran = w;
       ran.num_requests = r.batch_size;
-      const Prediction pr = predict_workload(in->facts, in->compute, in->hw, p, ran,
+      const Prediction pr = predict_workload(in->facts, in->compute_for(p), in->hw, p, ran,
                                              std::min(r.batch_size, engine.max_active()));
       j.update(prediction_json(pr));
       j["policy_source"] = pf.auto_policy() ? "auto" : "given";
@@ -339,8 +343,8 @@ int cmd_shared_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOpt
   return 0;
 }
 
-int cmd_inspect(const CommonFlags& f) {
-  return run_inspect(f.model, f.threads, f.weight_dtype_text);
+int cmd_inspect(const CommonFlags& f, const std::string& kv_dtype) {
+  return run_inspect(f.model, f.threads, f.weight_dtype_text, f.backend, kv_dtype);
 }
 
 }  // namespace
@@ -427,6 +431,8 @@ int main(int argc, char** argv) {
 
   auto* ins = app.add_subcommand("inspect", "Print a model's config, tensor table and memory footprint");
   add_common(ins, ins_common);
+  std::string ins_kv_dtype;
+  add_kv_dtype(ins, ins_kv_dtype, false);
 
   try {
     app.parse(argc, argv);
@@ -441,7 +447,7 @@ int main(int argc, char** argv) {
     if (gen->get_option("--temperature")->count() > 0)
       job.openai_temperature = job.defaults.temperature;
     if (gen->parsed()) return cmd_generate(gen_common, job, gen_policy, max_context, quiet);
-    if (ins->parsed()) return cmd_inspect(ins_common);
+    if (ins->parsed()) return cmd_inspect(ins_common, ins_kv_dtype);
     if (bench->parsed() && shared_context > 0)
       return cmd_shared_bench(bench_common, bench_policy, bench_opts, shared_context,
                               !shared_no_separate, bench_json);

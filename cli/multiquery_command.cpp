@@ -28,6 +28,7 @@ void EvalMultiqueryCommand::add_to(CLI::App* eval) {
   cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")
       ->check(CLI::Range(0, 1024));
   add_weight_dtype(cmd_, weight_dtype);
+  add_kv_dtype(cmd_, kv_dtype, false);
   std::vector<std::string> context;  // the registry's context policies but the reference
   for (const KvPolicyInfo& p : kv_policies())
     if (p.compresses_context() && p.kind != KvPolicyKind::kFull) context.emplace_back(p.name);
@@ -54,6 +55,7 @@ int EvalMultiqueryCommand::run() const {
   eo.model = model;
   eo.threads = threads;
   eo.weight_dtype = WeightMode::parse(weight_dtype);
+  if (!kv_dtype.empty()) eo.policy.set_kv_dtype(kv_dtype);
   EvalMultiqueryOptions o;
   o.contexts = contexts;
   for (const std::string& name : split_list(policies)) {

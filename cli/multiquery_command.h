@@ -16,7 +16,7 @@ class EvalMultiqueryCommand {
 
  private:
   CLI::App* cmd_ = nullptr;
-  std::string model, weight_dtype = "f32", contexts, json, plot, answers;
+  std::string model, weight_dtype = "f32", contexts, json, plot, answers, kv_dtype;
   std::string policies = "kvzip,h2o,snapkv,sinks", budgets = "1,0.7,0.5,0.3,0.2,0.1";
   int threads = 0;
   int64_t max_tokens = 24, max_contexts = 0;

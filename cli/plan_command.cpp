@@ -9,6 +9,7 @@
 #include "runtime/backend/backend.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
+#include "runtime/core/kv_format.h"
 #include "runtime/loaders/model_loader.h"
 #include "runtime/core/atomic_file.h"
 
@@ -54,6 +55,7 @@ void CalibrateCommand::add_to(CLI::App* app) {
   add_weight_dtype(cmd_, weight_dtype);
   cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
   cmd_->add_flag("--quick", quick, "Fewer sizes and repetitions (rougher; for smoke tests)");
+  add_kv_dtype(cmd_, kv_dtype, false);
 }
 
 int CalibrateCommand::run() const {
@@ -81,7 +83,8 @@ int CalibrateCommand::run() const {
     auto backend = make_cpu_backend(threads, WeightMode::parse(weight_dtype));
     OpenedModel opened = open_model(model);
     DecoderModel m(*opened.source, *backend);
-    const ComputeProfile c = measure_compute(m, weight_dtype, co);
+    const DType kv = kv_dtype.empty() ? backend->caps().default_kv_dtype : parse_kv_dtype(kv_dtype);
+    const ComputeProfile c = measure_compute(m, weight_dtype, kv, co);
     hw.put_compute(c);
     std::printf("compute %s, %d threads:\n", c.model_key.c_str(), c.threads);
     for (size_t i = 0; i < c.mlp.x.size(); ++i)
@@ -120,13 +123,14 @@ void PlanCommand::add_to(CLI::App* app) {
 int PlanCommand::run() const {
   const Policy base = policy.resolve();
   const WeightMode storage = base.weight_storage(WeightMode::parse(weight_dtype));
-  PlanningContext ctx{model, storage, threads, profile, base.offload_dir, progress};
+  PlanningContext ctx{model,    storage, threads, profile, base.offload_dir,
+                      progress, planning_kv_dtypes(base)};
   const PlanningInputs in = planning_inputs(ctx.limits_of(base));
   Workload w = workload;
   if (prefill_chunk > 0) w.prefill_chunk = prefill_chunk;
   PlanOptions o = calibrated_plan_options(w, base);
   o.max_batch = max_batch;
-  const PlanResult r = plan(in.facts, in.compute, in.hw, o);
+  const PlanResult r = plan_inputs(in, o);
   const Prediction& pr = r.prediction;
   std::printf("# offgen plan for %s: prompt %lld, gen %lld, %s\n", in.facts.key.c_str(),
               static_cast<long long>(workload.prompt_len), static_cast<long long>(workload.gen_len),
@@ -137,9 +141,10 @@ int PlanCommand::run() const {
               pr.prefill_throughput, pr.decode_throughput, pr.total_throughput,
               static_cast<long long>(pr.batch), pr.prefill_seconds, pr.decode_seconds,
               workload.num_requests > 0 ? "the requests" : "one block", pr.bottleneck().c_str());
-  std::printf("# memory: device %s, host %s, disk %s (KV %lld slots per sequence)\n",
+  std::printf("# memory: device %s, host %s, disk %s (KV %lld slots per sequence, %s)\n",
               format_bytes(pr.need.device).c_str(), format_bytes(pr.need.host).c_str(),
-              format_bytes(pr.need.disk).c_str(), static_cast<long long>(pr.kv_slots));
+              format_bytes(pr.need.disk).c_str(), static_cast<long long>(pr.kv_slots),
+              std::string(dtype_name(in.facts.kv_dtype(r.policy))).c_str());
   std::printf("# binding constraint: %s\n# %lld candidate policies evaluated\n", r.binding.c_str(),
               static_cast<long long>(r.evaluated));
   std::printf("%s", policy_toml(r.policy).c_str());
@@ -154,6 +159,7 @@ int PlanCommand::run() const {
                     p.cache_cpu_percent, p.act_gpu_percent, p.act_cpu_percent};
     j["overlap"] = p.overlap;
     j["kv_policy"] = p.kv.describe();
+    j["kv_dtype"] = std::string(dtype_name(in.facts.kv_dtype(p)));
     j["kv_slots_per_seq"] = pr.kv_slots;
     j["need_bytes"] = {{"device", pr.need.device}, {"host", pr.need.host}, {"disk", pr.need.disk}};
     j["binding"] = r.binding;

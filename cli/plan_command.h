@@ -22,7 +22,7 @@ class CalibrateCommand {
 
  private:
   CLI::App* cmd_ = nullptr;
-  std::string offload_dir, json, model, weight_dtype = "native";
+  std::string offload_dir, json, model, weight_dtype = "native", kv_dtype;
   int threads = 0;
   bool quick = false;
 };

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/flag_checks.h"
 #include "runtime/core/error.h"
 
 namespace offgen {
@@ -28,9 +29,9 @@ void PolicyFlags::add_to(CLI::App* app) {
   app->add_flag("--compress-weight", compress_weight_,
                 "Keep matmul weights as 4-bit groups (FlexGen's q4g64) on every tier and in transit, "
                 "dequantised to fp32 just before each matmul (replaces --weight-dtype storage)");
+  add_kv_dtype(app, kv_dtype_, true);
   app->add_flag("--compress-cache", compress_cache_,
-                "Keep the KV cache as 4-bit groups (q4g64 per head) in RAM and on disk, dequantised "
-                "to fp32 just before attention");
+                "FlexGen's name for --kv-dtype q4g64: the KV cache as 4-bit groups of 64 per head");
   app->add_flag("--cpu-cache-compute", cpu_cache_compute_,
                 "GPU: keep the KV cache in host memory and run decode attention on the CPU "
                 "(FlexGen's cpu_cache_compute; with --percent WG WC 0 100 ...)");
@@ -122,6 +123,7 @@ Policy PolicyFlags::resolve() const {
   if (no_overlap_opt_->count()) o.overlap = false;
   if (compress_weight_) o.compress_weight = true;
   if (compress_cache_) o.compress_cache = true;
+  o.kv_dtype = kv_dtype_;
   if (cpu_cache_compute_) o.cpu_cache_compute = true;
   o.io_queue_depth = io_queue_depth_;
   o.gpu_mem = gpu_mem_, o.cpu_mem = cpu_mem_, o.disk_mem = disk_mem_;

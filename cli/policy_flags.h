@@ -39,6 +39,7 @@ class PolicyFlags {
   bool overlap_ = true;
   bool no_overlap_ = false;
   bool compress_weight_ = false, compress_cache_ = false, cpu_cache_compute_ = false;
+  std::string kv_dtype_;
   int io_queue_depth_ = 0;
   std::string gpu_mem_, cpu_mem_, disk_mem_;
   std::string kv_policy_;

@@ -82,6 +82,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.d2h = s.d2h_bytes;
   r.backend = engine.backend().name();
   r.weight_dtype = engine.options().weight_dtype.name();
+  r.kv_dtype = dtype_name(engine.kv_dtype());
   r.prefill_chunk = engine.options().prefill_chunk;
   r.lanes = s.lanes;
   const double busiest = std::max({s.lanes.load, s.lanes.compute, s.lanes.store});
@@ -101,6 +102,7 @@ nlohmann::json BenchReport::to_json() const {
       {"num_prompts", num_prompts},
       {"backend", backend},
       {"weight_dtype", weight_dtype},
+      {"kv_dtype", kv_dtype},
       {"prefill_chunk", prefill_chunk},
       {"batch_limited_by", batch_limited_by},
       {"kv_policy", kv_policy},
@@ -121,7 +123,7 @@ nlohmann::json BenchReport::to_json() const {
 
 std::string BenchReport::summary() const {
   return fmt::format(
-      "batch {}{} x prompt {} + gen {} (batch set by {}); KV {}: {} slots, {} per sequence\n"
+      "batch {}{} x prompt {} + gen {} (batch set by {}); KV {} ({}): {} slots, {} per sequence\n"
       "  prefill {:10.1f} tok/s  ({:.3f} s)\n"
       "  decode  {:10.1f} tok/s  ({:.3f} s)\n"
       "  total   {:10.1f} tok/s\n"
@@ -131,7 +133,7 @@ std::string BenchReport::summary() const {
       "efficiency {:.2f} (forward by forward {:.2f})",
       batch_size,
       num_prompts != batch_size ? fmt::format(" ({} prompts)", num_prompts) : std::string(),
-      prompt_len, gen_len, batch_limited_by, kv_policy, kv_slots_per_seq,
+      prompt_len, gen_len, batch_limited_by, kv_policy, kv_dtype, kv_slots_per_seq,
       format_bytes(kv_bytes_per_seq), prefill_throughput, prefill_seconds, decode_throughput,
       decode_seconds, total_throughput, format_bytes(peak_device), format_bytes(peak_host),
       format_bytes(peak_disk), format_bytes(peak_rss),

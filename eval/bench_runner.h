@@ -37,7 +37,7 @@ struct BenchReport {
   int64_t peak_device = 0, peak_host = 0, peak_disk = 0, peak_rss = 0;
   int64_t peak_anon = 0, startup_anon = 0;  // sample_anon_peak(), startup_anon_bytes()
   int64_t disk_read = 0, disk_write = 0, h2d = 0, d2h = 0;
-  std::string backend, weight_dtype;
+  std::string backend, weight_dtype, kv_dtype;
   int64_t prefill_chunk = 0;       // prompt tokens per prefill forward, at most
   LaneTimes lanes;
   double overlap_efficiency = 0;          // busiest lane over the whole run / wall

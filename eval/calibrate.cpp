@@ -13,7 +13,7 @@
 #include "offload/aligned_buffer.h"
 #include "offload/nvme_store.h"
 #include "policies/kv/kv_policy.h"
-#include "runtime/model/kv_codec.h"
+#include "runtime/core/kv_format.h"
 #include "runtime/core/buffer.h"
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
@@ -54,19 +54,24 @@ void step(const CalibrateOptions& o, const std::string& what) {
   if (o.on_step) o.on_step(what);
 }
 
-// KV tables for `seqs` sequences of `capacity` slots (random K/V), with eviction metadata when
-// `meta` (positions 0..capacity-1 per head, zero scores).
+// KV tables for `seqs` sequences of `capacity` slots (random K/V stored as `dtype`), with eviction
+// metadata when `meta` (positions 0..capacity-1 per head, zero scores).
 struct Tables {
-  std::vector<float> k, v, sum, max;
+  std::vector<std::byte> k, v;
+  std::vector<float> sum, max;
   std::vector<int32_t> pos, written;
   std::vector<KvSeqView> views;
-  Tables(const ModelConfig& c, int64_t seqs, int64_t capacity, bool meta) {
-    const int64_t per = capacity * c.kv_dim();
+  Tables(const ModelConfig& c, int64_t seqs, int64_t capacity, bool meta, DType dtype) {
+    const int64_t rb = kv_row_bytes(dtype, c.n_kv_heads, c.head_dim), per = capacity * rb;
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> u(-1, 1);
     k.resize(seqs * per), v.resize(seqs * per);
-    for (auto& x : k) x = u(rng);
-    for (auto& x : v) x = u(rng);
+    std::vector<float> row(c.kv_dim());
+    for (int64_t r = 0; r < seqs * capacity; ++r)
+      for (auto* t : {&k, &v}) {
+        for (auto& x : row) x = u(rng);
+        kv_encode_rows(dtype, row.data(), 0, 1, c.n_kv_heads, c.head_dim, t->data() + r * rb);
+      }
     const int64_t table = c.n_kv_heads * capacity;
     if (meta) {
       pos.resize(seqs * table), sum.assign(seqs * table, 0.f), max.assign(seqs * table, 0.f);
@@ -75,6 +80,7 @@ struct Tables {
     written.resize(seqs * c.n_kv_heads);
     for (int64_t s = 0; s < seqs; ++s) {
       KvSeqView view{k.data() + s * per, v.data() + s * per, capacity};
+      view.dtype = dtype;
       if (meta) {
         view.pos = pos.data() + s * table;
         view.sum = sum.data() + s * table;
@@ -154,10 +160,10 @@ HardwareProfile measure_transfers(const CalibrateOptions& o, HardwareProfile p) 
 }
 
 ComputeProfile measure_compute(const DecoderModel& model, const std::string& weight_dtype,
-                               const CalibrateOptions& o) {
+                               DType kv_dtype, const CalibrateOptions& o) {
   const ModelConfig& c = model.config();
   ComputeProfile out;
-  out.model_key = model_key(c, weight_dtype);
+  out.model_key = compute_key(model_key(c, weight_dtype), kv_dtype);
   out.threads = model.backend().threads().threads();
   out.memory_limit = o.memory_limit;
   // Copies of each unit's blob, cycled through so that weights stream from RAM as in a forward
@@ -224,7 +230,7 @@ ComputeProfile measure_compute(const DecoderModel& model, const std::string& wei
       for (int64_t t = 0; t < n_new; ++t) positions.push_back(static_cast<int32_t>(n_past + t));
     }
     const bool attn = DecoderModel::unit_has_cache(unit);
-    Tables tables(c, attn ? seqs : 0, capacity, evict);
+    Tables tables(c, attn ? seqs : 0, capacity, evict, kv_dtype);
     const UnitBatch ub{rows, spans, positions.data(), tables.views, evict ? kv_policy.get() : nullptr};
     return median_time(
         [&] {

@@ -30,9 +30,10 @@ struct CalibrateOptions {
 // naming the directory when it cannot be used.
 HardwareProfile measure_transfers(const CalibrateOptions& o, HardwareProfile base = {});
 
-// Unit times of `model` on its backend (whose thread count is recorded). Not thread-safe with
-// other work on the same backend.
+// Unit times of `model` on its backend (whose thread count is recorded), the attention over KV
+// tables stored as kv_dtype (the profile's key names it: compute_key). Not thread-safe with other
+// work on the same backend.
 ComputeProfile measure_compute(const DecoderModel& model, const std::string& weight_dtype,
-                               const CalibrateOptions& o);
+                               DType kv_dtype, const CalibrateOptions& o);
 
 }  // namespace offgen

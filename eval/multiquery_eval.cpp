@@ -161,7 +161,8 @@ std::vector<EvalRow> run_eval_multiquery(const EngineOptions& base, const EvalMu
   const DecoderModel model(*om.source, *backend);
   const ResidentUnits units(model);
   const ModelConfig& c = model.config();
-  ContextRunner runner(model, units);
+  // The engine's KV dtype (its --kv-dtype, or the CPU backend's default).
+  ContextRunner runner(model, units, base.policy.kv_storage(backend->caps()));
   // An answer ends at the end of the turn or its first line break (QA-style answers; the
   // rambling a small model adds after the answer would make agreement a test of the ramble).
   std::vector<int32_t> stop = {tok.eos_id()};

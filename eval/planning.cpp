@@ -49,6 +49,18 @@ void save_profile(const std::string& path, const HardwareProfile& p) {
   write_json_atomically(path, p.to_json());
 }
 
+std::vector<DType> planning_kv_dtypes(const Policy& base) {
+  const DType d = backend_caps(BackendKind::kCpu).default_kv_dtype;
+  if (base.kv_dtype_auto) return d == DType::kQ8_0 ? std::vector<DType>{d} : std::vector<DType>{d, DType::kQ8_0};
+  return {base.kv_dtype.value_or(d)};
+}
+
+const ComputeProfile& PlanningInputs::compute_for(DType t) const {
+  for (size_t i = 0; i < kv_dtypes.size(); ++i)
+    if (kv_dtypes[i] == t) return compute[i];
+  OFFGEN_THROW(kInternal, "planning: no compute figures over a {} KV cache", dtype_name(t));
+}
+
 PlanningInputs planning_inputs(const PlanningContext& ctx) {
   trim_free_memory();  // what reading the requests freed: a calibration below keeps to a limit
   const std::string path = ctx.profile_path.empty() ? default_profile_path() : ctx.profile_path;
@@ -98,17 +110,21 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
                                                 kPlanningOverhead,
                                             int64_t{16} << 20)
                         : 0;
-  const ComputeProfile* cached = in.hw.find_compute(in.facts.key, threads);
-  if (cached && cached->covers(co.memory_limit)) {
-    in.compute = *cached;
-  } else {
+  in.kv_dtypes = ctx.kv_dtypes;
+  if (in.kv_dtypes.empty()) in.kv_dtypes = {backend->caps().default_kv_dtype};
+  for (DType t : in.kv_dtypes) {
+    const ComputeProfile* cached = in.hw.find_compute(compute_key(in.facts.key, t), threads);
+    if (cached && cached->covers(co.memory_limit)) {
+      in.compute.push_back(*cached);
+      continue;
+    }
     std::fprintf(stderr,
-                 "offgen: %s has no compute figures of %s at %d threads%s: measuring them once "
-                 "(about 30 s%s)\n",
-                 path.c_str(), ctx.model.c_str(), threads,
+                 "offgen: %s has no compute figures of %s at %d threads over a %s KV cache%s: "
+                 "measuring them once (about 30 s%s)\n",
+                 path.c_str(), ctx.model.c_str(), threads, std::string(dtype_name(t)).c_str(),
                  cached ? " measured with this much RAM" : "", limits().c_str());
-    in.compute = measure_compute(model, storage, co);
-    in.hw.put_compute(in.compute);
+    in.compute.push_back(measure_compute(model, storage, t, co));
+    in.hw.put_compute(in.compute.back());
     changed = true;
   }
   if (changed) save_profile(path, in.hw);
@@ -123,18 +139,25 @@ PlanOptions calibrated_plan_options(const Workload& w, const Policy& base) {
   return o;
 }
 
+PlanResult plan_inputs(const PlanningInputs& in, const PlanOptions& o) {
+  if (!o.base.kv_dtype_auto) return plan(in.facts, in.compute_for(o.base), in.hw, o);
+  return plan_kv_dtype(in.facts, [&](DType t) -> const ComputeProfile& { return in.compute_for(t); },
+                       in.hw, o);
+}
+
 PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base,
                      const StopToken& stop) {
   PlanOptions o = calibrated_plan_options(w, base);
   o.stop = stop;
-  PlanResult r = plan(in.facts, in.compute, in.hw, o);
+  PlanResult r = plan_inputs(in, o);
   const Policy& p = r.policy;
   std::fprintf(stderr,
-               "offgen: policy auto: %lld x %lld sequences, weights %g%% / KV %g%% in RAM, overlap "
-               "%s; predicted %.1f tok/s total (binding: %s)\n",
+               "offgen: policy auto: %lld x %lld sequences, weights %g%% / KV %g%% in RAM (%s), "
+               "overlap %s; predicted %.1f tok/s total (binding: %s)\n",
                static_cast<long long>(p.gpu_batch_size), static_cast<long long>(p.num_gpu_batches),
                p.weight_gpu_percent + p.weight_cpu_percent,
-               p.cache_gpu_percent + p.cache_cpu_percent, p.overlap ? "on" : "off",
+               p.cache_gpu_percent + p.cache_cpu_percent,
+               std::string(dtype_name(in.facts.kv_dtype(p))).c_str(), p.overlap ? "on" : "off",
                r.prediction.total_throughput, r.binding.c_str());
   return r;
 }

@@ -28,6 +28,8 @@ struct PlanningContext {
   std::string profile_path;         // empty: default_profile_path(), re-measured when outdated
   std::string offload_dir;          // where to measure the disk when the profile lacks it
   std::function<void(const std::string&)> on_step;  // calibration progress
+  // The KV dtypes to have compute figures for (planning_kv_dtypes); empty: the CPU's default.
+  std::vector<DType> kv_dtypes;
   // The limits a calibration run on first use keeps to (0: none): the RAM limit where device
   // memory is host memory (Policy::ram_mem(): --gpu-mem + --cpu-mem), shared with the model
   // loaded to measure it, and --disk-mem. Set with limits_of.
@@ -39,15 +41,24 @@ struct PlanningContext {
   }
 };
 
+// The KV dtypes a plan of `base` may use: its kv_dtype (or the CPU backend's default), or with
+// kv_dtype_auto the default and q8_0 (plan_kv_dtype's candidates).
+std::vector<DType> planning_kv_dtypes(const Policy& base);
+
 // Loads the model's layout and the profile, measuring (and caching) what the profile lacks: the
-// disk and RAM figures, and this model's compute at this thread count (again when the cached
-// figures were measured within a smaller RAM limit). A measurement says so on stderr first, and
-// keeps to ctx's limits: what it holds beside the model stays within ram_limit less the model's
-// resident tensors and kPlanningOverhead.
+// disk and RAM figures, and this model's compute at this thread count over each KV dtype (again
+// when the cached figures were measured within a smaller RAM limit). A measurement says so on
+// stderr first, and keeps to ctx's limits: what it holds beside the model stays within ram_limit
+// less the model's resident tensors and kPlanningOverhead.
 struct PlanningInputs {
   ModelFacts facts;
   HardwareProfile hw;
-  ComputeProfile compute;
+  std::vector<ComputeProfile> compute;  // one per PlanningContext::kv_dtypes, in order
+  std::vector<DType> kv_dtypes;
+  // The figures over KV dtype t; throws Error(kInternal) when it was not measured.
+  const ComputeProfile& compute_for(DType t) const;
+  // Those of the KV dtype a policy stores (facts.kv_dtype(p)).
+  const ComputeProfile& compute_for(const Policy& p) const { return compute_for(facts.kv_dtype(p)); }
 };
 PlanningInputs planning_inputs(const PlanningContext& ctx);
 // What a calibration leaves out of its RAM limit beside the model's resident tensors: the
@@ -56,6 +67,9 @@ inline constexpr int64_t kPlanningOverhead = int64_t{32} << 20;
 
 // The planner's options for the backend the calibrated profile describes (the CPU's).
 PlanOptions calibrated_plan_options(const Workload& w, const Policy& base);
+// The planner over the inputs: plan() with the figures of the policy's KV dtype, or with
+// kv_dtype_auto plan_kv_dtype() over each candidate's.
+PlanResult plan_inputs(const PlanningInputs& in, const PlanOptions& o);
 // Plans `base` (capacities, KV policy) for the workload; prints a one-line summary to stderr.
 // `--policy auto` of generate and bench, and the Python API's policy="auto".
 // Checks `stop` ("plan") between the candidates it predicts.

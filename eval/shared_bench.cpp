@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "runtime/core/error.h"
+#include "runtime/core/kv_format.h"
 #include "scheduler/context_compression.h"
 
 namespace offgen {
@@ -33,13 +34,20 @@ double time_attention(Backend& be, const ModelConfig& c, const SharedContext& ct
   std::mt19937 rng(7);
   std::normal_distribution<float> n01(0.0f, 1.0f);
   const int64_t own = q_len + 1;
-  std::vector<float> hk(questions * own * c.kv_dim()), hv(hk.size()), hq(questions * c.q_dim());
-  for (auto& x : hk) x = n01(rng);
-  for (auto& x : hv) x = n01(rng);
+  // The questions' own tables in the context's KV dtype (as the engine stores them).
+  const DType t = ctx.dtype();
+  const int64_t rb = kv_row_bytes(t, c.n_kv_heads, c.head_dim);
+  std::vector<float> rows(questions * own * c.kv_dim()), hq(questions * c.q_dim());
+  std::vector<std::byte> hk(questions * own * rb), hv(hk.size());
+  for (auto* table : {&hk, &hv}) {
+    for (auto& x : rows) x = n01(rng);
+    kv_encode_rows(t, rows.data(), c.kv_dim(), questions * own, c.n_kv_heads, c.head_dim,
+                   table->data());
+  }
   for (auto& x : hq) x = n01(rng);
   // In the backend's device memory, where the context lives.
-  const Buffer k = be.upload(hk.data(), static_cast<int64_t>(hk.size()) * 4);
-  const Buffer v = be.upload(hv.data(), static_cast<int64_t>(hv.size()) * 4);
+  const Buffer k = be.upload(hk.data(), static_cast<int64_t>(hk.size()));
+  const Buffer v = be.upload(hv.data(), static_cast<int64_t>(hv.size()));
   const Buffer q = be.upload(hq.data(), static_cast<int64_t>(hq.size()) * 4);
   const Buffer out = be.alloc(static_cast<int64_t>(hq.size()) * 4, Tier::kDevice);
   std::vector<SeqSpan> seqs(questions);
@@ -49,8 +57,9 @@ double time_attention(Backend& be, const ModelConfig& c, const SharedContext& ct
     for (int64_t l = 0; l < c.n_layers; ++l) {
       std::vector<KvSeqView> views(questions);
       for (int64_t i = 0; i < questions; ++i) {
-        views[i] = KvSeqView{k.as<float>() + i * own * c.kv_dim(),
-                             v.as<float>() + i * own * c.kv_dim(), own};
+        views[i] = KvSeqView{k.as<std::byte>() + i * own * rb, v.as<std::byte>() + i * own * rb,
+                             own};
+        views[i].dtype = t;
         views[i].prefix = ctx.layer(l);
       }
       AttentionArgs a;
@@ -138,7 +147,7 @@ SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchO
   r.shared_answer_seconds = shared_seconds - st.context_seconds;
   r.shared_throughput = static_cast<double>(o.questions * o.gen_len) / shared_seconds;
   r.retained = st.context_retained();  // over the layers the policy compresses, as --report
-  r.context_bytes_full = c.kv_bytes_held(o.context_len);
+  r.context_bytes_full = c.kv_bytes_held(o.context_len, engine.kv_dtype());
   // The same attention over the whole context: one question through a full-context engine.
   if (!kv_policy_info(o.policy).takes(KvParam::kBudget) || o.ratio >= 1) {
     r.attention_full_seconds = r.attention_seconds;
@@ -167,7 +176,7 @@ SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchO
     OFFGEN_CHECK(res.error.empty(), kResource, "bench: a separate prompt failed: {}", res.error);
   r.separate_seconds = since(t);
   r.separate_throughput = static_cast<double>(o.questions * o.gen_len) / r.separate_seconds;
-  r.separate_kv_bytes = o.questions * c.kv_bytes_held(o.context_len);
+  r.separate_kv_bytes = o.questions * c.kv_bytes_held(o.context_len, engine.kv_dtype());
   return r;
 }
 

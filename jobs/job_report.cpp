@@ -47,6 +47,7 @@ nlohmann::json job_report(const Engine* engine, const GenerateJobOptions& job,
   json r{
       {"model", engine ? engine->options().model : end.model},
       {"backend", engine ? std::string(engine->backend().name()) : end.backend},
+      {"kv_dtype", engine ? json(std::string(dtype_name(engine->kv_dtype()))) : json(nullptr)},
       {"input", job.input},
       {"output", job.output},
       {"requests",

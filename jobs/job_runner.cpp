@@ -140,7 +140,8 @@ nlohmann::json job_fingerprint(const EngineOptions& eo, const std::string& model
       {"model", model_id},
       {"backend", std::string(backend_name(eo.backend))},
       {"weight_storage", eo.policy.weight_storage(eo.weight_dtype).name()},
-      {"compress_cache", eo.policy.compress_cache},
+      // The KV dtype the engine stores (resolved: the backend's default when none was given).
+      {"kv_dtype", std::string(dtype_name(eo.policy.kv_storage(backend_caps(eo.backend))))},
       {"cpu_cache_compute", eo.policy.cpu_cache_compute},
       {"kv_policy",
        {{"name", std::string(kv.name())},

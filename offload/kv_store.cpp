@@ -9,10 +9,11 @@
 namespace offgen {
 
 KvStore::KvStore(const ModelConfig& config, const Placement& placement, NvmeStore* disk,
-                 bool with_meta, bool compress, KvDeviceHomes homes)
+                 bool with_meta, DType kv_dtype, KvDeviceHomes homes)
     : n_layers_(config.n_layers),
-      kv_dim_(config.kv_dim()),
       n_kv_heads_(config.n_kv_heads),
+      dtype_(kv_dtype),
+      image_(is_kv_dtype(kv_dtype) && dtype_block_elems(kv_dtype) > 1),
       sliding_(static_cast<size_t>(config.n_layers), 0),
       with_meta_(with_meta),
       homes_(homes),
@@ -21,24 +22,23 @@ KvStore::KvStore(const ModelConfig& config, const Placement& placement, NvmeStor
       placement_(placement),
       disk_(disk) {
   const double memory = placement.cache().memory();
-  OFFGEN_CHECK(
-      !gpu_homes_ || (memory >= 100 && !compress), kConfig,
-      "on the {} backend the KV cache lives wholly in GPU memory, or wholly in host memory "
-      "with --cpu-cache-compute: disk shares and --compress-cache are not supported there "
-      "yet",
-      homes.backend ? homes.backend->name() : std::string());
+  OFFGEN_CHECK(is_kv_dtype(kv_dtype), kInternal, "KV store of {}", dtype_name(kv_dtype));
+  OFFGEN_CHECK(!gpu_homes_ || memory >= 100, kConfig,
+               "on the {} backend the KV cache lives wholly in GPU memory, or wholly in host "
+               "memory with --cpu-cache-compute: disk shares are not supported there yet",
+               homes.backend ? homes.backend->name() : std::string());
   OFFGEN_CHECK(!homes.backend || homes.backend->device_is_host() == placement.device_is_host(),
                kInternal, "KV placement for a backend whose device memory {} host memory, on {}",
                placement.device_is_host() ? "is" : "is not", homes.backend->name());
   OFFGEN_CHECK(memory >= 100 || disk != nullptr, kInternal,
                "KV cache placed on disk without an NVMe store");
-  if (compress) codec_.emplace(config.n_kv_heads, config.head_dim);
   layout_.n_layers = n_layers_;
-  layout_.row_bytes = codec_ ? codec_->row_bytes() : kv_dim_ * 4;
-  layout_.stage_row_bytes = stage_row_bytes();
-  // Slot ram_slots must start a page of the staging rows that disk reads land in; a compressed
-  // store reads into the page-aligned disk image instead, so any split works.
-  layout_.compressed = codec_.has_value();
+  // The one byte count of a row (the planner's too: ModelFacts::kv_layout).
+  layout_.row_bytes = kv_row_bytes(dtype_, config.n_kv_heads, config.head_dim);
+  // Slot ram_slots must start a page of the staging rows that disk reads land in. Rows of a
+  // block format (q8_0, q4g64: odd sizes whose page period is long) are read into a page-aligned
+  // disk image beside the rows instead, so any split works.
+  layout_.compressed = image_;
   layout_.n_kv_heads = n_kv_heads_;
   layout_.with_meta = with_meta_;
   for (int64_t l = 0; l < n_layers_; ++l) sliding_[static_cast<size_t>(l)] = config.is_sliding(l);
@@ -47,6 +47,12 @@ KvStore::KvStore(const ModelConfig& config, const Placement& placement, NvmeStor
 }
 
 int64_t KvStore::staging_bytes(int64_t capacity) const { return layout_.staging_bytes(capacity); }
+
+std::byte* KvStore::disk_image(const LayerHome& h, void* stage) const {
+  auto* b = static_cast<std::byte*>(stage);
+  if (!image_) return b + h.ram_slots * row_bytes();
+  return b + align_up(static_cast<uint64_t>(h.capacity * row_bytes()));
+}
 
 int64_t KvStore::ram_slots(int64_t capacity) const {
   return placement_.kv_table(layout_, capacity).memory_slots;
@@ -136,39 +142,14 @@ std::byte* KvStore::ram_row0(const Seq& s, int64_t layer, int which) const {
   return reinterpret_cast<std::byte*>(s.ram.data()) + h.ram_offset + which * h.ram_slots * row_bytes();
 }
 
-float* KvStore::ram_slot0(const Seq& s, int64_t layer, int which) const {
-  return reinterpret_cast<float*>(ram_row0(s, layer, which));
-}
-
-std::byte* KvStore::disk_image(const LayerHome& h, float* stage) const {
-  auto* b = reinterpret_cast<std::byte*>(stage);
-  if (!codec_) return b + h.ram_slots * row_bytes();
-  return b + align_up(static_cast<uint64_t>(h.capacity * stage_row_bytes()));
-}
-
-void KvStore::encode_rows(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
-                          float* stage) {
-  const LayerHome& h = s.layers[static_cast<size_t>(layer)];
-  const int64_t ram_end = std::min(end, h.ram_slots);
-  if (begin < ram_end)
-    codec_->encode(stage + begin * kv_dim_,
-                   reinterpret_cast<uint8_t*>(ram_row0(s, layer, which) + begin * row_bytes()),
-                   ram_end - begin);
-  const int64_t first = std::max(begin, h.ram_slots);
-  if (first < end)
-    codec_->encode(stage + first * kv_dim_,
-                   reinterpret_cast<uint8_t*>(disk_image(h, stage) +
-                                              (first - h.ram_slots) * row_bytes()),
-                   end - first);
-}
-
 KvSeqView KvStore::home_view(int64_t handle, int64_t layer) const {
   const Seq& s = *seqs_[handle];
   const LayerHome& h = s.layers[static_cast<size_t>(layer)];
   OFFGEN_DCHECK(h.ram_slots == h.capacity);
-  KvSeqView v{ram_slot0(s, layer, 0), ram_slot0(s, layer, 1), h.capacity};
+  KvSeqView v{ram_row0(s, layer, 0), ram_row0(s, layer, 1), h.capacity};
   attach_meta(handle, layer, v);
   v.host = host_compute();
+  v.dtype = dtype_;
   return v;
 }
 
@@ -184,34 +165,36 @@ void KvStore::attach_meta(int64_t handle, int64_t layer, KvSeqView& v) const {
   v.max = reinterpret_cast<float*>(base + 2 * table);
 }
 
-void KvStore::load(int64_t handle, int64_t layer, int64_t n_valid, float* k, float* v) const {
+void KvStore::load(int64_t handle, int64_t layer, int64_t n_valid, void* k, void* v) const {
   const Seq& s = *seqs_[handle];
   const LayerHome& h = s.layers[static_cast<size_t>(layer)];
   const int64_t n_ram = std::min(n_valid, h.ram_slots);
-  float* stage[2] = {k, v};
+  std::byte* stage[2] = {static_cast<std::byte*>(k), static_cast<std::byte*>(v)};
   for (int which = 0; which < 2; ++which) {
-    if (n_ram > 0) {
-      if (codec_)
-        codec_->decode(reinterpret_cast<const uint8_t*>(ram_row0(s, layer, which)), stage[which],
-                       n_ram);
-      else
-        std::memcpy(stage[which], ram_slot0(s, layer, which), n_ram * row_bytes());
-    }
+    if (n_ram > 0) std::memcpy(stage[which], ram_row0(s, layer, which), n_ram * row_bytes());
     if (n_valid > h.ram_slots) {
+      // The disk slots' pages land where their rows belong: slot ram_slots starts a page of the
+      // staging rows (the placement's granule).
       const uint64_t bytes = align_up(static_cast<uint64_t>((n_valid - h.ram_slots) * row_bytes()));
       const Extent seg{
           s.disk.offset + static_cast<uint64_t>(h.disk_offset + which * h.disk_segment), bytes};
       std::byte* image = disk_image(h, stage[which]);
       disk_->read(seg, image, bytes);
-      if (codec_)
-        codec_->decode(reinterpret_cast<const uint8_t*>(image), stage[which] + h.ram_slots * kv_dim_,
-                       n_valid - h.ram_slots);
+      if (image_)
+        std::memcpy(stage[which] + h.ram_slots * row_bytes(), image,
+                    (n_valid - h.ram_slots) * row_bytes());
     }
   }
 }
 
+void KvStore::patch_image(const LayerHome& h, int64_t begin, int64_t end, void* stage) const {
+  if (!image_ || end <= begin) return;
+  std::memcpy(disk_image(h, stage) + (begin - h.ram_slots) * row_bytes(),
+              static_cast<const std::byte*>(stage) + begin * row_bytes(), (end - begin) * row_bytes());
+}
+
 void KvStore::write_disk(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
-                         float* stage) {
+                         void* stage) {
   // Whole pages from the one holding disk slot `begin` to the one holding slot end - 1.
   const LayerHome& h = s.layers[static_cast<size_t>(layer)];
   const int64_t first = std::max(begin, h.ram_slots) - h.ram_slots;
@@ -223,44 +206,29 @@ void KvStore::write_disk(const Seq& s, int64_t layer, int which, int64_t begin, 
   disk_->write(seg, disk_image(h, stage) + from, to - from);
 }
 
-void KvStore::store(int64_t handle, int64_t layer, int64_t begin, int64_t end, float* k,
-                    float* v) {
+void KvStore::store(int64_t handle, int64_t layer, int64_t begin, int64_t end, void* k, void* v) {
   const Seq& s = *seqs_[handle];
   const LayerHome& h = s.layers[static_cast<size_t>(layer)];
   OFFGEN_DCHECK(end <= h.capacity && begin <= end);
-  float* stage[2] = {k, v};
+  void* stage[2] = {k, v};
   for (int which = 0; which < 2; ++which) {
-    if (codec_) {
-      encode_rows(s, layer, which, begin, end, stage[which]);
-      if (end > h.ram_slots) write_disk(s, layer, which, begin, end, stage[which]);
-      continue;
-    }
     const int64_t ram_end = std::min(end, h.ram_slots);
     if (begin < ram_end)
-      std::memcpy(ram_slot0(s, layer, which) + begin * kv_dim_, stage[which] + begin * kv_dim_,
+      std::memcpy(ram_row0(s, layer, which) + begin * row_bytes(),
+                  static_cast<const std::byte*>(stage[which]) + begin * row_bytes(),
                   (ram_end - begin) * row_bytes());
-    if (end > h.ram_slots) write_disk(s, layer, which, begin, end, stage[which]);
+    if (end > h.ram_slots) {
+      patch_image(h, std::max(begin, h.ram_slots), end, stage[which]);
+      write_disk(s, layer, which, begin, end, stage[which]);
+    }
   }
 }
 
-void KvStore::encode_slot(const Seq& s, int64_t layer, int which, int64_t slot,
-                          std::span<const int32_t> head_slots, float* stage) {
-  if (head_slots.empty()) return encode_rows(s, layer, which, slot, slot + 1, stage);
-  const LayerHome& lh = s.layers[static_cast<size_t>(layer)];
-  auto* dst = slot < lh.ram_slots
-                  ? reinterpret_cast<uint8_t*>(ram_row0(s, layer, which) + slot * row_bytes())
-                  : reinterpret_cast<uint8_t*>(disk_image(lh, stage) +
-                                               (slot - lh.ram_slots) * row_bytes());
-  for (size_t h = 0; h < head_slots.size(); ++h)
-    if (head_slots[h] == slot)
-      codec_->encode_head(stage + slot * kv_dim_, dst, static_cast<int64_t>(h));
-}
-
-void KvStore::store_slots(int64_t handle, int64_t layer, std::span<const int32_t> slots,
-                          std::span<const int32_t> head_slots, float* k, float* v) {
+void KvStore::store_slots(int64_t handle, int64_t layer, std::span<const int32_t> slots, void* k,
+                          void* v) {
   const Seq& s = *seqs_[handle];
   const LayerHome& lh = s.layers[static_cast<size_t>(layer)];
-  float* stage[2] = {k, v};
+  void* stage[2] = {k, v};
   const auto page_of = [&](int64_t slot) {
     return (slot - lh.ram_slots) * row_bytes() / static_cast<int64_t>(kDiskAlign);
   };
@@ -271,18 +239,15 @@ void KvStore::store_slots(int64_t handle, int64_t layer, std::span<const int32_t
       const int64_t a = slots[i];
       OFFGEN_DCHECK(a < lh.capacity && (i == 0 || slots[i - 1] < a));
       if (a < lh.ram_slots) {
-        if (codec_)
-          encode_slot(s, layer, which, a, head_slots, stage[which]);
-        else
-          std::memcpy(ram_slot0(s, layer, which) + a * kv_dim_, stage[which] + a * kv_dim_,
-                      row_bytes());
+        std::memcpy(ram_row0(s, layer, which) + a * row_bytes(),
+                    static_cast<const std::byte*>(stage[which]) + a * row_bytes(), row_bytes());
         ++i;
         continue;
       }
       size_t j = i + 1;
       while (j < slots.size() && page_of(slots[j]) <= page_of(slots[j - 1] + 1)) ++j;
-      if (codec_)  // only the given slots: the others in these pages keep their loaded bytes
-        for (size_t q = i; q < j; ++q) encode_slot(s, layer, which, slots[q], head_slots, stage[which]);
+      // Only the given slots into the image: the others in these pages keep their loaded bytes.
+      for (size_t q = i; q < j; ++q) patch_image(lh, slots[q], slots[q] + 1, stage[which]);
       write_disk(s, layer, which, a, slots[j - 1] + 1, stage[which]);
       i = j;
     }

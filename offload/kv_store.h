@@ -3,9 +3,9 @@
 // share of the capacity (rounded so slot r starts a 4 KiB page). Wholly resident sequences are used
 // in place; others are assembled into caller-provided staging buffers for compute and their new
 // slots written back. Stores for eviction policies also keep each table's slot metadata (positions
-// and attention statistics per KV head) in RAM. Compressed stores (--compress-cache) home 4-bit
-// rows (see KvRowCodec) and always compute on fp32 staging, re-encoding only the slots a step
-// wrote. Sliding-window layers hold only their window: in a sequence of more slots than the
+// and attention statistics per KV head) in RAM. Homes, staging and views hold K/V in the store's
+// KV dtype (--kv-dtype, runtime/core/kv_format.h): bytes move as they are, the attention reads
+// them in place. Sliding-window layers hold only their window: in a sequence of more slots than the
 // window their tables have `window` slots (KvTableLayout::window_capacity), with metadata (the
 // keys' positions), and overwrite keys the window has left behind (SlidingWindowPolicy).
 #pragma once
@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <span>
 #include <vector>
 
@@ -22,7 +21,7 @@
 #include "runtime/backend/backend.h"
 #include "runtime/core/placement.h"
 #include "runtime/model/config.h"
-#include "runtime/model/kv_codec.h"
+#include "runtime/core/kv_format.h"
 
 namespace offgen {
 
@@ -48,23 +47,21 @@ class KvStore {
   // placement: its kv_table() splits each sequence's slots between memory and `disk` (which must
   // be non-null when the cache's memory share is below 100%); its device_is_host() must match
   // homes.backend when given. with_meta: keep slot metadata for an eviction policy.
-  // compress: homes (RAM and disk) hold KvRowCodec rows; no sequence is then used in place
-  // (resident() is false), load() decodes into the fp32 staging rows and store()/store_slots()
-  // encode exactly the slots given, so untouched slots keep their bytes across steps.
+  // kv_dtype: what K and V are stored as (one of kv_dtypes()), everywhere: homes, staging, views.
   // homes: see KvDeviceHomes; with a GPU backend the cache's memory share must be 100% (no disk
-  // share) and the store uncompressed (Error(kConfig) otherwise), every sequence is then used in
-  // place.
+  // share; Error(kConfig) otherwise), every sequence is then used in place.
   KvStore(const ModelConfig& config, const Placement& placement, NvmeStore* disk,
-          bool with_meta = false, bool compress = false, KvDeviceHomes homes = {});
+          bool with_meta = false, DType kv_dtype = DType::kF32, KvDeviceHomes homes = {});
 
-  // Bytes of one staging buffer (K or V) for a sequence of this capacity (4 KiB multiple):
-  // capacity fp32 rows; compressed, followed (at a 4 KiB boundary) by the disk image of the
-  // sequence's encoded rows, which load() fills and store() patches and writes (so a buffer
-  // passed to store must be the one load filled for that sequence and layer, as the executor does).
+  // Bytes of one staging buffer (K or V) for a sequence of this capacity: its slot rows, rounded
+  // up to 4 KiB, where disk reads land at the page that starts the disk slots; for a block format
+  // (q8_0, q4g64) followed by the disk image of its disk slots' pages, which load() fills and
+  // store() patches and writes. store() writes whole pages, so a buffer passed to it must be the
+  // one load filled for that sequence and layer, as the executor does.
   int64_t staging_bytes(int64_t capacity) const;
-  // Home bytes of one slot row (K or V of one layer): encoded when compressed, else fp32.
+  // Bytes of one slot row (K or V of one layer) in the KV dtype (kv_row_bytes).
   int64_t row_bytes() const { return layout_.row_bytes; }
-  bool compressed() const { return codec_.has_value(); }
+  DType kv_dtype() const { return dtype_; }
   // The table layout the placement splits (rows, granule, metadata).
   const KvTableLayout& layout() const { return layout_; }
   // Slots of a sequence of this capacity homed in memory.
@@ -79,7 +76,7 @@ class KvStore {
   void remove(int64_t handle);
 
   bool resident(int64_t handle) const {
-    return !codec_ && seqs_[handle]->ram_slots == seqs_[handle]->capacity;
+    return seqs_[handle]->ram_slots == seqs_[handle]->capacity;
   }
   // Whether wholly resident sequences' views point into host memory computed on by the CPU.
   bool host_compute() const { return gpu_homes_ && !on_device_; }
@@ -104,16 +101,15 @@ class KvStore {
   // Copies slots [0, n_valid) of a layer into staging k/v (4 KiB-aligned, staging_bytes long):
   // RAM slots by memcpy, disk slots by reading the pages that hold them. Thread-safe for
   // distinct (handle, layer) pairs.
-  void load(int64_t handle, int64_t layer, int64_t n_valid, float* k, float* v) const;
-  // Writes slots [begin, end) of a layer from staging back to their homes.
-  // Compressed: the staging buffers' disk image is updated too (hence non-const).
-  void store(int64_t handle, int64_t layer, int64_t begin, int64_t end, float* k, float* v);
-  // Writes the given slots (ascending, distinct) of a layer from staging back to their homes.
-  // head_slots (n_kv_heads entries, or empty for whole rows): the slot each KV head wrote, when
-  // heads evicted independently; a compressed store then encodes only those heads' groups, so the
-  // other heads of a slot keep their stored bytes (never re-quantised).
-  void store_slots(int64_t handle, int64_t layer, std::span<const int32_t> slots,
-                   std::span<const int32_t> head_slots, float* k, float* v);
+  void load(int64_t handle, int64_t layer, int64_t n_valid, void* k, void* v) const;
+  // Writes slots [begin, end) of a layer from staging back to their homes (disk slots as the
+  // whole pages that hold them: the staging buffers hold the rest of those pages as loaded).
+  void store(int64_t handle, int64_t layer, int64_t begin, int64_t end, void* k, void* v);
+  // Writes the given slots (ascending, distinct) of a layer from staging back to their homes:
+  // whole rows, bytes as the compute left them (a head that replaced no slot left its bytes as
+  // loaded, so no stored value is ever re-quantised).
+  void store_slots(int64_t handle, int64_t layer, std::span<const int32_t> slots, void* k,
+                   void* v);
   const KvStoreStats& stats() const { return stats_; }
 
  private:
@@ -137,29 +133,24 @@ class KvStore {
   const LayerHome& home(int64_t handle, int64_t layer) const {
     return seqs_[handle]->layers[static_cast<size_t>(layer)];
   }
-  int64_t stage_row_bytes() const { return kv_dim_ * 4; }
   std::byte* ram_row0(const Seq& s, int64_t layer, int which) const;
-  float* ram_slot0(const Seq& s, int64_t layer, int which) const;
-  // Where the disk slots' home bytes are staged: the fp32 rows past ram_slots, or the disk image.
-  std::byte* disk_image(const LayerHome& h, float* stage) const;
-  // Compressed: encodes slots [begin, end) of staging into their RAM home / the disk image.
-  // Encodes one slot row, or only the heads h with head_slots[h] == slot when given.
-  void encode_slot(const Seq& s, int64_t layer, int which, int64_t slot,
-                   std::span<const int32_t> head_slots, float* stage);
-  void encode_rows(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
-                   float* stage);
-
+  // Where the disk slots' pages are staged: in the rows themselves (at slot ram_slots, a page
+  // start), or the disk image after them (block formats); patch_image copies rows [begin, end)
+  // (disk slots) into the image.
+  std::byte* disk_image(const LayerHome& h, void* stage) const;
+  void patch_image(const LayerHome& h, int64_t begin, int64_t end, void* stage) const;
   void write_disk(const Seq& s, int64_t layer, int which, int64_t begin, int64_t end,
-                  float* stage);
+                  void* stage);
   Buffer alloc_home(int64_t bytes) const;
   Buffer alloc_meta(int64_t bytes) const;
-  int64_t n_layers_, kv_dim_, n_kv_heads_;
+  int64_t n_layers_, n_kv_heads_;
+  DType dtype_;
+  bool image_;  // disk slots staged in a disk image (block formats; KvTableLayout::compressed)
   std::vector<uint8_t> sliding_;  // per layer: a sliding-window layer
   bool with_meta_;
   KvDeviceHomes homes_;
   bool gpu_homes_ = false;  // homes_ on a backend whose device memory is not host memory
   bool on_device_ = false;  // gpu_homes_ in device memory (else pinned host memory)
-  std::optional<KvRowCodec> codec_;
   Placement placement_;
   KvTableLayout layout_;
   NvmeStore* disk_;

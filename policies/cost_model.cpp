@@ -36,7 +36,7 @@ struct Ctx {
   const Policy& p;
   Placement placement;  // the stores' splits (m.placement(p))
   int64_t capacity = 0, compact_to = 0, ram_slots = 0;
-  int64_t kv_row = 0;  // home bytes of a KV row (compressed with compress_cache)
+  int64_t kv_row = 0;  // home bytes of a KV row in the policy's KV dtype
   bool evicts = false, kv_resident = true;
   bool load_weights = false;  // some blob is assembled in staging (the weight store's rule)
 
@@ -221,16 +221,19 @@ std::string model_key(const ModelConfig& c, const std::string& weight_dtype) {
                      c.n_kv_heads, c.ffn_dim, c.vocab_size, weight_dtype);
 }
 
+std::string compute_key(const std::string& model_key, DType kv_dtype) {
+  return fmt::format("{}/kv-{}", model_key, dtype_name(kv_dtype));
+}
+
 KvTableLayout ModelFacts::kv_layout(const Policy& p) const {
   KvTableLayout l;
   l.n_layers = n_layers;
   l.row_bytes = kv_home_row_bytes(p);
-  l.compressed = p.compress_cache;
+  l.compressed = kv_block_elems(kv_dtype(p)) > 1;  // as the KV store stages block formats
   l.n_kv_heads = n_kv_heads;
   l.with_meta = p.kv.evicts();
   l.window_layers = window_layers;
   l.window = window;
-  l.stage_row_bytes = kv_stage_row_bytes > 0 ? kv_stage_row_bytes : kv_row_bytes;
   return l;
 }
 
@@ -299,8 +302,7 @@ Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const Har
   x.compact_to = p.kv.compact_slots(w.prompt_len, w.gen_len);
   const KvTableLayout layout = m.kv_layout(p);
   x.ram_slots = x.placement.kv_table(layout, x.capacity).memory_slots;
-  // A compressed cache always goes through (fp32) staging, even when wholly in RAM.
-  x.kv_resident = x.ram_slots == x.capacity && !p.compress_cache;
+  x.kv_resident = x.ram_slots == x.capacity;
   x.kv_row = layout.row_bytes;
   // Slots after which the disk part's page layout repeats.
   const int64_t period = layout.page_period();

@@ -11,6 +11,7 @@
 #include "policies/hardware_profile.h"
 #include "policies/policy.h"
 #include "runtime/core/backend_caps.h"
+#include "runtime/core/kv_format.h"
 #include "runtime/model/config.h"
 
 namespace offgen {
@@ -25,24 +26,30 @@ struct ModelFacts {
   std::vector<uint8_t> sliding;           // per layer: a sliding-window layer (empty: none)
   std::vector<int64_t> unit_bytes;   // blob bytes per unit: attention 2l, MLP 2l+1
   int64_t resident_bytes = 0;        // embedding, output head, norms (always in RAM)
-  int64_t kv_row_bytes = 0;          // one layer's K (or V) for one token
-  int64_t kv_row_bytes_compressed = 0;  // the same as 4-bit groups (--compress-cache); 0: unknown
-  int64_t kv_stage_row_bytes = 0;       // the same staged for attention (fp32)
-  bool device_is_host = true;           // the backend's device memory is host memory (the CPU)
-  ForwardLayout forward;                // a forward's buffers per row / sequence / thread
+  int64_t head_dim = 0;
+  // The backend's: device memory is host memory (the CPU), and its KV dtype by default.
+  bool device_is_host = true;
+  DType default_kv_dtype = DType::kBF16;
+  ForwardLayout forward;  // a forward's buffers per row / sequence / thread
   int64_t unit_total() const;
   int64_t unit_max() const;
-  // Home bytes of one row under a policy (compressed when p.compress_cache and known).
+  // The KV dtype a policy stores the cache as (its kv_dtype, else the backend's default).
+  DType kv_dtype(const Policy& p) const { return p.kv_dtype.value_or(default_kv_dtype); }
+  // Bytes of one layer's K (or V) row for one token under a policy: kv_row_bytes of its dtype
+  // (the same count the KV store allocates by).
   int64_t kv_home_row_bytes(const Policy& p) const {
-    return p.compress_cache && kv_row_bytes_compressed > 0 ? kv_row_bytes_compressed : kv_row_bytes;
+    return kv_row_bytes(kv_dtype(p), n_kv_heads, head_dim);
   }
-  int64_t kv_bytes_per_token() const { return 2 * n_layers * kv_row_bytes; }
+  int64_t kv_bytes_per_token(const Policy& p) const { return 2 * n_layers * kv_home_row_bytes(p); }
   // The policy's placement on this backend, and one KV table's layout under the policy.
   Placement placement(const Policy& p) const { return p.placement(device_is_host); }
   KvTableLayout kv_layout(const Policy& p) const;
 };
 
 std::string model_key(const ModelConfig& c, const std::string& weight_dtype);
+// A compute profile's key: the model's key and the KV dtype its attention was measured over
+// (the attention's cost per key depends on the bytes it reads).
+std::string compute_key(const std::string& model_key, DType kv_dtype);
 
 // Bytes per tier the stores allocate — what the engine commits — for the weights (every unit
 // blob split by the placement, the resident tensors and the staging slots and bounce buffers on

@@ -1,7 +1,6 @@
 // ModelFacts of a loaded decoder.
 #include "policies/model_facts.h"
 
-#include "runtime/model/kv_codec.h"
 
 namespace offgen {
 
@@ -18,10 +17,9 @@ ModelFacts model_facts(const DecoderModel& model, const std::string& weight_dtyp
   for (int64_t l = 0; l < c.n_layers && m.window_layers > 0; ++l) m.sliding.push_back(c.is_sliding(l));
   for (int64_t u = 0; u < model.num_units(); ++u) m.unit_bytes.push_back(model.unit_bytes(u));
   m.resident_bytes = model.resident_bytes();
-  m.kv_row_bytes = c.kv_dim() * 4;
-  m.kv_stage_row_bytes = c.kv_dim() * 4;
-  m.kv_row_bytes_compressed = KvRowCodec(c.n_kv_heads, c.head_dim).row_bytes();
+  m.head_dim = c.head_dim;
   m.device_is_host = model.backend().device_is_host();
+  m.default_kv_dtype = model.backend().caps().default_kv_dtype;
   m.forward = model.forward_layout();
   return m;
 }

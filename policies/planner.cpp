@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@ void PlanOptions::validate() const {
   workload.validate();
   base.validate();
   OFFGEN_CHECK(max_batch >= 1, kConfig, "plan: max batch {} must be >= 1", max_batch);
+  OFFGEN_CHECK(!base.kv_dtype_auto, kInternal, "plan: --kv-dtype auto goes through plan_kv_dtype");
   OFFGEN_CHECK(percent_step > 0 && percent_step <= 100 &&
                    std::abs(100 / percent_step - std::round(100 / percent_step)) < 1e-9,
                kConfig, "plan: percent step {} must divide 100", percent_step);
@@ -135,6 +137,7 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
   auto probe = [&](const Policy& p, const std::string& what) {
     const TierBytes t = need_of(p);
     const std::string tier = plan_overflow(o, t);
+    out.memory_bound = out.memory_bound || !tier.empty();
     if (!tier.empty())
       reasons.push_back(fmt::format("{} ({}: {} needed)", tier, what,
                                     format_bytes(tier == "--disk-mem" ? t.disk : t.device + t.host)));
@@ -166,6 +169,37 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
                                   out.prediction.bottleneck())
                     : fmt::format("{}", fmt::join(reasons, "; "));
   return out;
+}
+
+PlanResult plan_kv_dtype(const ModelFacts& m,
+                         const std::function<const ComputeProfile&(DType)>& compute,
+                         const HardwareProfile& hw, const PlanOptions& o) {
+  auto plan_with = [&](DType t) {
+    PlanOptions ot = o;
+    ot.base.kv_dtype = t;
+    ot.base.kv_dtype_auto = false;
+    return plan(m, compute(t), hw, ot);
+  };
+  const DType wide = m.default_kv_dtype;
+  if (wide == DType::kQ8_0) return plan_with(wide);
+  std::optional<PlanResult> w;
+  try {
+    w = plan_with(wide);
+  } catch (const Error& e) {
+    if (e.category() != ErrorCategory::kConfig) throw;  // nothing fits at 16 bits: q8_0's turn
+  }
+  if (w && !w->memory_bound) return *w;
+  PlanResult q = plan_with(DType::kQ8_0);  // throws when nothing fits either
+  q.evaluated += w ? w->evaluated : 0;
+  if (w && q.prediction.total_throughput < kAutoQ8Gain * w->prediction.total_throughput) {
+    w->evaluated = q.evaluated;
+    return *w;
+  }
+  q.binding += w ? fmt::format("; q8_0 KV: {:.2f}x the total of {}", 
+                               q.prediction.total_throughput / w->prediction.total_throughput,
+                               dtype_name(wide))
+                 : fmt::format("; q8_0 KV: nothing fits with {}", dtype_name(wide));
+  return q;
 }
 
 }  // namespace offgen

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "runtime/core/error.h"
+#include "runtime/core/kv_format.h"
 #include "runtime/text/utf8.h"
 
 namespace offgen {
@@ -49,7 +50,31 @@ void Policy::validate() const {
   OFFGEN_CHECK(cpu_mem >= 0, kConfig, "policy: cpu_mem {} must be >= 0 (0 = unlimited)", cpu_mem);
   OFFGEN_CHECK(disk_mem >= 0, kConfig, "policy: disk_mem {} must be >= 0 (0 = unlimited)",
                disk_mem);
+  OFFGEN_CHECK(!kv_dtype || is_kv_dtype(*kv_dtype), kConfig,
+               "policy: kv_dtype {} is not a KV dtype ({})", dtype_name(*kv_dtype),
+               kv_dtype_names());
+  OFFGEN_CHECK(!(kv_dtype && kv_dtype_auto), kConfig,
+               "policy: kv_dtype is both {} and auto", dtype_name(*kv_dtype));
   kv.validate();
+}
+
+void Policy::set_kv_dtype(std::string_view text) {
+  if (text == "auto") {
+    kv_dtype.reset();
+    kv_dtype_auto = true;
+    return;
+  }
+  try {
+    kv_dtype = parse_kv_dtype(text);
+  } catch (const Error&) {
+    OFFGEN_THROW(kConfig, "--kv-dtype {}: expected auto, f32, bf16, f16, q8_0 or q4g64", text);
+  }
+  kv_dtype_auto = false;
+}
+
+std::string Policy::kv_dtype_text() const {
+  if (kv_dtype_auto) return "auto";
+  return kv_dtype ? std::string(dtype_name(*kv_dtype)) : std::string();
 }
 
 WeightMode Policy::weight_storage(WeightMode weight_dtype) const {
@@ -202,6 +227,9 @@ Policy parse_policy_toml(std::string_view text, const std::string& path, const P
                  "{} must be [gpu_percent, cpu_percent]", where(n, key));
     return {*(*a)[0].value<double>(), *(*a)[1].value<double>()};
   };
+  // compress_cache = true is FlexGen's name for kv_dtype = "q4g64" (applied after the keys).
+  bool compress_cache = false;
+  std::string kv_dtype_line;
   for (auto&& [k, node] : t) {
     const std::string key(k.str());
     if (key == "kv") {
@@ -252,7 +280,13 @@ Policy parse_policy_toml(std::string_view text, const std::string& path, const P
     else if (key == "cpu_cache_compute") p.cpu_cache_compute = get_bool(node, key);
     else if (key == "pin_weight") p.pin_weight = get_bool(node, key);
     else if (key == "compress_weight") p.compress_weight = get_bool(node, key);
-    else if (key == "compress_cache") p.compress_cache = get_bool(node, key);
+    else if (key == "compress_cache") compress_cache = get_bool(node, key);
+    else if (key == "kv_dtype") {
+      OFFGEN_CHECK(node.is_string(), kConfig, "{} must be a string", where(node, key));
+      kv_dtype_line = where(node, key);
+      parse_in_file([&](const std::string& v) { p.set_kv_dtype(v); return 0; },
+                    *node.value<std::string>());
+    }
     else if (key == "offload_dir") {
       OFFGEN_CHECK(node.is_string(), kConfig, "{} must be a string", where(node, key));
       p.offload_dir = *node.value<std::string>();
@@ -267,6 +301,13 @@ Policy parse_policy_toml(std::string_view text, const std::string& path, const P
     else if (key == "cpu_mem") p.cpu_mem = get_size(node, key);
     else if (key == "disk_mem") p.disk_mem = get_size(node, key);
     else OFFGEN_THROW(kConfig, "{} is not a policy key", where(node, key));
+  }
+  if (compress_cache) {
+    OFFGEN_CHECK(kv_dtype_line.empty() || p.kv_dtype == DType::kQ4G64, kConfig,
+                 "{}: compress_cache = true is kv_dtype = \"q4g64\"; {} says {}", path,
+                 kv_dtype_line, p.kv_dtype_text());
+    p.kv_dtype = DType::kQ4G64;
+    p.kv_dtype_auto = false;
   }
   try {
     p.validate();
@@ -305,7 +346,7 @@ std::string policy_toml(const Policy& p) {
                      p.cache_cpu_percent, p.act_gpu_percent, p.act_cpu_percent);
   out += fmt::format("overlap = {}\n", p.overlap);
   if (p.compress_weight) out += "compress_weight = true\n";
-  if (p.compress_cache) out += "compress_cache = true\n";
+  if (!p.kv_dtype_text().empty()) out += fmt::format("kv_dtype = \"{}\"\n", p.kv_dtype_text());
   if (p.cpu_cache_compute) out += "cpu_cache_compute = true\n";
   if (!p.offload_dir.empty())
     out += fmt::format("offload_dir = {}\n", toml_string("offload_dir", p.offload_dir));

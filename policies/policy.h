@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -32,7 +33,12 @@ struct Policy {
   bool cpu_cache_compute = false;
   bool pin_weight = true;
   bool compress_weight = false;
-  bool compress_cache = false;
+  // What the KV cache is stored as (--kv-dtype; runtime/core/kv_format.h). Unset: the backend's
+  // default (BackendCaps::default_kv_dtype, 16-bit). kv_dtype_auto: the planner chooses (--policy
+  // auto --kv-dtype auto: the backend's default unless memory forces q8_0). --compress-cache (and
+  // TOML compress_cache = true) is kv_dtype = q4g64.
+  std::optional<DType> kv_dtype;
+  bool kv_dtype_auto = false;
   std::string offload_dir;  // empty: $TMPDIR (or /tmp)
   int io_queue_depth = 64;
   // Tier capacities in bytes; 0 = unlimited.
@@ -52,6 +58,14 @@ struct Policy {
   bool uses_disk() const {
     return weight_disk_percent() > 0 || cache_disk_percent() > 0 || act_disk_percent() > 0;
   }
+  // The KV dtype on a backend: kv_dtype when given, else the backend's default.
+  DType kv_storage(const BackendCaps& caps) const {
+    return kv_dtype.value_or(caps.default_kv_dtype);
+  }
+  // --kv-dtype's text: "auto" or a KV dtype name (Error(kConfig) naming the flag otherwise).
+  void set_kv_dtype(std::string_view text);
+  // The text set_kv_dtype reads back ("" when unset: the backend's default).
+  std::string kv_dtype_text() const;
   // Throws offgen::Error(kConfig) with the offending field and value.
   void validate() const;
 

@@ -25,7 +25,13 @@ Policy PolicyOverrides::resolve() const {
   if (!offload_dir.empty()) p.offload_dir = offload_dir;
   if (overlap) p.overlap = *overlap;
   if (compress_weight) p.compress_weight = *compress_weight;
-  if (compress_cache) p.compress_cache = *compress_cache;
+  if (!kv_dtype.empty()) p.set_kv_dtype(kv_dtype);
+  if (compress_cache && *compress_cache) {
+    OFFGEN_CHECK(kv_dtype.empty() || p.kv_dtype == DType::kQ4G64, kConfig,
+                 "--compress-cache is --kv-dtype q4g64; it contradicts --kv-dtype {}", kv_dtype);
+    p.kv_dtype = DType::kQ4G64;
+    p.kv_dtype_auto = false;
+  }
   if (cpu_cache_compute) p.cpu_cache_compute = *cpu_cache_compute;
   OFFGEN_CHECK(io_queue_depth >= 0, kConfig, "--io-queue-depth {} must be in [1, 4096]",
                io_queue_depth);

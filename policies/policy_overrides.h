@@ -17,7 +17,10 @@ struct PolicyOverrides {
   int64_t gpu_batch_size = 0;   // 0 = not given
   int64_t num_gpu_batches = 0;
   std::string offload_dir;
-  std::optional<bool> overlap, compress_weight, compress_cache, cpu_cache_compute;
+  std::optional<bool> overlap, compress_weight, cpu_cache_compute;
+  // --compress-cache: an alias of --kv-dtype q4g64 (FlexGen's flag).
+  std::optional<bool> compress_cache;
+  std::string kv_dtype;  // --kv-dtype: "auto" or a KV dtype ("" = not given)
   int io_queue_depth = 0;                  // 0 = not given
   std::string gpu_mem, cpu_mem, disk_mem;  // sizes such as "512M" or "8G" ("" = not given)
   std::string kv_policy;

@@ -86,7 +86,7 @@ void BlockExecutor::reserve(const ForwardShape& s) {
   }
   scratch_.reserve(backend_, c, s.batch_rows);
   if (!backend_.device_is_host()) logits_.reserve(backend_, s.sequences * c.vocab_size);
-  if (s.capacity > 0 && (kv_.compressed() || kv_.ram_slots(s.capacity) < s.capacity))
+  if (s.capacity > 0 && (kv_.layout().compressed || kv_.ram_slots(s.capacity) < s.capacity))
     prepare_kv_staging(s.batch_sequences, s.capacity);
 }
 
@@ -110,8 +110,8 @@ float* BlockExecutor::hidden(int64_t unit, int64_t batch) {
   return reinterpret_cast<float*>(act_stage_[slot].data());
 }
 
-float* BlockExecutor::stage(int slot, size_t seq, int which) {
-  return reinterpret_cast<float*>(kv_stage_[slot][seq * 2 + which].data());
+std::byte* BlockExecutor::stage(int slot, size_t seq, int which) {
+  return reinterpret_cast<std::byte*>(kv_stage_[slot][seq * 2 + which].data());
 }
 
 std::vector<KvSeqView> BlockExecutor::kv_views(const BatchInput& b, int64_t layer, int slot) {
@@ -125,6 +125,7 @@ std::vector<KvSeqView> BlockExecutor::kv_views(const BatchInput& b, int64_t laye
       views[i] = kv_.home_view(b.kv[i], layer);
     } else {
       views[i] = KvSeqView{stage(slot, i, 0), stage(slot, i, 1), kv_.capacity(b.kv[i], layer)};
+      views[i].dtype = kv_.kv_dtype();
       kv_.attach_meta(b.kv[i], layer, views[i]);
     }
     if (!b.prefix.empty() && b.prefix[i]) views[i].prefix = b.prefix[i] + layer;
@@ -197,8 +198,8 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
         const int64_t cap = kv_.capacity(b.kv[i], layer);
         const int64_t target = kv_.compact_to(b.kv[i], layer);
         const bool evicts = policy_ != nullptr || kv_.window_table(b.kv[i], layer);
-        float* k = stage(t.slot, i, 0);  // non-const: a compressed store patches its disk image
-        float* v = stage(t.slot, i, 1);
+        std::byte* k = stage(t.slot, i, 0);  // non-const: a block format's disk image is patched
+        std::byte* v = stage(t.slot, i, 1);
         switch (kv_write_kind(sp.n_past, sp.n_new, cap, target, evicts)) {
           case KvWrite::kAppend:
             kv_.store(b.kv[i], layer, sp.n_past, sp.n_past + sp.n_new, k, v);
@@ -211,7 +212,7 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
             slots.assign(w, w + heads);
             std::sort(slots.begin(), slots.end());
             slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
-            kv_.store_slots(b.kv[i], layer, slots, {w, static_cast<size_t>(heads)}, k, v);
+            kv_.store_slots(b.kv[i], layer, slots, k, v);
             break;
           }
         }

@@ -68,7 +68,7 @@ class BlockExecutor {
   // Sizes batch k's activation home for `rows` rows (grow only) and the staging slots.
   void prepare_activation(size_t k, int64_t rows);
   void prepare_kv_staging(int64_t seqs, int64_t capacity);
-  float* stage(int slot, size_t seq, int which);
+  std::byte* stage(int slot, size_t seq, int which);
 
   const DecoderModel& model_;
   Backend& backend_;

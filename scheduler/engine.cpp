@@ -76,8 +76,12 @@ void EngineOptions::validate() const {
                "--backend {}: the KV cache on disk is not supported by this backend yet (got {} {} "
                "on the GPU and CPU)",
                be, p.cache_gpu_percent, p.cache_cpu_percent);
-  OFFGEN_CHECK(caps.compress_cache || !p.compress_cache, kConfig,
-               "--backend {}: --compress-cache is not supported on a GPU yet", be);
+  OFFGEN_CHECK(!p.kv_dtype_auto, kConfig,
+               "--kv-dtype auto asks the planner to choose: give it with --policy auto");
+  const DType kv = p.kv_storage(caps);
+  OFFGEN_CHECK(caps.stores_kv(kv), kConfig,
+               "--backend {} stores the KV cache as {}; not {}{}", be, caps.kv_dtype_list(),
+               dtype_name(kv), kv == DType::kQ4G64 ? " (--compress-cache)" : "");
 
   OFFGEN_CHECK(prefill_chunk >= 0, kConfig, "prefill chunk {} must be >= 0", prefill_chunk);
   OFFGEN_CHECK(max_context >= 0, kConfig, "max context {} must be >= 0", max_context);
@@ -85,8 +89,10 @@ void EngineOptions::validate() const {
 
 Engine::Engine(EngineOptions options, StopToken stop) : options_(std::move(options)) {
   options_.validate();
-  if (options_.prefill_chunk == 0)
-    options_.prefill_chunk = backend_caps(options_.backend).default_prefill_chunk;
+  const BackendCaps caps = backend_caps(options_.backend);
+  if (options_.prefill_chunk == 0) options_.prefill_chunk = caps.default_prefill_chunk;
+  // The KV dtype the stores use, named in the options from here on (reports, the fingerprint).
+  options_.policy.kv_dtype = options_.policy.kv_storage(caps);
   const WeightMode storage = options_.policy.weight_storage(options_.weight_dtype);
   backend_ = make_backend(options_.backend, options_.threads, storage);
   auto memory = [](const char* at) {
@@ -144,7 +150,7 @@ Engine::Engine(EngineOptions options, StopToken stop) : options_(std::move(optio
   memory("weight store");
   if (p.kv.evicts()) kv_policy_ = make_kv_policy(p.kv);
   kv_ = std::make_unique<KvStore>(model_->config(), placement, nvme_.get(), kv_policy_ != nullptr,
-                                  p.compress_cache, KvDeviceHomes{backend_.get()});
+                                  *p.kv_dtype, KvDeviceHomes{backend_.get()});
   executor_ = std::make_unique<BlockExecutor>(*model_, *weights_, *kv_, p.overlap, placement,
                                               nvme_.get(), kv_policy_.get());
   stop.check("load");

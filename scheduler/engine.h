@@ -161,6 +161,9 @@ class Engine {
   const ModelConfig& config() const;
   const Tokenizer& tokenizer() const;
   const EngineOptions& options() const { return options_; }
+  // What the KV cache is stored as (options().policy.kv_dtype: the --kv-dtype, or the backend's
+  // default, resolved when the engine was built).
+  DType kv_dtype() const { return *options_.policy.kv_dtype; }
   int64_t max_context() const { return max_context_; }
   // The model's content identity (runtime/loaders/model_loader.h: OpenedModel::content_id).
   const std::string& model_id() const { return model_id_; }

@@ -92,7 +92,8 @@ void Engine::build_context(SharedContextJob& job) {
           logits.resize(seqs.size() * model_->config().vocab_size);
           executor_->run(batches, logits.data(), nullptr, [this] { checkpoint(false); });
         };
-    context_runner_ = std::make_unique<ContextRunner>(c, *backend_, std::move(forward));
+    context_runner_ = std::make_unique<ContextRunner>(c, *backend_, std::move(forward),
+                                                      kv_->kv_dtype());
   }
   // The full cache of the context (in RAM for the time of the build), then one compression.
   phase_ = "prefill";  // admission resumes after it

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "runtime/core/error.h"
+#include "runtime/core/kv_format.h"
 
 namespace offgen {
 namespace {
@@ -25,13 +26,15 @@ class StatsOnly final : public KvSlotPolicy {
 // memory the device writes, positions on the host), with metadata when `meta`. Fresh tables are
 // zeroed (Backend::alloc).
 struct OwnTable {
-  BackendArray<float> k, v;
+  BackendArray<std::byte> k, v;  // slot rows in the runner's KV dtype
   BackendArray<float> sum{Tier::kHost}, max{Tier::kHost};
   std::vector<int32_t> pos;
-  KvSeqView view(Backend& be, const ModelConfig& c, int64_t cap, bool meta) {
-    k.reserve(be, cap * c.kv_dim());
-    v.reserve(be, cap * c.kv_dim());
+  KvSeqView view(Backend& be, const ModelConfig& c, int64_t cap, bool meta, DType dtype) {
+    const int64_t rb = kv_row_bytes(dtype, c.n_kv_heads, c.head_dim);
+    k.reserve(be, cap * rb);
+    v.reserve(be, cap * rb);
     KvSeqView w{k.data(), v.data(), cap};
+    w.dtype = dtype;
     if (meta) {
       sum.reserve(be, c.n_kv_heads * cap);
       max.reserve(be, c.n_kv_heads * cap);
@@ -53,8 +56,8 @@ SharedContext::SharedContext(Backend& backend, const ModelConfig& c, const Conte
                              const std::vector<std::vector<int32_t>>& kept,
                              int64_t context_length)
     : backend_(&backend), heads_(c.n_kv_heads), head_dim_(c.head_dim),
-      context_length_(context_length) {
-  const int64_t hd = c.head_dim, kvd = c.kv_dim(), n = cache.n;
+      context_length_(context_length), dtype_(cache.dtype) {
+  const int64_t hb = kv_head_bytes(dtype_, c.head_dim), rb = heads_ * hb, n = cache.n;
   OFFGEN_CHECK(static_cast<int64_t>(kept.size()) == c.n_layers * heads_, kInternal,
                "shared context: {} kept lists for {} tables", kept.size(), c.n_layers * heads_);
   k_.resize(c.n_layers);
@@ -64,7 +67,7 @@ SharedContext::SharedContext(Backend& backend, const ModelConfig& c, const Conte
   std::vector<HeadCopy> copies;
   for (int64_t l = 0; l < c.n_layers; ++l) {
     // The layer's heads back to back: head h's rows start at row start_[h] of the layer buffer.
-    // copy_heads addresses dst row r of head h at r * hd + h * hd, hence dst_row = start + j - h.
+    // copy_kv_heads addresses dst row r of head h at r * hb + h * hb, hence dst_row = start + j - h.
     int64_t rows = 0;
     copies.clear();
     for (int64_t h = 0; h < heads_; ++h) {
@@ -78,10 +81,11 @@ SharedContext::SharedContext(Backend& backend, const ModelConfig& c, const Conte
       }
       rows += static_cast<int64_t>(keep.size());
     }
-    k_[l].reserve(backend, std::max<int64_t>(1, rows) * hd);
-    v_[l].reserve(backend, std::max<int64_t>(1, rows) * hd);
-    backend.copy_heads(k_[l].data(), hd, cache.k[l].data(), kvd, hd, copies);
-    backend.copy_heads(v_[l].data(), hd, cache.v[l].data(), kvd, hd, copies);
+    // Kept head vectors only, bytes as the cache holds them (evicted pairs are gone).
+    k_[l].reserve(backend, std::max<int64_t>(1, rows) * hb);
+    v_[l].reserve(backend, std::max<int64_t>(1, rows) * hb);
+    backend.copy_kv_heads(k_[l].data(), hb, cache.k[l].data(), rb, hb, copies);
+    backend.copy_kv_heads(v_[l].data(), hb, cache.v[l].data(), rb, hb, copies);
   }
   backend.synchronize();  // `copies` is host memory the CPU backend reads now, CUDA on upload
   kp_.resize(kept.size());
@@ -91,14 +95,14 @@ SharedContext::SharedContext(Backend& backend, const ModelConfig& c, const Conte
   for (int64_t l = 0; l < c.n_layers; ++l)
     for (int64_t h = 0; h < heads_; ++h) {
       const int64_t t = l * heads_ + h;
-      kp_[t] = k_[l].data() + start_[t] * hd;
-      vp_[t] = v_[l].data() + start_[t] * hd;
+      kp_[t] = k_[l].data() + start_[t] * hb;
+      vp_[t] = v_[l].data() + start_[t] * hb;
       pp_[t] = pos_[t].data();
     }
   views_.resize(c.n_layers);
   for (int64_t l = 0; l < c.n_layers; ++l)
     views_[l] = KvSharedPrefix{&kp_[l * heads_], &vp_[l * heads_], &len_[l * heads_],
-                               &pp_[l * heads_]};
+                               &pp_[l * heads_], dtype_};
 }
 
 int64_t SharedContext::kept_pairs() const {
@@ -107,14 +111,19 @@ int64_t SharedContext::kept_pairs() const {
   return n;
 }
 
-int64_t SharedContext::bytes() const { return kept_pairs() * head_dim_ * 4 * 2; }
+int64_t SharedContext::bytes() const {
+  return kept_pairs() * kv_head_bytes(dtype_, head_dim_) * 2;
+}
 
-std::vector<float> SharedContext::rows(const BackendArray<float>& b, int64_t layer,
+std::vector<float> SharedContext::rows(const BackendArray<std::byte>& b, int64_t layer,
                                        int64_t head) const {
-  const int64_t t = layer * heads_ + head;
-  std::vector<float> out(len_[t] * head_dim_);
-  backend_->copy(out.data(), b.data() + start_[t] * head_dim_, len_[t] * head_dim_ * 4);
+  const int64_t t = layer * heads_ + head, hb = kv_head_bytes(dtype_, head_dim_);
+  std::vector<std::byte> raw(len_[t] * hb);
+  backend_->copy(raw.data(), b.data() + start_[t] * hb, len_[t] * hb);
   backend_->synchronize();
+  std::vector<float> out(len_[t] * head_dim_);
+  for (int64_t j = 0; j < len_[t]; ++j)
+    kv_decode_head(dtype_, raw.data() + j * hb, head_dim_, out.data() + j * head_dim_);
   return out;
 }
 
@@ -157,18 +166,23 @@ ContextForward resident_forward(const DecoderModel& model, const ResidentUnits& 
   };
 }
 
-ContextRunner::ContextRunner(const ModelConfig& config, Backend& backend, ContextForward forward)
-    : config_(config), backend_(backend), forward_(std::move(forward)) {}
+ContextRunner::ContextRunner(const ModelConfig& config, Backend& backend, ContextForward forward,
+                             DType kv_dtype)
+    : config_(config), backend_(backend), forward_(std::move(forward)), kv_dtype_(kv_dtype) {
+  OFFGEN_CHECK(is_kv_dtype(kv_dtype), kInternal, "context tables stored as {}",
+               dtype_name(kv_dtype));
+}
 
-ContextRunner::ContextRunner(const DecoderModel& model, const ResidentUnits& units)
-    : ContextRunner(model.config(), model.backend(), resident_forward(model, units)) {}
+ContextRunner::ContextRunner(const DecoderModel& model, const ResidentUnits& units, DType kv_dtype)
+    : ContextRunner(model.config(), model.backend(), resident_forward(model, units), kv_dtype) {}
 
 ContextCache ContextRunner::prefill(const std::vector<int32_t>& ids) {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(ids.size());
   std::vector<OwnTable> tables(c.n_layers);
   std::vector<std::vector<KvSeqView>> views(c.n_layers);
-  for (int64_t l = 0; l < c.n_layers; ++l) views[l] = {tables[l].view(backend_, c, n, true)};
+  for (int64_t l = 0; l < c.n_layers; ++l)
+    views[l] = {tables[l].view(backend_, c, n, true, kv_dtype_)};
   std::vector<int32_t> pos(n);
   for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i);
   std::vector<float> logits;
@@ -176,6 +190,7 @@ ContextCache ContextRunner::prefill(const std::vector<int32_t>& ids) {
   forward_(ids, pos, {SeqSpan{0, n, 0}}, views, &stats, logits);
   ContextCache out;
   out.n = n;
+  out.dtype = kv_dtype_;
   for (auto& t : tables) {
     out.k.push_back(std::move(t.k));
     out.v.push_back(std::move(t.v));
@@ -190,7 +205,8 @@ std::vector<float> ContextRunner::kvzip_scores(const ContextCache& cache,
                                                const std::vector<int32_t>& repeat_later,
                                                int64_t chunk) {
   const ModelConfig& c = config_;
-  const int64_t n = cache.n, P = p.protected_len, H = c.n_kv_heads, kvd = c.kv_dim();
+  const int64_t n = cache.n, P = p.protected_len, H = c.n_kv_heads;
+  const int64_t rb = kv_row_bytes(cache.dtype, H, c.head_dim);
   std::vector<float> score(c.n_layers * H * n, 0.0f);
   const StatsOnly stats;
   for (int64_t a = P; a < n; a += chunk) {
@@ -206,11 +222,13 @@ std::vector<float> ContextRunner::kvzip_scores(const ContextCache& cache,
     std::vector<OwnTable> tables(c.n_layers);
     std::vector<std::vector<KvSeqView>> views(c.n_layers);
     for (int64_t l = 0; l < c.n_layers; ++l) {
-      KvSeqView w = tables[l].view(backend_, c, cap, true);
-      backend_.copy(w.k, cache.k[l].data(), P * kvd * 4);
-      backend_.copy(w.v, cache.v[l].data(), P * kvd * 4);
-      backend_.copy(w.k + P * kvd, cache.k[l].data() + a * kvd, C * kvd * 4);
-      backend_.copy(w.v + P * kvd, cache.v[l].data() + a * kvd, C * kvd * 4);
+      KvSeqView w = tables[l].view(backend_, c, cap, true, cache.dtype);
+      auto* wk = static_cast<std::byte*>(w.k);
+      auto* wv = static_cast<std::byte*>(w.v);
+      backend_.copy(wk, cache.k[l].data(), P * rb);
+      backend_.copy(wv, cache.v[l].data(), P * rb);
+      backend_.copy(wk + P * rb, cache.k[l].data() + a * rb, C * rb);
+      backend_.copy(wv + P * rb, cache.v[l].data() + a * rb, C * rb);
       for (int64_t i = 0; i < P + C; ++i)
         tables[l].set_position(c, cap, i, static_cast<int32_t>(i < P ? i : a + (i - P)));
       views[l] = {w};
@@ -236,13 +254,14 @@ std::vector<std::vector<float>> ContextRunner::question_scores(const ContextCach
                                                                const std::vector<int32_t>& q,
                                                                const KvSlotPolicy& snapkv) {
   const ModelConfig& c = config_;
-  const int64_t n = cache.n, Q = static_cast<int64_t>(q.size()), cap = n + Q, kvd = c.kv_dim();
+  const int64_t n = cache.n, Q = static_cast<int64_t>(q.size()), cap = n + Q;
+  const int64_t rb = kv_row_bytes(cache.dtype, c.n_kv_heads, c.head_dim);
   std::vector<OwnTable> tables(c.n_layers);
   std::vector<std::vector<KvSeqView>> views(c.n_layers);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    KvSeqView w = tables[l].view(backend_, c, cap, true);
-    backend_.copy(w.k, cache.k[l].data(), n * kvd * 4);
-    backend_.copy(w.v, cache.v[l].data(), n * kvd * 4);
+    KvSeqView w = tables[l].view(backend_, c, cap, true, cache.dtype);
+    backend_.copy(w.k, cache.k[l].data(), n * rb);
+    backend_.copy(w.v, cache.v[l].data(), n * rb);
     for (int64_t i = 0; i < n; ++i) tables[l].set_position(c, cap, i, static_cast<int32_t>(i));
     views[l] = {w};
   }
@@ -272,11 +291,11 @@ std::vector<std::vector<int32_t>> ContextRunner::answer(
   for (size_t i = 0; i < nq; ++i)
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const int64_t cap = static_cast<int64_t>(questions[i].size()) + max_tokens;
-      views[l][i] = tables[i * c.n_layers + l].view(backend_, c, cap, false);
+      views[l][i] = tables[i * c.n_layers + l].view(backend_, c, cap, false, kv_dtype_);
       views[l][i].prefix = ctx.layer(l);
     }
   last_own_bytes_ = 0;
-  for (const auto& t : tables) last_own_bytes_ += (t.k.size() + t.v.size()) * 4;
+  for (const auto& t : tables) last_own_bytes_ += t.k.size() + t.v.size();
   std::vector<std::vector<int32_t>> out(nq);
   std::vector<bool> done(nq, false);
   std::vector<int32_t> next(nq, 0);

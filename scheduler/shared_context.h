@@ -17,11 +17,12 @@
 
 namespace offgen {
 
-// A prefilled context: the full cache (device memory) with H2O statistics (summed attention of
-// all prompt rows, host memory).
+// A prefilled context: the full cache (device memory, slot rows in `dtype`) with H2O statistics
+// (summed attention of all prompt rows, host memory).
 struct ContextCache {
   int64_t n = 0;
-  std::vector<BackendArray<float>> k, v;      // [layer] -> [n][kv_dim]
+  DType dtype = DType::kF32;                  // the KV dtype of its rows
+  std::vector<BackendArray<std::byte>> k, v;  // [layer] -> [n] slot rows (kv_row_bytes)
   std::vector<std::vector<float>> h2o_score;  // [layer] -> [n_kv_heads][n]
 };
 
@@ -38,19 +39,21 @@ class SharedContext {
   const KvSharedPrefix* layer(int64_t l) const { return &views_[l]; }
   int64_t context_length() const { return context_length_; }
   int64_t kept_pairs() const;  // over all layers and heads
-  int64_t bytes() const;       // K + V bytes held (stored once for all questions)
-  // Host copies of a head's kept K / V rows ([len][head_dim]); for tests and inspection.
+  int64_t bytes() const;       // K + V bytes held (stored once for all questions), in its dtype
+  DType dtype() const { return dtype_; }  // the cache's KV dtype, which it keeps
+  // Host copies of a head's kept K / V rows, decoded ([len][head_dim]); for tests and inspection.
   std::vector<float> k_rows(int64_t layer, int64_t head) const;
   std::vector<float> v_rows(int64_t layer, int64_t head) const;
 
  private:
-  std::vector<float> rows(const BackendArray<float>& b, int64_t layer, int64_t head) const;
+  std::vector<float> rows(const BackendArray<std::byte>& b, int64_t layer, int64_t head) const;
   Backend* backend_;
   int64_t heads_ = 0, head_dim_ = 0, context_length_ = 0;
-  // Per layer, every head's kept rows back to back ([sum of lengths][head_dim]).
-  std::vector<BackendArray<float>> k_, v_;
+  DType dtype_ = DType::kF32;
+  // Per layer, every head's kept head vectors back to back ([sum of lengths] in dtype_).
+  std::vector<BackendArray<std::byte>> k_, v_;
   std::vector<int64_t> len_, start_;  // [layer * heads + head]: length, first row in its layer
-  std::vector<const float*> kp_, vp_;
+  std::vector<const void*> kp_, vp_;
   std::vector<std::vector<int32_t>> pos_;  // [layer * heads + head]: the kept rows' positions
   std::vector<const int32_t*> pp_;
   std::vector<KvSharedPrefix> views_;
@@ -83,9 +86,11 @@ ContextForward resident_forward(const DecoderModel& model, const ResidentUnits& 
 // Thread-compatible (one per thread).
 class ContextRunner {
  public:
-  // Tables live in `backend`'s memory (the one `forward` computes on).
-  ContextRunner(const ModelConfig& config, Backend& backend, ContextForward forward);
-  ContextRunner(const DecoderModel& model, const ResidentUnits& units);
+  // Tables live in `backend`'s memory (the one `forward` computes on), K/V stored as kv_dtype
+  // (the engine's --kv-dtype, so a context kept whole attends exactly as the prompt sent whole).
+  ContextRunner(const ModelConfig& config, Backend& backend, ContextForward forward,
+                DType kv_dtype);
+  ContextRunner(const DecoderModel& model, const ResidentUnits& units, DType kv_dtype);
   const ModelConfig& config() const { return config_; }
   // Prefills `ids` at positions 0.. into a full cache, collecting H2O scores.
   ContextCache prefill(const std::vector<int32_t>& ids);
@@ -118,6 +123,7 @@ class ContextRunner {
   ModelConfig config_;
   Backend& backend_;
   ContextForward forward_;
+  DType kv_dtype_;
   int64_t last_own_bytes_ = 0;
 };
 

@@ -70,7 +70,8 @@ class LLM:
     ``model``: a .gguf file, a Hugging Face checkpoint directory, or ``dummy:PRESET``.
     ``policy``: None (the defaults), ``"auto"`` (the planner chooses batch sizes, tier shares and
     overlap for the first ``generate()`` call's requests), a policy TOML file, or a ``Policy``.
-    ``kv_policy``/``kv_budget`` and any other ``Policy`` field given as a keyword override it,
+    ``kv_policy``/``kv_budget`` and any other ``Policy`` field given as a keyword (``kv_dtype=``
+    among them: the KV cache's storage, ``bf16`` by default on the CPU) override it,
     as the CLI's flags override ``--policy``; so do the engine options ``weight_dtype`` (``native``
     by default: each tensor in the file's own format; ``f32``, ``bf16``, ``q8_0``, ... convert),
     ``max_context`` and ``prefill_chunk`` (0 = the defaults).

@@ -105,7 +105,10 @@ class Policy:
 
     ``file`` is a policy TOML file read first; the other fields override it, as the flags do.
     ``percent`` is FlexGen's six numbers (WG WC CG CC HG HC); sizes take an int (bytes) or a
-    string with a unit ("8G"); ``kv_budget`` a fraction in (0, 1] or a token count.
+    string with a unit ("8G"); ``kv_budget`` a fraction in (0, 1] or a token count;
+    ``kv_dtype`` what the KV cache is stored as (``f32``, ``bf16``, ``f16``, ``q8_0``, ``q4g64``;
+    ``auto`` lets the planner choose with ``policy="auto"``; None = the backend's 16-bit default).
+    ``compress_cache=True`` is FlexGen's name for ``kv_dtype="q4g64"``.
     """
 
     file: Optional[str] = None
@@ -116,6 +119,7 @@ class Policy:
     cpu_cache_compute: Optional[bool] = None
     compress_weight: Optional[bool] = None
     compress_cache: Optional[bool] = None
+    kv_dtype: Optional[str] = None
     offload_dir: Optional[str] = None
     io_queue_depth: Optional[int] = None
     gpu_mem: Union[int, str, None] = None
@@ -167,6 +171,8 @@ class Policy:
                     setattr(o, name, str(_int(v, name, 0)) if not isinstance(v, str) else v)
             if self.kv_policy is not None:
                 o.kv_policy = _str(self.kv_policy, "kv_policy")
+            if self.kv_dtype is not None:
+                o.kv_dtype = _str(self.kv_dtype, "kv_dtype")
             if self.kv_budget is not None:
                 o.kv_budget = _float(self.kv_budget, "kv_budget")
         except (TypeError, ValueError, OverflowError) as e:
@@ -187,7 +193,7 @@ class Policy:
             overlap=p.overlap,
             cpu_cache_compute=p.cpu_cache_compute,
             compress_weight=p.compress_weight,
-            compress_cache=p.compress_cache,
+            kv_dtype=p.kv_dtype,
             offload_dir=p.offload_dir or None,
             io_queue_depth=p.io_queue_depth,
             gpu_mem=p.gpu_mem or None,

@@ -193,7 +193,8 @@ std::pair<Policy, bool> plan_job(const std::string& model, const std::string& we
                             base.offload_dir,
                             [](const std::string& what) {
                               std::fprintf(stderr, "offgen: calibrating: %s\n", what.c_str());
-                            }};
+                            },
+                            planning_kv_dtypes(base)};
   return {auto_plan(planning_inputs(ctx.limits_of(base)), w, base).policy, true};
 }
 

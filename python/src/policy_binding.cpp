@@ -37,13 +37,14 @@ PlanAnswer run_plan(const std::string& model, const std::string& weight_dtype, i
                             base.offload_dir,
                             [](const std::string& what) {
                               std::fprintf(stderr, "offgen: calibrating: %s\n", what.c_str());
-                            }};
+                            },
+                            planning_kv_dtypes(base)};
   const PlanningInputs in = planning_inputs(ctx.limits_of(base));
   PlanOptions o;
   o.workload = workload;
   o.base = base;
   o.max_batch = max_batch;
-  PlanResult r = plan(in.facts, in.compute, in.hw, o);
+  PlanResult r = plan_inputs(in, o);
   return {r.policy, r.prediction, r.binding, r.evaluated, in.facts.key};
 }
 
@@ -60,6 +61,7 @@ void bind_policy(nb::module_& m) {
       .def_rw("overlap", &PolicyOverrides::overlap)
       .def_rw("compress_weight", &PolicyOverrides::compress_weight)
       .def_rw("compress_cache", &PolicyOverrides::compress_cache)
+      .def_rw("kv_dtype", &PolicyOverrides::kv_dtype)
       .def_rw("cpu_cache_compute", &PolicyOverrides::cpu_cache_compute)
       .def_rw("io_queue_depth", &PolicyOverrides::io_queue_depth)
       .def_rw("gpu_mem", &PolicyOverrides::gpu_mem)
@@ -82,7 +84,12 @@ void bind_policy(nb::module_& m) {
       .def_ro("overlap", &Policy::overlap)
       .def_ro("cpu_cache_compute", &Policy::cpu_cache_compute)
       .def_ro("compress_weight", &Policy::compress_weight)
-      .def_ro("compress_cache", &Policy::compress_cache)
+      .def_prop_ro("kv_dtype",
+                   [](const Policy& p) -> std::optional<std::string> {
+                     const std::string t = p.kv_dtype_text();
+                     if (t.empty()) return std::nullopt;
+                     return t;
+                   })
       .def_ro("offload_dir", &Policy::offload_dir)
       .def_ro("io_queue_depth", &Policy::io_queue_depth)
       .def_ro("gpu_mem", &Policy::gpu_mem)

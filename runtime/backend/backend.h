@@ -51,27 +51,31 @@ struct SeqSpan {
   int64_t n_past = 0;
 };
 
-// K and V of one sequence for one layer, slot-major: [capacity][n_kv_heads][head_dim], fp32 (a
-// token's K (or V) for all heads is one contiguous row, so a prefix of slots is one extent).
+// K and V of one sequence for one layer, slot-major: [capacity][n_kv_heads] head vectors, each
+// of head_dim values stored as the table's KV dtype (runtime/core/kv_format.h: kv_head_bytes; a
+// token's K (or V) for all heads is one contiguous row of kv_row_bytes, so a prefix of slots is
+// one extent). The attention reads that format directly.
 // Tables that evict also carry per-head slot metadata in host memory, [n_kv_heads][capacity]
 // each: the position a head's slot holds and the attention statistics it has received. Heads
 // evict independently, so one slot row may hold different positions for different heads.
 // A read-only context shared by several sequences (a compressed multi-query context): per KV
-// head its own kept K and V rows, head-major and of its own length (evicted pairs are gone, no
-// padding to the longest head), in position order. Every row of a sequence attends to it before
-// its own slots: to all of it, or under a sliding window to the rows whose positions it sees.
+// head its own kept K and V head vectors, head-major and of its own length (evicted pairs are
+// gone, no padding to the longest head), in position order, stored as the sequences' KV dtype.
+// Every row of a sequence attends to it before its own slots: to all of it, or under a sliding
+// window to the rows whose positions it sees.
 struct KvSharedPrefix {
-  const float* const* k = nullptr;  // [n_kv_heads] -> [len[h]][head_dim]
-  const float* const* v = nullptr;
+  const void* const* k = nullptr;  // [n_kv_heads] -> [len[h]] head vectors
+  const void* const* v = nullptr;
   const int64_t* len = nullptr;     // [n_kv_heads]
   // Host memory, [n_kv_heads] -> [len[h]] ascending: the rows' positions (null: unknown, which a
   // sliding window refuses).
   const int32_t* const* pos = nullptr;
+  DType dtype = DType::kF32;  // the KV dtype of its head vectors
 };
 
 struct KvSeqView {
-  float* k = nullptr;  // device memory, or host memory when `host` (cpu_cache_compute)
-  float* v = nullptr;
+  void* k = nullptr;  // device memory, or host memory when `host` (cpu_cache_compute)
+  void* v = nullptr;
   int64_t capacity = 0;
   int32_t* pos = nullptr;   // null: the table never evicts (no metadata)
   float* sum = nullptr;
@@ -83,6 +87,7 @@ struct KvSeqView {
   // (FlexGen's cpu_cache_compute). Metadata (pos/sum/max) is always host memory the device can
   // write (pinned on CUDA).
   bool host = false;
+  DType dtype = DType::kF32;  // the KV dtype K and V are stored as (kv_format.h)
 };
 
 // Attention-score statistics of one sequence for the KV policies: for each KV head and slot, the
@@ -170,14 +175,25 @@ class Backend {
   Buffer upload(const void* src, int64_t bytes);
   // Copies on the compute stream, in order with the ops: bytes between any tiers; `rows` rows of
   // row_bytes with their own strides (bytes); dst row i = src row rows[i] (fp32 rows of `width`);
-  // head slices of fp32 slot rows (strides in floats). Index lists are host memory.
+  // head vectors of KV slot rows in any KV dtype (strides and the head vector's size in bytes:
+  // kv_format.h; row r's head h at r * stride + h * head_bytes). Index lists are host memory.
   virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
   virtual void copy_rows(void* dst, int64_t dst_stride, const void* src, int64_t src_stride,
                          int64_t rows, int64_t row_bytes) = 0;
   virtual void gather_rows(float* dst, const float* src, std::span<const int64_t> rows,
                            int64_t width) = 0;
-  virtual void copy_heads(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
-                          int64_t head_dim, std::span<const HeadCopy> copies) = 0;
+  virtual void copy_kv_heads(void* dst, int64_t dst_stride, const void* src, int64_t src_stride,
+                             int64_t head_bytes, std::span<const HeadCopy> copies) = 0;
+  // New K or V vectors into a KV table stored as `dtype` (kv_format.h; the bytes kv_encode_head
+  // gives, f32 a plain copy), on the compute stream: rows [0, n) of src (fp32 rows of n_kv_heads
+  // x head_dim, `src_stride` floats apart) into consecutive slot rows from dst; or, per HeadCopy,
+  // head `head` of src row src_row into head `head` of slot row dst_row (the other heads of that
+  // slot keep their bytes). dst: device memory, or host memory the device can write.
+  virtual void kv_encode_rows(const float* src, int64_t src_stride, int64_t n, DType dtype,
+                              int64_t n_kv_heads, int64_t head_dim, void* dst) = 0;
+  virtual void kv_encode_heads(const float* src, int64_t src_stride, DType dtype,
+                               int64_t n_kv_heads, int64_t head_dim, void* dst,
+                               std::span<const HeadCopy> copies) = 0;
   // The stream the ops run on, new streams for the schedule's load and store lanes, and events.
   virtual Stream& compute_stream() = 0;
   virtual std::unique_ptr<Stream> make_stream() = 0;

@@ -10,6 +10,7 @@
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "runtime/core/formats.h"
+#include "runtime/core/kv_format.h"
 
 namespace offgen {
 
@@ -38,9 +39,15 @@ BackendCaps cpu_backend_caps(bool emulate_device) {
   c.calibrated_profile = !emulate_device;
   c.device_is_host = !emulate_device;
   // The emulated device has what the GPU backend has: KV wholly on the device or, computed on
-  // the CPU, wholly in host memory; activations on the device; no compressed KV cache.
-  c.kv_split = c.kv_on_disk = c.compress_cache = c.activation_offload = !emulate_device;
+  // the CPU, wholly in host memory; activations on the device.
+  c.kv_split = c.kv_on_disk = c.activation_offload = !emulate_device;
   c.cpu_cache_compute = true;
+  // Every KV dtype, attended in place (runtime/backend/cpu/attention.cpp); the emulated device
+  // stores those of the GPU backend. The default, bf16: AVX512-BF16 dot products where the CPU
+  // has them; the coordinator's measurement against f16 decides (bench/RESULTS.md).
+  for (DType t : kv_dtypes())
+    if (!emulate_device || cuda_backend_caps().stores_kv(t)) c.kv_dtypes |= BackendCaps::storage_bit(t);
+  c.default_kv_dtype = DType::kBF16;
   return c;
 }
 
@@ -54,13 +61,24 @@ BackendCaps cuda_backend_caps() {
     if (f.ggml_type != kNoGgmlType) c.matmul_storages |= BackendCaps::storage_bit(f.type);
   c.kv_split = false;
   c.kv_on_disk = false;
-  c.compress_cache = false;
+  // The attention kernels read f32, bf16, f16 and q8_0 tables (cuda_attention_cuda.cu); q4g64's
+  // exact min-max quantiser has no device encoder yet.
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0})
+    c.kv_dtypes |= BackendCaps::storage_bit(t);
+  c.default_kv_dtype = DType::kF16;  // FlexGen's (and vLLM's fp16 models') KV cache
   c.activation_offload = false;
   c.cpu_cache_compute = true;
   // A whole block of FlexGen's workload in one forward: weights streamed to the GPU move once.
   c.default_prefill_chunk = 65536;
   c.calibrated_profile = false;  // `offgen calibrate` measures the CPU backend
   return c;
+}
+
+std::string BackendCaps::kv_dtype_list() const {
+  std::string out;
+  for (DType t : offgen::kv_dtypes())
+    if (stores_kv(t)) out += (out.empty() ? "" : ", ") + std::string(dtype_name(t));
+  return out;
 }
 
 namespace {

@@ -46,7 +46,11 @@ struct BackendCaps {
   uint64_t matmul_storages = 0;
   bool kv_split = true;                  // the KV cache split over the device and host tiers
   bool kv_on_disk = true;                // KV cache on the disk tier
-  bool compress_cache = true;            // 4-bit group KV cache (--compress-cache)
+  // Bits (storage_bit) of the KV dtypes (runtime/core/kv_format.h) it stores the KV cache in and
+  // attends over directly (--kv-dtype), and the one it uses unless told: a 16-bit format, chosen
+  // per backend by measurement (bench/RESULTS.md, "KV cache precision").
+  uint64_t kv_dtypes = 0;
+  DType default_kv_dtype = DType::kBF16;
   bool activation_offload = true;        // activations off the device tier
   bool cpu_cache_compute = true;         // KV wholly in host memory, its attention on the CPU
   // Prompt tokens per prefill forward. On the CPU 1024: a forward's activations stay in cache for
@@ -59,6 +63,9 @@ struct BackendCaps {
 
   static constexpr uint64_t storage_bit(DType t) { return uint64_t{1} << static_cast<int>(t); }
   bool takes(DType storage) const { return (matmul_storages & storage_bit(storage)) != 0; }
+  bool stores_kv(DType t) const { return (kv_dtypes & storage_bit(t)) != 0; }
+  // "f32, bf16, ...": the KV dtypes it stores, for messages.
+  std::string kv_dtype_list() const;
 };
 
 // Every registered kind, in order; whether a user may pick it (--backend); its name.

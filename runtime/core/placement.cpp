@@ -33,8 +33,8 @@ int64_t KvTableLayout::page_period() const {
 }
 
 int64_t KvTableLayout::staging_bytes(int64_t capacity) const {
-  const int64_t rows = page_up(capacity * stage_row_bytes);
-  return compressed ? rows + page_up(capacity * row_bytes) : rows;
+  const int64_t rows = page_up(capacity * row_bytes);
+  return compressed ? 2 * rows : rows;
 }
 
 ForwardShape ForwardShape::max(const ForwardShape& o) const {

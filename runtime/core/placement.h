@@ -61,8 +61,11 @@ struct WeightSplit {
 // and such a table smaller than the capacity always has metadata (its keys' positions).
 struct KvTableLayout {
   int64_t n_layers = 0;
-  int64_t row_bytes = 0;    // one slot's K (or V) row of one layer as homed (encoded if compressed)
-  bool compressed = false;  // rows are staged apart from their disk image: any slot may start disk
+  // One slot's K (or V) row of one layer in its KV dtype: kv_row_bytes (runtime/core/kv_format.h).
+  int64_t row_bytes = 0;
+  // Rows of a block format (q8_0, q4g64): staged apart from their disk image, so any slot may
+  // start the disk part.
+  bool compressed = false;
   int64_t n_kv_heads = 0;
   bool with_meta = false;
   int64_t window_layers = 0;  // sliding-window layers among n_layers
@@ -80,11 +83,10 @@ struct KvTableLayout {
   bool windowed(int64_t capacity) const {
     return window_layers > 0 && window_capacity(capacity) < capacity;
   }
-  // One staged slot row (K or V of one layer) as attention reads it: fp32.
-  int64_t stage_row_bytes = 0;
   // One staging buffer (K or V) of a table of `capacity` slots, for a table not used in place (the
-  // KV store's staging_bytes): capacity staged rows, 4 KiB-rounded; compressed, followed by the
-  // 4 KiB-rounded disk image of its encoded rows.
+  // KV store's staging_bytes): capacity rows in the stored format (attention reads it directly),
+  // 4 KiB-rounded; for a block format (compressed), followed by the 4 KiB-rounded disk image of
+  // the same rows.
   int64_t staging_bytes(int64_t capacity) const;
   int64_t meta_bytes(int64_t capacity) const {
     const int64_t per_slot = 3 * n_kv_heads * 4;

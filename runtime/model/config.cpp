@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "runtime/core/error.h"
+#include "runtime/core/kv_format.h"
 
 namespace offgen {
 
@@ -57,11 +58,15 @@ void ModelConfig::validate() const {
   }
 }
 
-int64_t ModelConfig::kv_bytes_held(int64_t tokens) const {
+int64_t ModelConfig::kv_bytes_per_token(DType t) const {
+  return 2 * n_layers * kv_row_bytes(t, n_kv_heads, head_dim);
+}
+
+int64_t ModelConfig::kv_bytes_held(int64_t tokens, DType t) const {
   const int64_t sliding = n_sliding_layers();
   const int64_t rows =
       (n_layers - sliding) * tokens + sliding * std::min(tokens, sliding_window);
-  return 2 * rows * kv_dim() * 4;
+  return 2 * rows * kv_row_bytes(t, n_kv_heads, head_dim);
 }
 
 int64_t ModelConfig::n_sliding_layers() const {

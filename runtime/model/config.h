@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/backend/rope.h"
+#include "runtime/core/dtype.h"
 #include "runtime/backend/rope_style.h"
 
 namespace offgen {
@@ -73,11 +74,11 @@ struct ModelConfig {
   int64_t n_sliding_layers() const;
   // The inverse RoPE frequencies (rope.h) of the global or the sliding-window layers.
   std::vector<float> rope_inv_freq(bool sliding) const;
-  // Bytes of fp32 K+V per token across all layers.
-  int64_t kv_bytes_per_token() const { return 2 * n_layers * kv_dim() * 4; }
-  // Bytes of fp32 K+V that `tokens` tokens hold across all layers, a sliding-window layer at most
-  // its window's (the rows alone: no slot metadata, no page rounding).
-  int64_t kv_bytes_held(int64_t tokens) const;
+  // Bytes of K+V per token across all layers, stored as the KV dtype t (kv_format.h).
+  int64_t kv_bytes_per_token(DType t) const;
+  // Bytes of K+V (as t) that `tokens` tokens hold across all layers, a sliding-window layer at
+  // most its window's (the rows alone: no slot metadata, no page rounding).
+  int64_t kv_bytes_held(int64_t tokens, DType t) const;
   // Throws offgen::Error(kInput) naming the offending field.
   void validate() const;
 };

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "runtime/core/error.h"
+#include "runtime/core/kv_format.h"
 
 namespace offgen {
 namespace {
@@ -102,7 +103,6 @@ KvStep::KvStep(Backend& backend, int64_t n_kv_heads, int64_t head_dim,
     : be_(backend), heads_(n_kv_heads), hd_(head_dim), kv_(kv), policy_(policy),
       overflow_(overflow) {
   const size_t n = seqs.size();
-  const int64_t kvd = heads_ * hd_;
   mode_.resize(n);
   spans_.assign(seqs.begin(), seqs.end());
   views_.assign(kv.begin(), kv.end());
@@ -116,10 +116,13 @@ KvStep::KvStep(Backend& backend, int64_t n_kv_heads, int64_t head_dim,
     const int64_t cap = view.capacity, n_old = sp.n_past, n_new = sp.n_new;
     const bool meta = view.pos != nullptr;
     const float* rows = qkv + sp.row_begin * row_stride;  // this sequence's first new row
-    // The new tokens' K and V as slots [at, at + n_new) of a table with `kvd`-float rows.
-    auto put_rows = [&](float* k, float* v, int64_t at) {
-      be_.copy_rows(k + at * kvd, kvd * 4, rows + k_offset, row_stride * 4, n_new, kvd * 4);
-      be_.copy_rows(v + at * kvd, kvd * 4, rows + v_offset, row_stride * 4, n_new, kvd * 4);
+    const int64_t rb = kv_row_bytes(view.dtype, heads_, hd_);
+    // The new tokens' K and V, encoded in the table's KV dtype, as slots [at, at + n_new).
+    auto put_rows = [&](void* k, void* v, int64_t at) {
+      be_.kv_encode_rows(rows + k_offset, row_stride, n_new, view.dtype, heads_, hd_,
+                         static_cast<std::byte*>(k) + at * rb);
+      be_.kv_encode_rows(rows + v_offset, row_stride, n_new, view.dtype, heads_, hd_,
+                         static_cast<std::byte*>(v) + at * rb);
     };
     mode_[i] = kv_write_kind(n_old, n_new, cap, view.compact_to, meta && policy_);
     if (mode_[i] == KvWrite::kAppend) {
@@ -145,21 +148,21 @@ KvStep::KvStep(Backend& backend, int64_t n_kv_heads, int64_t head_dim,
         view.sum[h * cap + s] = view.max[h * cap + s] = 0.0f;
         if (view.written) view.written[h] = static_cast<int32_t>(s);
       }
-      be_.copy_heads(view.k, kvd, rows + k_offset, row_stride, hd_, copies);
-      be_.copy_heads(view.v, kvd, rows + v_offset, row_stride, hd_, copies);
+      be_.kv_encode_heads(rows + k_offset, row_stride, view.dtype, heads_, hd_, view.k, copies);
+      be_.kv_encode_heads(rows + v_offset, row_stride, view.dtype, heads_, hd_, view.v, copies);
       spans_[i].n_past = cap - 1;  // every slot is visible to the one new row
     } else {
       // The chunk does not fit: attend over old + new slots in a scratch table, compact after
       // to compact_to slots.
       const int64_t total = n_old + n_new;
       KvOverflow& o = overflow_[i];
-      o.k.reserve(be_, total * kvd);
-      o.v.reserve(be_, total * kvd);
+      o.k.reserve(be_, total * rb);
+      o.v.reserve(be_, total * rb);
       o.pos.resize(heads_ * total);
       o.sum.reserve(be_, heads_ * total);
       o.max.reserve(be_, heads_ * total);
-      be_.copy(o.k.data(), view.k, n_old * kvd * 4);
-      be_.copy(o.v.data(), view.v, n_old * kvd * 4);
+      be_.copy(o.k.data(), view.k, n_old * rb);
+      be_.copy(o.v.data(), view.v, n_old * rb);
       put_rows(o.k.data(), o.v.data(), n_old);
       for (int64_t h = 0; h < heads_; ++h) {
         std::copy_n(view.pos + h * cap, n_old, o.pos.data() + h * total);
@@ -173,6 +176,7 @@ KvStep::KvStep(Backend& backend, int64_t n_kv_heads, int64_t head_dim,
       views_[i] = KvSeqView{o.k.data(), o.v.data(), total, o.pos.data(), o.sum.data(),
                             o.max.data(), nullptr};
       views_[i].prefix = view.prefix;
+      views_[i].dtype = view.dtype;
     }
     if (meta && policy_ && policy_->uses_stats()) {
       const KvSeqView& w = views_[i];
@@ -189,7 +193,6 @@ KvStep::KvStep(Backend& backend, int64_t n_kv_heads, int64_t head_dim,
 }
 
 void KvStep::finish() {
-  const int64_t kvd = heads_ * hd_;
   bool synced = false;
   for (size_t i = 0; i < mode_.size(); ++i) {
     if (mode_[i] != KvWrite::kCompact) continue;
@@ -218,8 +221,10 @@ void KvStep::finish() {
         dst.max[m] = src.max[h * total + s];
       }
     }
-    be_.copy_heads(dst.k, kvd, src.k, kvd, hd_, copies);
-    be_.copy_heads(dst.v, kvd, src.v, kvd, hd_, copies);
+    // Physical removal: the kept head vectors, bytes as stored, packed to the table's front.
+    const int64_t hb = kv_head_bytes(dst.dtype, hd_), rb = heads_ * hb;
+    be_.copy_kv_heads(dst.k, rb, src.k, rb, hb, copies);
+    be_.copy_kv_heads(dst.v, rb, src.v, rb, hb, copies);
   }
 }
 

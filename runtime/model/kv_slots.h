@@ -73,10 +73,11 @@ int64_t kv_slots_after(int64_t n_old, int64_t n_new, int64_t capacity, int64_t c
                        bool evicts);
 
 // A table that grows past its capacity within one chunk is assembled here for the attention and
-// compacted back. One per sequence of a batch; reused across units. K/V in device memory, the
+// compacted back. One per sequence of a batch; reused across units. K/V in device memory (in
+// the table's KV dtype: the chunk's keys are encoded once, as the table holds them), the
 // statistics in host memory the device writes, positions on the host.
 struct KvOverflow {
-  BackendArray<float> k, v;
+  BackendArray<std::byte> k, v;  // slot rows in the table's KV dtype
   BackendArray<float> sum{Tier::kHost}, max{Tier::kHost};
   std::vector<int32_t> pos;
   std::vector<int32_t> kept;

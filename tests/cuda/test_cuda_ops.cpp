@@ -13,7 +13,9 @@
 #include "runtime/backend/backend.h"
 #include "runtime/backend/rope.h"
 #include "runtime/core/argmax.h"
+#include "runtime/core/backend_caps.h"
 #include "runtime/core/dtype.h"
+#include "runtime/core/kv_format.h"
 #include "tests/cuda/cuda_test_helpers.h"
 
 using namespace offgen;
@@ -176,7 +178,7 @@ TEST_CASE("cuda: embedding gathers, row and head copies and argmax are exact", "
   be->gather_rows(rows.data(), dsrc.data(), pick, 12);
   be->copy_rows(strided.data(), 20 * 4, dsrc.data() + 1, 12 * 4, 3, 5 * 4);
   const std::vector<HeadCopy> hc = {{0, 9, 1}, {7, 2, 0}, {3, 3, 2}};
-  be->copy_heads(heads.data(), 12, dsrc.data(), 12, 4, hc);
+  be->copy_kv_heads(heads.data(), 12 * 4, dsrc.data(), 12 * 4, 4 * 4, hc);
   const auto got_rows = rows.read(), got_str = strided.read(), got_heads = heads.read();
   for (size_t i = 0; i < pick.size(); ++i)
     for (int64_t c = 0; c < 12; ++c) CHECK(got_rows[i * 12 + c] == src[pick[i] * 12 + c]);
@@ -212,9 +214,26 @@ struct AttnCase {
   int64_t n_heads, n_kv, hd;
 };
 
+// The CPU's attention over a stored format differs from the GPU's only in how it scores (bf16
+// dot products on bf16-rounded queries, q8_0 integer products on quantised queries): the bound of
+// their difference (NMSE); f32 and f16 read the same values the same way.
+double cpu_gpu_bound(DType t) {
+  return t == DType::kBF16 ? 1e-4 : t == DType::kQ8_0 ? 1e-3 : 1e-10;
+}
+
+// n fp32 rows of `width` encoded as a KV table of heads x hd in dtype t (host bytes).
+std::vector<std::byte> kv_table(const std::vector<float>& rows, DType t, int64_t heads,
+                                int64_t hd) {
+  const int64_t n = static_cast<int64_t>(rows.size()) / (heads * hd);
+  std::vector<std::byte> out(n * kv_row_bytes(t, heads, hd));
+  kv_encode_rows(t, rows.data(), heads * hd, n, heads, hd, out.data());
+  return out;
+}
+
 // One ragged batch: prefill from scratch, a chunk after earlier slots, decode rows, a sequence
 // over a shared prefix of per-head lengths; statistics on some of them (one with first_row > 0).
-void check_attention(const AttnCase& ac, bool host_tables) {
+// K/V stored as `dtype` on both backends.
+void check_attention(const AttnCase& ac, bool host_tables, DType dtype = DType::kF32) {
   std::mt19937 rng(static_cast<unsigned>(ac.n_heads * 131 + ac.hd));
   auto be = gpu();
   auto cpu = make_cpu_backend(2);
@@ -233,9 +252,11 @@ void check_attention(const AttnCase& ac, bool host_tables) {
   std::vector<SeqSpan> spans;
   std::vector<KvSeqView> cpu_views, gpu_views;
   std::vector<AttentionStats> cpu_stats, gpu_stats;
-  std::vector<std::vector<float>> host_k, host_v, cs, cm;
+  std::vector<std::vector<std::byte>> host_k, host_v;
+  std::vector<std::vector<float>> cs, cm;
   std::vector<Buffer> keep;  // GPU-side tables, prefixes and stats
-  std::vector<std::vector<const float*>> pk, pv, gpk, gpv;
+  std::vector<std::vector<const void*>> pk, pv, gpk, gpv;
+  const int64_t rb = kv_row_bytes(dtype, ac.n_kv, ac.hd), hb = kv_head_bytes(dtype, ac.hd);
   std::vector<std::vector<int64_t>> plen;
   std::vector<KvSharedPrefix> cpu_prefix(seqs.size()), gpu_prefix(seqs.size());
   int64_t r0 = 0;
@@ -244,14 +265,15 @@ void check_attention(const AttnCase& ac, bool host_tables) {
     const int64_t cap = s.n_past + s.n_new + 3;
     spans.push_back({r0, s.n_new, s.n_past});
     r0 += s.n_new;
-    host_k.push_back(randn(rng, cap * kvd));
-    host_v.push_back(randn(rng, cap * kvd));
-    Buffer gk = be->alloc(cap * kvd * 4, host_tables ? Tier::kHost : Tier::kDevice);
-    Buffer gv = be->alloc(cap * kvd * 4, host_tables ? Tier::kHost : Tier::kDevice);
-    be->copy(gk.data(), host_k.back().data(), cap * kvd * 4);
-    be->copy(gv.data(), host_v.back().data(), cap * kvd * 4);
+    host_k.push_back(kv_table(randn(rng, cap * kvd), dtype, ac.n_kv, ac.hd));
+    host_v.push_back(kv_table(randn(rng, cap * kvd), dtype, ac.n_kv, ac.hd));
+    Buffer gk = be->alloc(cap * rb, host_tables ? Tier::kHost : Tier::kDevice);
+    Buffer gv = be->alloc(cap * rb, host_tables ? Tier::kHost : Tier::kDevice);
+    be->copy(gk.data(), host_k.back().data(), cap * rb);
+    be->copy(gv.data(), host_v.back().data(), cap * rb);
     KvSeqView cv{host_k.back().data(), host_v.back().data(), cap};
-    KvSeqView gvw{gk.as<float>(), gv.as<float>(), cap};
+    KvSeqView gvw{gk.data(), gv.data(), cap};
+    cv.dtype = gvw.dtype = dtype;
     gvw.host = host_tables;
     keep.push_back(std::move(gk));
     keep.push_back(std::move(gv));
@@ -261,21 +283,21 @@ void check_attention(const AttnCase& ac, bool host_tables) {
       for (int64_t h = 0; h < ac.n_kv; ++h) {
         const int64_t len = 10 + 7 * h;
         plen.back().push_back(len);
-        host_k.push_back(randn(rng, len * ac.hd));
-        host_v.push_back(randn(rng, len * ac.hd));
+        host_k.push_back(kv_table(randn(rng, len * ac.hd), dtype, 1, ac.hd));
+        host_v.push_back(kv_table(randn(rng, len * ac.hd), dtype, 1, ac.hd));
         pk.back().push_back(host_k.back().data());
         pv.back().push_back(host_v.back().data());
-        Buffer a = be->alloc(len * ac.hd * 4, host_tables ? Tier::kHost : Tier::kDevice);
-        Buffer b = be->alloc(len * ac.hd * 4, host_tables ? Tier::kHost : Tier::kDevice);
-        be->copy(a.data(), host_k.back().data(), len * ac.hd * 4);
-        be->copy(b.data(), host_v.back().data(), len * ac.hd * 4);
-        gpk.back().push_back(a.as<float>());
-        gpv.back().push_back(b.as<float>());
+        Buffer a = be->alloc(len * hb, host_tables ? Tier::kHost : Tier::kDevice);
+        Buffer b = be->alloc(len * hb, host_tables ? Tier::kHost : Tier::kDevice);
+        be->copy(a.data(), host_k.back().data(), len * hb);
+        be->copy(b.data(), host_v.back().data(), len * hb);
+        gpk.back().push_back(a.data());
+        gpv.back().push_back(b.data());
         keep.push_back(std::move(a));
         keep.push_back(std::move(b));
       }
-      cpu_prefix[i] = {pk.back().data(), pv.back().data(), plen.back().data()};
-      gpu_prefix[i] = {gpk.back().data(), gpv.back().data(), plen.back().data()};
+      cpu_prefix[i] = {pk.back().data(), pv.back().data(), plen.back().data(), nullptr, dtype};
+      gpu_prefix[i] = {gpk.back().data(), gpv.back().data(), plen.back().data(), nullptr, dtype};
       cv.prefix = &cpu_prefix[i];
       gvw.prefix = &gpu_prefix[i];
     }
@@ -312,21 +334,22 @@ void check_attention(const AttnCase& ac, bool host_tables) {
   const DeviceArray dq(*be, q), dout(*be, rows * row);
   be->attention(dq.data(), a, dout.data());
   const auto out = dout.read();  // synchronises: the statistics are written too
-  INFO("heads " << ac.n_heads << "/" << ac.n_kv << " hd " << ac.hd << " host tables " << host_tables);
+  INFO("heads " << ac.n_heads << "/" << ac.n_kv << " hd " << ac.hd << " host tables "
+                 << host_tables << " KV " << dtype_name(dtype));
   CHECK(finite(out));
   CHECK(dout.intact());
   if (host_tables)
     CHECK(out == ref);  // the CPU backend's own attention, through copies
   else
-    CHECK(nmse(out, ref) < 1e-10);
+    CHECK(nmse(out, ref) < cpu_gpu_bound(dtype));
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (!seqs[i].stats) continue;
     const int64_t n = ac.n_kv * gpu_stats[i].capacity;
     std::vector<float> gs(gpu_stats[i].col_sum, gpu_stats[i].col_sum + n);
     std::vector<float> gm(gpu_stats[i].col_max, gpu_stats[i].col_max + n);
     INFO("statistics of sequence " << i);
-    CHECK(nmse(gs, cs[i]) < 1e-10);
-    CHECK(nmse(gm, cm[i]) < 1e-10);
+    CHECK(nmse(gs, cs[i]) < cpu_gpu_bound(dtype));
+    CHECK(nmse(gm, cm[i]) < cpu_gpu_bound(dtype));
   }
 }
 
@@ -342,6 +365,46 @@ TEST_CASE("cuda: attention (prefill, decode, GQA, shared prefix, statistics) mat
 TEST_CASE("cuda: attention over host-resident tables runs on the CPU (cpu_cache_compute)",
           "[cuda]") {
   check_attention({9, 3, 64}, true);
+  check_attention({9, 3, 64}, true, DType::kBF16);
+}
+
+TEST_CASE("cuda: attention over every KV dtype the GPU stores matches the CPU's", "[cuda]") {
+  const BackendCaps caps = backend_caps(BackendKind::kCuda);
+  for (DType t : kv_dtypes()) {
+    if (!caps.stores_kv(t)) continue;
+    for (const AttnCase& c : {AttnCase{9, 3, 64}, AttnCase{8, 2, 80}, AttnCase{4, 4, 128}})
+      check_attention(c, false, t);
+  }
+}
+
+TEST_CASE("cuda: KV encoding writes the CPU's bytes for every KV dtype it stores", "[cuda]") {
+  std::mt19937 rng(77);
+  auto be = gpu();
+  auto cpu = make_cpu_backend(1);
+  const BackendCaps caps = backend_caps(BackendKind::kCuda);
+  const int64_t heads = 3, n = 21;
+  for (int64_t hd : {64, 80}) {
+    const int64_t stride = 2 * heads * hd;  // K inside wider rows, as the decoder's QKV rows
+    auto src = randn(rng, n * stride, 2.0f);
+    src[5] = NAN;  // a block that becomes NaN
+    src[stride + 7] = 1e6f;  // beyond fp16: inf in f16, a saturated q8_0 scale
+    const DeviceArray dsrc(*be, src);
+    for (DType t : kv_dtypes()) {
+      if (!caps.stores_kv(t)) continue;
+      INFO(dtype_name(t) << " head_dim " << hd);
+      const int64_t rb = kv_row_bytes(t, heads, hd);
+      std::vector<std::byte> want(n * rb), got(n * rb);
+      cpu->kv_encode_rows(src.data(), stride, n, t, heads, hd, want.data());
+      const std::vector<HeadCopy> hc = {{2, 9, 1}, {20, 0, 2}};
+      cpu->kv_encode_heads(src.data(), stride, t, heads, hd, want.data(), hc);
+      Buffer table = be->alloc(n * rb, Tier::kDevice);
+      be->kv_encode_rows(dsrc.data(), stride, n, t, heads, hd, table.data());
+      be->kv_encode_heads(dsrc.data(), stride, t, heads, hd, table.data(), hc);
+      be->copy(got.data(), table.data(), n * rb);
+      be->synchronize();
+      CHECK(got == want);
+    }
+  }
 }
 
 TEST_CASE("cuda: streams and events order copies between host, pinned and device memory",

@@ -254,7 +254,7 @@ gen --input "$work/six.jsonl" --output "$work/fp.jsonl" --max-tokens 4
 for flag in --compress-cache --compress-weight; do
   gen --input "$work/six.jsonl" --output "$work/fp.jsonl" --max-tokens 4 "$flag" 2> "$work/fp.txt"
   rc=$?
-  want=$([[ $flag == --compress-cache ]] && echo compress_cache || echo weight_storage)
+  want=$([[ $flag == --compress-cache ]] && echo kv_dtype || echo weight_storage)
   check "resume with $flag: refused, exit 2 (got $rc)" test "$rc" -eq 2
   check "resume with $flag: names $want" grep -q "$want changed" "$work/fp.txt"
 done

@@ -69,6 +69,33 @@ for r in (full, h2o):
 expect(h2o["batch_size"] > 1.5 * full["batch_size"], "h2o fits a larger batch")
 expect(h2o["kv_policy"] == "h2o@0.25", "the report names the policy")
 PY
+# --kv-dtype: the same cap fits about 3.7x the sequences in q8_0 (204-byte rows) as in f32 (768),
+# and the reports name the dtype; inspect names the backend's default.
+for t in f32 q8_0; do
+  "$bin" bench --model "$model" --prompt-len 32 --gen-len 8 --percent 100 0 0 100 100 0 \
+    --cpu-mem 24M --kv-dtype "$t" --no-warmup --json "$work/bench_$t.json" > /dev/null 2>&1
+  check "bench --kv-dtype $t exits 0" test $? -eq 0
+done
+python3 - "$work/bench_f32.json" "$work/bench_q8_0.json" <<'PY' || fail=1
+import json, sys
+f32, q8 = (json.load(open(p)) for p in sys.argv[1:3])
+def expect(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what)
+    if not cond: sys.exit(1)
+expect(f32["kv_dtype"] == "f32" and q8["kv_dtype"] == "q8_0", "the reports name the KV dtype")
+expect(f32["kv_bytes_per_seq"] > 3.3 * q8["kv_bytes_per_seq"], "bytes per sequence by the dtype's rows")
+expect(q8["batch_size"] >= 3.3 * f32["batch_size"], f"q8_0 fits {q8['batch_size']} against f32's {f32['batch_size']}")
+PY
+"$bin" inspect --model "$model" > "$work/inspect.txt" 2>&1
+check "inspect names the default KV dtype" grep -q "KV cache: bf16 (the backend's default" "$work/inspect.txt"
+"$bin" inspect --model "$model" --kv-dtype q4g64 > "$work/inspect_q4.txt" 2>&1
+check "inspect --kv-dtype q4g64" grep -q "KV cache: q4g64 (--kv-dtype" "$work/inspect_q4.txt"
+printf '{"id": "a", "prompt": "Hi"}\n' > "$work/one.jsonl"
+"$bin" generate --model "$model" --input "$work/one.jsonl" --output "$work/auto.jsonl" \
+  --kv-dtype auto 2> "$work/auto.err"
+rc=$?
+check "--kv-dtype auto without --policy auto: exit 2 (got $rc)" test "$rc" -eq 2
+
 "$bin" bench --model "$model" --prompt-len 32 --gen-len 8 --percent 100 0 0 100 100 0 \
   --cpu-mem 93M --no-warmup > /dev/null 2> "$work/b2.err"
 rc=$?

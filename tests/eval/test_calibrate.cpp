@@ -22,7 +22,7 @@ ComputeProfile measure(int64_t memory_limit) {
   CalibrateOptions o;
   o.quick = true;
   o.memory_limit = memory_limit;
-  return measure_compute(model, "native", o);
+  return measure_compute(model, "native", model.backend().caps().default_kv_dtype, o);
 }
 
 }  // namespace

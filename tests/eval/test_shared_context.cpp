@@ -11,6 +11,7 @@
 #include "policies/kv/kvzip.h"
 #include "scheduler/context_compression.h"
 #include "runtime/core/error.h"
+#include "runtime/core/kv_format.h"
 #include "runtime/loaders/model_loader.h"
 #include "eval/multiquery_eval.h"
 #include "eval/shared_bench.h"
@@ -40,17 +41,20 @@ std::vector<std::vector<int32_t>> keep_all(const ModelConfig& c, int64_t n) {
   return std::vector<std::vector<int32_t>>(c.n_layers * c.n_kv_heads, all);
 }
 
-// Reference: context and question through ONE slot table, the question a second chunk at
-// n_past = context length: the question's last-row logits.
+// Reference: context and question through ONE slot table (stored as `dtype`), the question a
+// second chunk at n_past = context length: the question's last-row logits.
 std::vector<float> concatenated(const DecoderModel& m, const ResidentUnits& units,
-                                const std::vector<int32_t>& ctx, const std::vector<int32_t>& q) {
+                                const std::vector<int32_t>& ctx, const std::vector<int32_t>& q,
+                                DType dtype = DType::kF32) {
   const ModelConfig& c = m.config();
   const int64_t L = static_cast<int64_t>(ctx.size()), Q = static_cast<int64_t>(q.size());
-  std::vector<float> kv(c.n_layers * 2 * c.kv_dim() * (L + Q));
+  const int64_t rb = kv_row_bytes(dtype, c.n_kv_heads, c.head_dim);
+  std::vector<std::byte> kv(c.n_layers * 2 * rb * (L + Q));
   std::vector<KvSeqView> views(c.n_layers);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    float* base = kv.data() + l * 2 * c.kv_dim() * (L + Q);
-    views[l] = KvSeqView{base, base + c.kv_dim() * (L + Q), L + Q};
+    std::byte* base = kv.data() + l * 2 * rb * (L + Q);
+    views[l] = KvSeqView{base, base + rb * (L + Q), L + Q};
+    views[l].dtype = dtype;
   }
   DecoderScratch scratch;
   std::vector<float> logits(c.vocab_size);
@@ -73,20 +77,28 @@ TEST_CASE("shared context: keeping every pair is the full cache bitwise, positio
           "[multiquery]") {
   Fixture f;
   const MultiqueryPrompt p = f.prompt();
-  ContextRunner runner(f.model, f.units);
+  // In every KV dtype: the context is stored as the sequences' own tables are.
+  for (DType t : kv_dtypes()) {
+    INFO(dtype_name(t));
+    ContextRunner runner(f.model, f.units, t);
+    const ContextCache cache = runner.prefill(p.context_ids);
+    const int64_t L = cache.n;
+    REQUIRE(L == static_cast<int64_t>(p.context_ids.size()));
+    const SharedContext ctx(*f.be, f.model.config(), cache, keep_all(f.model.config(), L), L);
+    CHECK(ctx.bytes() == ctx.kept_pairs() * kv_head_bytes(t, f.model.config().head_dim) * 2);
+    std::vector<std::vector<float>> first;
+    runner.answer(ctx, p.question_ids, 4, {}, &first);
+    REQUIRE(first.size() == p.question_ids.size());
+    for (size_t i = 0; i < p.question_ids.size(); ++i) {
+      const auto ref = concatenated(f.model, f.units, p.context_ids, p.question_ids[i], t);
+      INFO("question " << i);
+      CHECK(std::memcmp(ref.data(), first[i].data(), ref.size() * 4) == 0);
+    }
+  }
+  ContextRunner runner(f.model, f.units, DType::kF32);
   const ContextCache cache = runner.prefill(p.context_ids);
   const int64_t L = cache.n;
-  REQUIRE(L == static_cast<int64_t>(p.context_ids.size()));
   REQUIRE(p.protected_len > 0);
-  const SharedContext ctx(*f.be, f.model.config(), cache, keep_all(f.model.config(), L), L);
-  std::vector<std::vector<float>> first;
-  runner.answer(ctx, p.question_ids, 4, {}, &first);
-  REQUIRE(first.size() == p.question_ids.size());
-  for (size_t i = 0; i < p.question_ids.size(); ++i) {
-    const auto ref = concatenated(f.model, f.units, p.context_ids, p.question_ids[i]);
-    INFO("question " << i);
-    CHECK(std::memcmp(ref.data(), first[i].data(), ref.size() * 4) == 0);
-  }
   // KVzip at ratio 1 keeps every pair.
   const std::vector<float> scores = runner.kvzip_scores(
       cache, p, f.tok.encode("Repeat the previous context exactly."),
@@ -100,7 +112,7 @@ TEST_CASE("shared context: stored once for N questions, untouched by answering",
   Fixture f;
   const MultiqueryPrompt p = f.prompt();
   const ModelConfig& c = f.model.config();
-  ContextRunner runner(f.model, f.units);
+  ContextRunner runner(f.model, f.units, DType::kF32);
   const ContextCache cache = runner.prefill(p.context_ids);
   const int64_t L = cache.n;
   const std::vector<float> scores = runner.kvzip_scores(
@@ -167,7 +179,7 @@ TEST_CASE("shared context on sliding-window layers: the window's tail kept, the 
   const MultiqueryPrompt p = build_multiquery_prompt(tok, mc, true);
   const int64_t P = tok.vocab().add_bos ? 1 : 0;  // BOS, where the vocabulary adds one
   REQUIRE(p.protected_len == P);
-  ContextRunner runner(model, units);
+  ContextRunner runner(model, units, DType::kF32);
   const ContextCache cache = runner.prefill(p.context_ids);
   const int64_t L = cache.n;
   REQUIRE(L > 2 * c.sliding_window);
@@ -283,8 +295,9 @@ TEST_CASE("bench --shared-context on sliding-window layers: bytes at the window,
   const OpenedModel om = open_model(eo.model);
   const ModelConfig& c = om.source->config();
   REQUIRE(c.n_sliding_layers() == c.n_layers - 1);
-  const int64_t whole = 2 * ((c.n_layers - 1) * c.sliding_window + 40) * c.kv_dim() * 4;
-  CHECK(c.kv_bytes_held(40) == whole);
+  // In the CPU backend's default KV dtype (bf16: 2 bytes per value).
+  const int64_t whole = 2 * ((c.n_layers - 1) * c.sliding_window + 40) * c.kv_dim() * 2;
+  CHECK(c.kv_bytes_held(40, DType::kBF16) == whole);
   const SharedBenchReport r = run_shared_bench(eo, o);  // once failed its whole-context check
   CHECK(r.context_bytes_full == whole);
   CHECK(r.retained == Approx(0.5).margin(0.03));

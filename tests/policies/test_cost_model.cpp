@@ -7,6 +7,7 @@
 #include "policies/cost_model.h"
 #include "policies/planner.h"
 #include "runtime/core/error.h"
+#include "runtime/core/kv_format.h"
 
 using namespace offgen;
 
@@ -16,7 +17,8 @@ TimeCurve linear(double seconds_per_unit) {
   return TimeCurve{{1, 1024}, {seconds_per_unit, 1024 * seconds_per_unit}};
 }
 
-// One layer: an attention unit of 4 KiB and an MLP unit of 8 KiB; K/V rows of 1 KiB.
+// One layer: an attention unit of 4 KiB and an MLP unit of 8 KiB; K/V rows of 1 KiB (2 heads of
+// 128, f32 by default here).
 ModelFacts tiny_model() {
   ModelFacts m;
   m.key = "tiny";
@@ -26,7 +28,8 @@ ModelFacts tiny_model() {
   m.context_length = 4096;
   m.unit_bytes = {4096, 8192};
   m.resident_bytes = 1 << 20;
-  m.kv_row_bytes = 1024;
+  m.head_dim = 128;
+  m.default_kv_dtype = DType::kF32;
   return m;
 }
 
@@ -331,7 +334,7 @@ TEST_CASE("hardware profile: JSON round trip, interpolation, field-named errors"
 TEST_CASE("cost model: a full table's write-back is one victim's page(s) per K and V", "[cost]") {
   ModelFacts m = tiny_model();
   m.n_kv_heads = 4;
-  m.kv_row_bytes = 1536;  // 8 slots span 3 pages; slots 2 and 5 straddle a page boundary
+  m.head_dim = 96;  // 1536-byte rows: 8 slots span 3 pages; slots 2 and 5 straddle a page boundary
   const HardwareProfile hw = tiny_hw();
   Workload w;
   w.prompt_len = 64;
@@ -349,28 +352,39 @@ TEST_CASE("cost model: a full table's write-back is one victim's page(s) per K a
   CHECK(predict(m, hw.compute[0], hw, p, w).decode_lanes.store == 0);
 }
 
-TEST_CASE("cost model: a compressed cache is accounted and moved at its compressed size",
-          "[cost][quant4]") {
-  ModelFacts m = tiny_model();
-  m.kv_row_bytes_compressed = 128;  // 1 KiB fp32 rows -> 128-byte 4-bit rows
+TEST_CASE("cost model: a cache in each KV dtype is accounted and moved at its size",
+          "[cost][kv_dtype]") {
   const HardwareProfile hw = tiny_hw();
-  Policy p = all_ram(1, 1);
-  CHECK(kv_need(m, p, 100).device == 100 * 2 * 1024);
-  p.compress_cache = true;
-  // 100 x 2 x 128 bytes in one home, rounded up to 4 KiB.
-  CHECK(kv_need(m, p, 100).device == (100 * 2 * 128 + 4095) / 4096 * 4096);
-  Workload w;
-  w.prompt_len = 8;
-  w.gen_len = 2;
-  p.cache_gpu_percent = 0;
-  p.overlap = false;
-  const Prediction r = predict(m, hw.compute[0], hw, p, w);
-  // Decode at 8 used slots: 8 x 128 bytes of K (and V) = one page each to read (2 ms, against
-  // 4 ms uncompressed) and the page holding slot 8 to write back (2 ms).
-  CHECK(r.decode_lanes.load == Approx(0.002));
-  CHECK(r.decode_lanes.store == Approx(0.002));
-  CHECK(r.kv_slots == 9);  // prompt + generated - 1 (the last token is never fed)
-  CHECK(r.need.disk == 2 * 4096);  // K and V: 9 x 128 bytes each, a 4 KiB disk segment
+  for (DType t : kv_dtypes()) {
+    INFO(dtype_name(t));
+    ModelFacts m = tiny_model();
+    Policy p = all_ram(1, 1);
+    p.kv_dtype = t;
+    // 2 heads of 128: 1024 bytes per row in f32, 512 in bf16/f16, 272 in q8_0, 144 in q4g64:
+    // 100 x 2 rows in one home, rounded up to 4 KiB, and that per token for all layers.
+    const int64_t row = kv_row_bytes(t, 2, 128);
+    CHECK(m.kv_home_row_bytes(p) == row);
+    CHECK(m.kv_bytes_per_token(p) == 2 * row);
+    CHECK(kv_need(m, p, 100).device == (100 * 2 * row + 4095) / 4096 * 4096);
+    CHECK(m.kv_layout(p).compressed == (kv_block_elems(t) > 1));
+    Workload w;
+    w.prompt_len = 8;
+    w.gen_len = 2;
+    p.cache_gpu_percent = 0;
+    p.overlap = false;
+    const Prediction r = predict(m, hw.compute[0], hw, p, w);
+    // Decode at 8 used slots: 8 rows of K (and V) to read (1 ms a page), and the page holding
+    // slot 8 to write back; K and V: 9 rows each on disk.
+    const double pages = static_cast<double>((8 * row + 4095) / 4096);
+    CHECK(r.decode_lanes.load == Approx(2 * pages * 1e-3));
+    CHECK(r.decode_lanes.store == Approx(0.002));
+    CHECK(r.kv_slots == 9);  // prompt + generated - 1 (the last token is never fed)
+    CHECK(r.need.disk == 2 * ((9 * row + 4095) / 4096 * 4096));
+  }
+  // Unset, the policy's dtype is the backend's default.
+  ModelFacts m = tiny_model();
+  m.default_kv_dtype = DType::kBF16;
+  CHECK(m.kv_home_row_bytes(all_ram(1, 1)) == 512);
 }
 
 TEST_CASE("memory caps: one reading of the limits, and a forward's buffers by tier",
@@ -407,7 +421,7 @@ TEST_CASE("memory caps: one reading of the limits, and a forward's buffers by ti
   f.threads = 2;
   KvTableLayout kv;
   kv.n_layers = 2;
-  kv.row_bytes = kv.stage_row_bytes = 1024;
+  kv.row_bytes = 1024;
   kv.n_kv_heads = 2;
   Policy q;
   q.gpu_batch_size = 4;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "policies/policy.h"
+#include "policies/policy_overrides.h"
 #include "runtime/core/error.h"
 #include "tests/temp_dir.h"
 
@@ -203,7 +204,7 @@ kernel = 7
   CHECK(p.cpu_cache_compute);
   CHECK_FALSE(p.pin_weight);
   CHECK(p.compress_weight);
-  CHECK(p.compress_cache);
+  CHECK(p.kv_dtype == DType::kQ4G64);  // compress_cache = true is kv_dtype = "q4g64"
   CHECK(p.offload_dir == "/mnt/nvme/offgen");
   CHECK(p.io_queue_depth == 128);
   CHECK(p.batch_given);
@@ -320,19 +321,53 @@ TEST_CASE("policy TOML: a huge float where an integer belongs is a clean error",
                     Catch::Contains("<text>:1") && Catch::Contains("gpu_batch_size"));
 }
 
-TEST_CASE("compression flags round-trip through policy_toml", "[policy]") {
-  for (auto [w, c] : {std::pair{true, false}, {false, true}, {true, true}, {false, false}}) {
-    Policy p;
-    p.compress_weight = w;
-    p.compress_cache = c;
-    REQUIRE_NOTHROW(p.validate());
-    const std::string text = policy_toml(p);
-    CHECK((text.find("compress_weight = true") != std::string::npos) == w);
-    CHECK((text.find("compress_cache = true") != std::string::npos) == c);
-    const Policy q = parse_policy_toml(text, "<text>");
-    CHECK(q.compress_weight == w);
-    CHECK(q.compress_cache == c);
-  }
+TEST_CASE("compression flags and the KV dtype round-trip through policy_toml", "[policy]") {
+  for (bool w : {true, false})
+    for (const char* kv : {"", "f32", "bf16", "f16", "q8_0", "q4g64", "auto"}) {
+      INFO(w << " kv_dtype '" << kv << "'");
+      Policy p;
+      p.compress_weight = w;
+      if (*kv) p.set_kv_dtype(kv);
+      REQUIRE_NOTHROW(p.validate());
+      CHECK(p.kv_dtype_text() == kv);
+      const std::string text = policy_toml(p);
+      CHECK((text.find("compress_weight = true") != std::string::npos) == w);
+      CHECK((text.find("kv_dtype") != std::string::npos) == (*kv != 0));
+      const Policy q = parse_policy_toml(text, "<text>");
+      CHECK(q.compress_weight == w);
+      CHECK(q.kv_dtype == p.kv_dtype);
+      CHECK(q.kv_dtype_auto == p.kv_dtype_auto);
+    }
+}
+
+TEST_CASE("--kv-dtype: flags, TOML and the --compress-cache alias", "[policy][kv_dtype]") {
+  PolicyOverrides o;
+  CHECK_FALSE(o.resolve().kv_dtype);  // not given: the backend's default
+  CHECK(o.resolve().kv_storage(backend_caps(BackendKind::kCpu)) == DType::kBF16);
+  CHECK(o.resolve().kv_storage(backend_caps(BackendKind::kCuda)) == DType::kF16);
+  o.kv_dtype = "q8_0";
+  CHECK(o.resolve().kv_dtype == DType::kQ8_0);
+  o.kv_dtype = "auto";
+  CHECK(o.resolve().kv_dtype_auto);
+  o.kv_dtype = "fp8";
+  CHECK_THROWS_WITH(o.resolve(), Catch::Contains("--kv-dtype fp8: expected auto, f32, bf16"));
+  o.kv_dtype = "";
+  o.compress_cache = true;
+  CHECK(o.resolve().kv_dtype == DType::kQ4G64);
+  o.kv_dtype = "q4g64";
+  CHECK(o.resolve().kv_dtype == DType::kQ4G64);
+  o.kv_dtype = "bf16";
+  CHECK_THROWS_WITH(o.resolve(),
+                    Catch::Contains("--compress-cache is --kv-dtype q4g64; it contradicts "
+                                    "--kv-dtype bf16"));
+  CHECK(parse_policy_toml("kv_dtype = \"f16\"\n", "<t>").kv_dtype == DType::kF16);
+  CHECK(parse_policy_toml("compress_cache = true\n", "<t>").kv_dtype == DType::kQ4G64);
+  CHECK_THROWS_WITH(parse_policy_toml("compress_cache = true\nkv_dtype = \"q8_0\"\n", "<t>"),
+                    Catch::Contains("compress_cache = true is kv_dtype = \"q4g64\""));
+  CHECK_THROWS_WITH(parse_policy_toml("kv_dtype = \"int4\"\n", "<t>"),
+                    Catch::Contains("<t>: --kv-dtype int4: expected auto"));
+  CHECK_THROWS_WITH(parse_policy_toml("kv_dtype = 8\n", "<t>"),
+                    Catch::Contains("'kv_dtype' must be a string"));
 }
 
 TEST_CASE("any UTF-8 offload_dir round-trips through policy_toml", "[policy]") {

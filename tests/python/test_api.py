@@ -284,6 +284,30 @@ def test_policy_objects_and_toml(model, tmp_path):
     assert texts(a) == texts(b)  # the batch split does not change greedy texts
 
 
+def test_kv_dtype_keyword_policy_and_alias(model, tmp_path):
+    # kv_dtype= as a keyword (a Policy field), in a Policy and its TOML; compress_cache is q4g64.
+    assert offgen.Policy().resolve().kv_dtype is None  # the backend's default (bf16 on the CPU)
+    assert offgen.Policy(kv_dtype="q8_0").resolve().kv_dtype == "q8_0"
+    assert offgen.Policy(compress_cache=True).resolve().kv_dtype == "q4g64"
+    f = tmp_path / "kv.toml"
+    f.write_text(offgen.Policy(kv_dtype="f16").to_toml())
+    assert 'kv_dtype = "f16"' in f.read_text()
+    assert offgen.Policy.from_toml(f).resolve().kv_dtype == "f16"
+    with pytest.raises(offgen.ConfigError, match="--kv-dtype fp8: expected auto, f32, bf16"):
+        offgen.Policy(kv_dtype="fp8").resolve()
+    with pytest.raises(offgen.ConfigError, match="kv_dtype must be a string"):
+        offgen.Policy(kv_dtype=8).resolve()
+    with pytest.raises(offgen.ConfigError, match="contradicts --kv-dtype bf16"):
+        offgen.Policy(kv_dtype="bf16", compress_cache=True).resolve()
+    sp = offgen.SamplingParams(max_tokens=6)
+    exact = texts(offgen.LLM(model, threads=2, kv_dtype="f32").generate(PROMPTS[:2], sp))
+    q8 = offgen.LLM(model, threads=2, kv_dtype="q8_0", gpu_batch_size=1)
+    assert q8.resolved_policy.kv_dtype == "q8_0"
+    assert len(texts(q8.generate(PROMPTS[:2], sp))) == len(exact)
+    with pytest.raises(offgen.ConfigError, match="--kv-dtype auto asks the planner"):
+        offgen.LLM(model, threads=2, kv_dtype="auto")
+
+
 def test_ctrl_c_stops_generate_and_the_engine_stays_usable(llm):
     sp = offgen.SamplingParams(max_tokens=8)
     before = texts(llm.generate(PROMPTS[:2], sp))

@@ -17,6 +17,7 @@
 #include "runtime/core/backend_caps.h"
 #include "runtime/core/error.h"
 #include "runtime/core/formats.h"
+#include "runtime/core/kv_format.h"
 
 using namespace offgen;
 using Catch::Contains;
@@ -47,7 +48,10 @@ TEST_CASE("backend caps: a constructed CPU backend reports its kind's", "[backen
     CHECK(c.calibrated_profile == plain);
     CHECK(c.kv_split == plain);
     CHECK(c.kv_on_disk == plain);
-    CHECK(c.compress_cache == plain);
+    // Every KV dtype on the CPU (the emulated device: the GPU's), bf16 by default.
+    for (DType t : kv_dtypes()) CHECK(c.stores_kv(t) == (plain || t != DType::kQ4G64));
+    CHECK(c.default_kv_dtype == DType::kBF16);
+    CHECK(c.stores_kv(c.default_kv_dtype));
     CHECK(c.activation_offload == plain);
     CHECK(c.cpu_cache_compute);
   }
@@ -126,7 +130,9 @@ TEST_CASE("backend caps: the CUDA entry, known without a GPU", "[backend_caps]")
     if (f.ggml_type != kNoGgmlType) CHECK(c.takes(f.type));
   CHECK_FALSE(c.kv_split);
   CHECK_FALSE(c.kv_on_disk);
-  CHECK_FALSE(c.compress_cache);
+  // f32, bf16, f16 and q8_0 attended on the device (no device encoder for q4g64), f16 default.
+  CHECK(c.kv_dtype_list() == "f32, bf16, f16, q8_0");
+  CHECK(c.default_kv_dtype == DType::kF16);
   CHECK_FALSE(c.activation_offload);
   CHECK(c.cpu_cache_compute);
   CHECK_FALSE(c.calibrated_profile);

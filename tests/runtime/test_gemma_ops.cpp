@@ -328,7 +328,7 @@ struct PrefixWindowCase {
         pv[h].insert(pv[h].end(), vr, vr + hd);
         pp[h].push_back(static_cast<int32_t>(j));
       }
-    std::vector<const float*> kp, vp;
+    std::vector<const void*> kp, vp;
     std::vector<const int32_t*> ppos;
     std::vector<int64_t> lens;
     for (int64_t h = 0; h < n_kv; ++h) {

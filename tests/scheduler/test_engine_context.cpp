@@ -206,7 +206,8 @@ TEST_CASE("engine shared context: built and held once for N requests, untouched 
   CHECK(got.stats.context_peak_bytes == got.context_bytes);
   OpenedModel om = open_model(kModel);
   const ModelConfig& c = om.source->config();
-  CHECK(got.context_bytes == got.kept_pairs * c.head_dim * 4 * 2);
+  // In the engine's KV dtype (the CPU's default, bf16: 2 bytes per value).
+  CHECK(got.context_bytes == got.kept_pairs * c.head_dim * 2 * 2);
   CHECK(got.stats.context_kept_pairs == got.kept_pairs);
   CHECK(got.stats.context_kept_pairs < got.stats.context_pairs);
   CHECK(got.untouched_checks == static_cast<int>(kQuestions.size()) - 1);

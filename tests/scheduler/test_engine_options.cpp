@@ -50,16 +50,27 @@ TEST_CASE("engine options: placements a GPU backend does not support are refused
     eo = options(k);
     eo.policy.act_gpu_percent = 50, eo.policy.act_cpu_percent = 50;
     CHECK_THAT(refusal(eo), Contains("--backend " + name + ": activations"));
+    // KV dtypes: those the GPU attends over; q4g64 (--compress-cache) has no device encoder.
+    for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0}) {
+      eo = options(k);
+      eo.policy.kv_dtype = t;
+      CHECK(refusal(eo).empty());
+    }
     eo = options(k);
-    eo.policy.compress_cache = true;
-    CHECK_THAT(refusal(eo), Contains("--backend " + name + ": --compress-cache"));
+    eo.policy.kv_dtype = DType::kQ4G64;
+    CHECK_THAT(refusal(eo), Contains("--backend " + name + " stores the KV cache as f32, bf16, "
+                                     "f16, q8_0; not q4g64 (--compress-cache)"));
   }
   // The CPU backend supports each of them.
   EngineOptions eo = options(BackendKind::kCpu);
   eo.policy.cache_gpu_percent = 30, eo.policy.cache_cpu_percent = 30;
   eo.policy.act_gpu_percent = 50, eo.policy.act_cpu_percent = 20;
-  eo.policy.compress_cache = true;
+  eo.policy.kv_dtype = DType::kQ4G64;
   CHECK(refusal(eo).empty());
+  // --kv-dtype auto is the planner's to resolve.
+  eo.policy.kv_dtype.reset();
+  eo.policy.kv_dtype_auto = true;
+  CHECK_THAT(refusal(eo), Contains("--kv-dtype auto asks the planner"));
 }
 
 TEST_CASE("engine options: weight storages follow the backend's list", "[engine_options]") {

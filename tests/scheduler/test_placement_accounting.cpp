@@ -1,9 +1,9 @@
 // The planner's memory figures against the stores: weight_need, kv_need, forward_need and
 // block_need (what plan, bench's fitting and admission read) equal what the weight store, the KV
 // store, the block executor and the engine's peak report actually hold per tier, for several
-// --percent splits, with eviction metadata and compressed weights or rows, on the CPU backend
-// (device and host tiers are one RAM) and on the emulated-device backend (device memory apart
-// from host memory, as on a GPU). Plus the Placement rules themselves on hand-computed sizes.
+// --percent splits, with eviction metadata and compressed weights, in every KV dtype, on the CPU
+// backend (device and host tiers are one RAM) and on the emulated-device backend (device memory
+// apart from host memory, as on a GPU). Plus the Placement rules themselves on hand-computed sizes.
 #include <catch2/catch.hpp>
 #include <memory>
 #include <random>
@@ -15,6 +15,7 @@
 #include "policies/model_facts.h"
 #include "runtime/backend/backend.h"
 #include "runtime/core/error.h"
+#include "runtime/core/kv_format.h"
 #include "runtime/core/placement.h"
 #include "runtime/loaders/model_loader.h"
 #include "runtime/model/decoder.h"
@@ -68,8 +69,23 @@ std::vector<Case> cases() {
   mixed.kv.budget = 0.5;
   c.push_back({"device and host shares, h2o metadata", mixed});
   Policy disk = placement(0, 0, 0, 0, 0, 40);
-  disk.compress_cache = true;
-  c.push_back({"all on disk, compressed cache, activations split", disk});
+  disk.kv_dtype = DType::kQ4G64;
+  c.push_back({"all on disk, q4g64 cache, activations split", disk});
+  // Every KV dtype with the cache over RAM and disk (block formats: any cut; plain floats: a
+  // page-aligned one), and q8_0 under eviction.
+  static const std::string kNames[] = {
+      "f32 cache over RAM and disk", "bf16 cache over RAM and disk", "f16 cache over RAM and disk",
+      "q8_0 cache over RAM and disk", "q4g64 cache over RAM and disk"};
+  for (size_t i = 0; i < kv_dtypes().size(); ++i) {
+    Policy split = placement(0, 100, 0, 37);
+    split.kv_dtype = kv_dtypes()[i];
+    c.push_back({kNames[i].c_str(), split});
+  }
+  Policy q8 = placement(10, 20, 30, 30);
+  q8.kv_dtype = DType::kQ8_0;
+  q8.kv.kind = KvPolicyKind::kH2o;
+  q8.kv.budget = 0.3;
+  c.push_back({"q8_0 cache with h2o metadata over device, host and disk", q8});
   Policy q4 = placement(20, 30, 70, 0);
   q4.compress_weight = true;
   c.push_back({"compressed weights", q4});
@@ -131,9 +147,9 @@ TEST_CASE("placement: weight blobs, KV tables and activations in the stores' ext
   // Metadata with the larger RAM share (host), rows by slot count.
   CHECK(t.tiers == TierBytes{4 * 20 * 1024, 4 * 44 * 1024 + t.meta_bytes, t.disk_bytes});
   layout.row_bytes = 96;  // 128 slots per page period
-  layout.compressed = true;
+  layout.compressed = true;  // a block format (q8_0, q4g64): staged apart from its disk image
   CHECK(layout.page_period() == 128);
-  CHECK(cpu.kv_table(layout, 100).memory_slots == 65);  // compressed: any slot
+  CHECK(cpu.kv_table(layout, 100).memory_slots == 65);  // any slot
   // On a GPU the metadata is in host memory whatever the cache's shares.
   CHECK(gpu.kv_table(layout, 100).tiers.host == t.meta_bytes);
 

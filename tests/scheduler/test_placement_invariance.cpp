@@ -9,7 +9,10 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "runtime/core/error.h"
+#include "runtime/core/kv_format.h"
 #include "scheduler/engine.h"
 #include "tests/engine_run.h"
 #include "tests/model_path.h"
@@ -114,19 +117,26 @@ TEST_CASE("logits are bitwise identical across placements and overlap at a fixed
   }
 }
 
-TEST_CASE("greedy text is identical across batch splits with offloading", "[model][placement]") {
+TEST_CASE("greedy text is identical across batch splits with offloading, per KV dtype",
+          "[model][placement][kv_dtype]") {
   const auto reqs = requests();
-  Policy base = placement(40, 10, 50, 0, true);
-  const Run ref = run(base, reqs, false);
-  for (auto [gbs, ngb] : {std::pair{1, 6}, {2, 3}, {6, 1}, {4, 2}, {5, 1}}) {
-    Policy p = base;
-    p.gpu_batch_size = gbs;
-    p.num_gpu_batches = ngb;
-    const Run r = run(p, reqs, false);
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      INFO("split " << gbs << " x " << ngb << ", request " << i);
-      CHECK(r.results[i].tokens == ref.results[i].tokens);
-      CHECK(r.results[i].text == ref.results[i].text);
+  // The default (bf16), the exact f32 and the 8-bit q8_0.
+  for (std::optional<DType> kv : {std::optional<DType>{}, std::optional{DType::kF32},
+                                  std::optional{DType::kQ8_0}}) {
+    Policy base = placement(40, 10, 50, 0, true);
+    base.kv_dtype = kv;
+    const Run ref = run(base, reqs, false);
+    for (auto [gbs, ngb] : {std::pair{1, 6}, {2, 3}, {6, 1}, {4, 2}, {5, 1}}) {
+      Policy p = base;
+      p.gpu_batch_size = gbs;
+      p.num_gpu_batches = ngb;
+      const Run r = run(p, reqs, false);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        INFO((kv ? dtype_name(*kv) : "default") << " KV, split " << gbs << " x " << ngb
+                                                 << ", request " << i);
+        CHECK(r.results[i].tokens == ref.results[i].tokens);
+        CHECK(r.results[i].text == ref.results[i].text);
+      }
     }
   }
 }
@@ -147,13 +157,16 @@ TEST_CASE("disk bytes read per step equal the weight bytes placed on disk", "[mo
 }
 
 TEST_CASE("KV disk traffic is exactly the pages holding the visible and the new slots",
-          "[model][io]") {
+          "[model][io][kv_dtype]") {
   Request r;
   r.id = "kv-io";
   r.prompt = "Pages of keys and values";
   r.sampling.max_tokens = 6;
   r.sampling.ignore_eos = true;
+  for (DType kv : kv_dtypes()) {
+  INFO(dtype_name(kv));
   Policy p = placement(100, 0, 0, 0, true);  // KV wholly on disk, weights in RAM
+  p.kv_dtype = kv;
   const Run run1 = run(p, {r}, false);
   const int64_t P = run1.results[0].prompt_tokens, T = r.sampling.max_tokens;
   EngineOptions eo;
@@ -162,7 +175,8 @@ TEST_CASE("KV disk traffic is exactly the pages holding the visible and the new 
   eo.policy.offload_dir = offload_dir();
   Engine engine(eo);
   const ModelConfig& c = engine.config();
-  const int64_t row = c.kv_dim() * 4, page = 4096;
+  // Rows as stored: 768 bytes in f32 down to 108 in q4g64 (SmolLM2's 3 heads of 64).
+  const int64_t row = kv_row_bytes(kv, c.n_kv_heads, c.head_dim), page = 4096;
   auto up = [&](int64_t b) { return (b + page - 1) / page * page; };
   auto down = [&](int64_t b) { return b / page * page; };
   int64_t reads = 0, writes = 0;
@@ -175,6 +189,7 @@ TEST_CASE("KV disk traffic is exactly the pages holding the visible and the new 
   }
   CHECK(static_cast<int64_t>(run1.stats.io.bytes_read) == c.n_layers * reads);
   CHECK(static_cast<int64_t>(run1.stats.io.bytes_written) == c.n_layers * writes);
+  }
 }
 
 TEST_CASE("tier capacities defer admission without changing any result", "[model][memory]") {
@@ -187,7 +202,7 @@ TEST_CASE("tier capacities defer admission without changing any result", "[model
   eo.model = test::default_model_path();
   Engine probe(eo);
   const int64_t weights = probe.peak_bytes().memory();
-  const int64_t per_seq = probe.config().kv_bytes_per_token() * 16;
+  const int64_t per_seq = probe.config().kv_bytes_per_token(probe.kv_dtype()) * 16;
   Policy capped = free_policy;
   capped.cpu_mem = weights + 2 * per_seq + (int64_t{2} << 20);
   const Run r = run(capped, reqs, false);
@@ -276,8 +291,9 @@ TEST_CASE("admission counts the forwards' buffers against the limits", "[model][
   eo.model = test::default_model_path();
   eo.policy = p;
   eo.policy.batch_given = true;
-  const int64_t weights = Engine(eo).peak_bytes().memory();
-  const int64_t per_seq = Engine(eo).config().kv_bytes_per_token() * 16;
+  const Engine probe(eo);
+  const int64_t weights = probe.peak_bytes().memory();
+  const int64_t per_seq = probe.config().kv_bytes_per_token(probe.kv_dtype()) * 16;
   eo.policy.batch_given = false;
   eo.policy.cpu_mem = weights + 3 * per_seq + (int64_t{1} << 20);
   Engine engine(eo);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "offload/kv_store.h"
+#include "runtime/core/kv_format.h"
 #include "policies/model_facts.h"
 #include "runtime/loaders/dummy_source.h"
 #include "runtime/loaders/model_loader.h"
@@ -107,16 +108,19 @@ TEST_CASE("window tables: the engine's figure and the store's agree on a loaded 
   const ModelConfig& c = m.config();
   REQUIRE(c.n_sliding_layers() > 0);
   const ModelFacts facts = model_facts(m, "f32");
-  for (bool evict : {false, true}) {
-    Policy p;
-    if (evict) p.kv.kind = KvPolicyKind::kH2o, p.kv.budget = 32;
-    KvStore store(c, Placement{}, nullptr, evict);
-    store.add(64);
-    INFO("evicting " << evict);
-    CHECK(kv_need(facts, p, 64).memory() == store.stats().ram_bytes);
-    CHECK(kv_need(facts, p, 64).memory() <
-          2 * c.n_layers * 64 * c.kv_dim() * 4 + facts.kv_layout(p).meta_bytes(64));
-  }
+  for (DType t : kv_dtypes())
+    for (bool evict : {false, true}) {
+      Policy p;
+      p.kv_dtype = t;
+      if (evict) p.kv.kind = KvPolicyKind::kH2o, p.kv.budget = 32;
+      KvStore store(c, Placement{}, nullptr, evict, t);
+      store.add(64);
+      INFO(dtype_name(t) << ", evicting " << evict);
+      CHECK(kv_need(facts, p, 64).memory() == store.stats().ram_bytes);
+      CHECK(kv_need(facts, p, 64).memory() <
+            2 * c.n_layers * 64 * kv_row_bytes(t, c.n_kv_heads, c.head_dim) +
+                facts.kv_layout(p).meta_bytes(64));
+    }
 }
 
 TEST_CASE("window tables: exact attention through the engine, in memory and on disk", "[kv][hf]") {
@@ -134,6 +138,7 @@ TEST_CASE("window tables: exact attention through the engine, in memory and on d
     eo.threads = 1;
     eo.policy.cache_gpu_percent = cache_memory;
     eo.policy.offload_dir = dir.path();
+    eo.policy.kv_dtype = DType::kF32;  // exact, against the fp32 full tables
     eo.prefill_chunk = 5;  // chunks that overflow the window tables, and decode steps
     Request r;
     r.prompt_ids = prompt;

@@ -1,4 +1,6 @@
-// Attention over slot tables on the GPU, fp32 throughout.
+// Attention over slot tables on the GPU: K and V read in the table's KV dtype (f32, bf16, f16 or
+// q8_0, decoded exactly as runtime/core/kv_format.h decodes them, as each tile is loaded), scores,
+// softmax and outputs fp32.
 //
 // Main kernel: a block of 4 warps takes one tile of (query row, query head) pairs — up to 16 —
 // of one sequence and KV head (the GQA group's heads of a few rows), and streams the keys it can
@@ -16,6 +18,8 @@
 // them. One block per (sequence, 64 own-slot columns, KV head) recomputes the scores against the
 // main kernel's per-row max and sum, each thread owning one column and accumulating in a fixed
 // order (group head-major, then rows): deterministic, no atomics.
+#include <cuda_fp16.h>
+
 #include <cmath>
 
 #include "runtime/backend/cuda/cuda_common_cuda.h"
@@ -26,6 +30,23 @@ namespace {
 
 constexpr int kKeys = 32;  // keys per tile: one per lane
 constexpr unsigned kFull = 0xffffffffu;
+
+// Element d of a head vector stored as t (kv_head_value's value).
+__device__ __forceinline__ float kv_elem(DType t, const uint8_t* head, int d) {
+  switch (t) {
+    case DType::kBF16:
+      return __uint_as_float(static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(head)[d]) << 16);
+    case DType::kF16:
+      return __half2float(reinterpret_cast<const __half*>(head)[d]);
+    case DType::kQ8_0: {
+      const uint8_t* b = head + (d >> 5) * 34;
+      return static_cast<float>(static_cast<int8_t>(b[2 + (d & 31)])) *
+             __half2float(*reinterpret_cast<const __half*>(b));
+    }
+    default:
+      return reinterpret_cast<const float*>(head)[d];
+  }
+}
 
 __device__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
@@ -74,7 +95,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
   const int pairs = tile.nt * tile.ng;  // pair p: row t0 + p / ng, head g0 + p % ng of the group
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row_stride = static_cast<int64_t>(n_heads) * hd;
-  const int64_t kv_stride = static_cast<int64_t>(n_kv) * hd;
+  const int64_t hb = kv_head_bytes_dev(sd.dtype, hd);
+  const int64_t kv_stride = static_cast<int64_t>(n_kv) * hb;
   PrefixHead ph;
   if (sd.prefix_at >= 0) ph = prefix[sd.prefix_at + kvh];
   const int64_t n_pre = ph.len;
@@ -107,12 +129,12 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
       const int64_t J = j0 + j;
       float kk = 0.0f, vv = 0.0f;
       if (J < n_pre) {
-        kk = ph.k[J * hd + d];
-        vv = ph.v[J * hd + d];
+        kk = kv_elem(sd.dtype, ph.k + J * hb, d);
+        vv = kv_elem(sd.dtype, ph.v + J * hb, d);
       } else if (J < n_total) {
-        const int64_t s = J - n_pre;
-        kk = sd.k[s * kv_stride + static_cast<int64_t>(kvh) * hd + d];
-        vv = sd.v[s * kv_stride + static_cast<int64_t>(kvh) * hd + d];
+        const int64_t at = (J - n_pre) * kv_stride + static_cast<int64_t>(kvh) * hb;
+        kk = kv_elem(sd.dtype, sd.k + at, d);
+        vv = kv_elem(sd.dtype, sd.v + at, d);
       }
       ks[j * kstride + d] = kk;
       vs[j * hd + d] = vv;
@@ -186,14 +208,16 @@ __global__ void __launch_bounds__(kStatCols)
   const AttnSeq sd = seqs[tile.seq];
   const int group = n_heads / n_kv;
   const int64_t row_stride = static_cast<int64_t>(n_heads) * hd;
-  const int64_t kv_stride = static_cast<int64_t>(n_kv) * hd;
+  const int64_t hb = kv_head_bytes_dev(sd.dtype, hd);
+  const int64_t kv_stride = static_cast<int64_t>(n_kv) * hb;
   const int64_t n_keys = sd.n_past + sd.n_new;
   const int64_t j = tile.j0 + threadIdx.x;
   for (int idx = threadIdx.x; idx < kStatCols * hd; idx += blockDim.x) {
     const int c = idx / hd, d = idx % hd;
     const int64_t s = tile.j0 + c;
     ks[c * kstride + d] =
-        s < n_keys ? sd.k[s * kv_stride + static_cast<int64_t>(kvh) * hd + d] : 0.0f;
+        s < n_keys ? kv_elem(sd.dtype, sd.k + s * kv_stride + static_cast<int64_t>(kvh) * hb, d)
+                   : 0.0f;
   }
   float sum = 0.0f, mx = -INFINITY;
   bool any = false;

@@ -222,12 +222,18 @@ void CudaBackend::attention_on_device(const float* q, const AttentionArgs& a,
     const KvSeqView& kv = a.kv[s];
     AttnSeq d;
     d.row_begin = sp.row_begin, d.n_new = sp.n_new, d.n_past = sp.n_past;
-    d.k = kv.k, d.v = kv.v;
+    d.k = static_cast<const uint8_t*>(kv.k), d.v = static_cast<const uint8_t*>(kv.v);
+    d.dtype = kv.dtype;
+    OFFGEN_CHECK(kv_head_bytes_dev(kv.dtype, a.head_dim) > 0, kInternal,
+                 "cuda attention: a KV table stored as {}", dtype_name(kv.dtype));
+    OFFGEN_CHECK(!kv.prefix || kv.prefix->dtype == kv.dtype, kInternal,
+                 "cuda attention: a shared context stored apart from its table's KV dtype");
     if (a.window > 0 && kv.pos) d.pos_capacity = kv.capacity;  // key_pos: uploaded below
     if (kv.prefix) {
       d.prefix_at = static_cast<int64_t>(prefix.size());
       for (int64_t h = 0; h < a.n_kv_heads; ++h)
-        prefix.push_back({kv.prefix->k[h], kv.prefix->v[h], kv.prefix->len[h]});
+        prefix.push_back({static_cast<const uint8_t*>(kv.prefix->k[h]),
+                          static_cast<const uint8_t*>(kv.prefix->v[h]), kv.prefix->len[h]});
     }
     if (!a.stats.empty() && a.stats[s].col_sum) {
       const AttentionStats& st = a.stats[s];

@@ -90,8 +90,12 @@ class CudaBackend final : public Backend {
                  int64_t row_bytes) override;
   void gather_rows(float* dst, const float* src, std::span<const int64_t> rows,
                    int64_t width) override;
-  void copy_heads(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
-                  int64_t head_dim, std::span<const HeadCopy> copies) override;
+  void copy_kv_heads(void* dst, int64_t dst_stride, const void* src, int64_t src_stride,
+                     int64_t head_bytes, std::span<const HeadCopy> copies) override;
+  void kv_encode_rows(const float* src, int64_t src_stride, int64_t n, DType dtype,
+                      int64_t n_kv_heads, int64_t head_dim, void* dst) override;
+  void kv_encode_heads(const float* src, int64_t src_stride, DType dtype, int64_t n_kv_heads,
+                       int64_t head_dim, void* dst, std::span<const HeadCopy> copies) override;
   Stream& compute_stream() override { return *compute_; }
   std::unique_ptr<Stream> make_stream() override;
   std::unique_ptr<Event> make_event() override;

@@ -180,14 +180,6 @@ __global__ void gather_rows_kernel(float* dst, const float* src, const int64_t* 
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) d[i] = s[i];
 }
 
-__global__ void copy_heads_kernel(float* dst, int64_t dst_stride, const float* src,
-                                  int64_t src_stride, int64_t head_dim, const int64_t* copies) {
-  const int64_t* c = copies + 3 * blockIdx.x;
-  float* d = dst + c[0] * dst_stride + c[2] * head_dim;
-  const float* s = src + c[1] * src_stride + c[2] * head_dim;
-  for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) d[i] = s[i];
-}
-
 // fp16 with saturation: values beyond its range clamp to +-65504 instead of becoming inf.
 __device__ __half to_half_sat(float v) { return __float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f)); }
 
@@ -363,14 +355,6 @@ void gather_rows(float* dst, const float* src, const int64_t* rows, int64_t n, i
                  cudaStream_t stream) {
   if (n == 0) return;
   gather_rows_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(dst, src, rows, width);
-  OFFGEN_CUDA_LAUNCHED();
-}
-
-void copy_heads(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
-                int64_t head_dim, const int64_t* copies, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  copy_heads_kernel<<<static_cast<unsigned>(n), 128, 0, stream>>>(dst, dst_stride, src,
-                                                                  src_stride, head_dim, copies);
   OFFGEN_CUDA_LAUNCHED();
 }
 

@@ -40,9 +40,27 @@ void embedding(const void* table, DType dtype, int64_t cols, const int32_t* ids,
 // dst row i = src row rows[i], rows of `width` floats.
 void gather_rows(float* dst, const float* src, const int64_t* rows, int64_t n, int64_t width,
                  cudaStream_t stream);
-// copies: device int64 triples (dst_row, src_row, head), n of them.
-void copy_heads(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
-                int64_t head_dim, const int64_t* copies, int64_t n, cudaStream_t stream);
+// kv_format.h's kv_head_bytes for the KV dtypes the kernels read (0 for others).
+__host__ __device__ inline int64_t kv_head_bytes_dev(DType t, int64_t hd) {
+  switch (t) {
+    case DType::kF32: return hd * 4;
+    case DType::kBF16:
+    case DType::kF16: return hd * 2;
+    case DType::kQ8_0: return (hd + 31) / 32 * 34;
+    default: return 0;
+  }
+}
+// KV tables (cuda_kv_cuda.cu). copies: device int64 triples (dst_row, src_row, head), n of them.
+// Head vectors of slot rows, bytes as stored (strides and head size in bytes).
+void copy_kv_heads(void* dst, int64_t dst_stride, const void* src, int64_t src_stride,
+                   int64_t head_bytes, const int64_t* copies, int64_t n, cudaStream_t stream);
+// Whether kv_encode writes `dtype` (f32, bf16, f16, q8_0).
+bool kv_encode_supported(DType dtype);
+// fp32 head vectors into a table stored as `dtype` (kv_encode_head's bytes): per copy, head
+// `head` of src row src_row (rows src_stride floats apart) into slot dst_row's head; copies null:
+// n = rows x n_kv_heads, every head of rows [0, n / n_kv_heads) into the slots of the same index.
+void kv_encode(const float* src, int64_t src_stride, DType dtype, int64_t n_kv_heads,
+               int64_t head_dim, void* dst, const int64_t* copies, int64_t n, cudaStream_t stream);
 // fp32 -> fp16 / bf16 (dtype kF16 or kBF16), n elements; fp16 saturates at +-65504 (no inf).
 void cast_f32(const float* x, int64_t n, DType dtype, void* out, cudaStream_t stream);
 // kQ4G64 weight [rows][ceil(cols / 64) blocks] -> fp16 [rows][cols] (saturating at +-65504).
@@ -54,8 +72,9 @@ void argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out, cu
 // Attention over slot tables (see cuda_attention_cuda.cu for the tiling).
 struct AttnSeq {
   int64_t row_begin = 0, n_new = 0, n_past = 0;
-  const float* k = nullptr;  // own slots, rows of n_kv_heads * head_dim
-  const float* v = nullptr;
+  const uint8_t* k = nullptr;  // own slots, rows of n_kv_heads head vectors stored as `dtype`
+  const uint8_t* v = nullptr;
+  DType dtype = DType::kF32;   // of the slots and the prefix (f32, bf16, f16 or q8_0)
   int64_t prefix_at = -1;    // first of its n_kv_heads PrefixHead entries, -1: none
   float* col_sum = nullptr;  // statistics [n_kv_heads][capacity] (null: none)
   float* col_max = nullptr;
@@ -73,8 +92,8 @@ struct AttnMask {
   const int32_t* q_pos = nullptr;
 };
 struct PrefixHead {
-  const float* k = nullptr;  // [len][head_dim]
-  const float* v = nullptr;
+  const uint8_t* k = nullptr;  // [len] head vectors in the sequence's dtype
+  const uint8_t* v = nullptr;
   int64_t len = 0;
 };
 // Rows [t0, t0 + nt) of sequence `seq`, query heads g0 .. g0 + ng of each KV head's group.

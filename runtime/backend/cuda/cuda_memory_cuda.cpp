@@ -167,13 +167,33 @@ void CudaBackend::gather_rows(float* dst, const float* src, std::span<const int6
   cuda::gather_rows(dst, src, idx, static_cast<int64_t>(rows.size()), width, stream());
 }
 
-void CudaBackend::copy_heads(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
-                             int64_t head_dim, std::span<const HeadCopy> copies) {
+void CudaBackend::copy_kv_heads(void* dst, int64_t dst_stride, const void* src,
+                                int64_t src_stride, int64_t head_bytes,
+                                std::span<const HeadCopy> copies) {
   if (copies.empty()) return;
   static_assert(sizeof(HeadCopy) == 3 * sizeof(int64_t), "HeadCopy is three int64 fields");
   const auto* c = static_cast<const int64_t*>(ring_.put(copies.data(), copies.size_bytes(), stream()));
-  cuda::copy_heads(dst, dst_stride, src, src_stride, head_dim, c,
-                   static_cast<int64_t>(copies.size()), stream());
+  cuda::copy_kv_heads(dst, dst_stride, src, src_stride, head_bytes, c,
+                      static_cast<int64_t>(copies.size()), stream());
+}
+
+void CudaBackend::kv_encode_rows(const float* src, int64_t src_stride, int64_t n, DType dtype,
+                                 int64_t n_kv_heads, int64_t head_dim, void* dst) {
+  OFFGEN_CHECK(cuda::kv_encode_supported(dtype), kInternal, "cuda: no KV encoder for {}",
+               dtype_name(dtype));
+  cuda::kv_encode(src, src_stride, dtype, n_kv_heads, head_dim, dst, nullptr, n * n_kv_heads,
+                  stream());
+}
+
+void CudaBackend::kv_encode_heads(const float* src, int64_t src_stride, DType dtype,
+                                  int64_t n_kv_heads, int64_t head_dim, void* dst,
+                                  std::span<const HeadCopy> copies) {
+  OFFGEN_CHECK(cuda::kv_encode_supported(dtype), kInternal, "cuda: no KV encoder for {}",
+               dtype_name(dtype));
+  if (copies.empty()) return;
+  const auto* c = static_cast<const int64_t*>(ring_.put(copies.data(), copies.size_bytes(), stream()));
+  cuda::kv_encode(src, src_stride, dtype, n_kv_heads, head_dim, dst, c,
+                  static_cast<int64_t>(copies.size()), stream());
 }
 
 std::unique_ptr<Stream> CudaBackend::make_stream() { return std::make_unique<CudaStream>(device_); }
