@@ -58,6 +58,8 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.batch_size = s.peak_active;
   r.kv_policy = policy.kv.describe();
   r.kv_slots_per_seq = capacity;
+  r.peak_kv_tokens_per_seq = s.peak_kv_tokens;
+  r.peak_kv_bytes_per_seq = engine.config().kv_bytes_held(s.peak_kv_tokens, engine.kv_dtype());
   const TierBytes kv = engine.kv_need(capacity);
   r.kv_bytes_per_seq = kv.device + kv.host + kv.disk;
   r.batch_limited_by = fit ? "memory" : "policy";
@@ -108,6 +110,8 @@ nlohmann::json BenchReport::to_json() const {
       {"kv_policy", kv_policy},
       {"kv_slots_per_seq", kv_slots_per_seq},
       {"kv_bytes_per_seq", kv_bytes_per_seq},
+      {"peak_kv_tokens_per_seq", peak_kv_tokens_per_seq},
+      {"peak_kv_bytes_per_seq", peak_kv_bytes_per_seq},
       {"prompt_len", prompt_len},
       {"gen_len", gen_len},
       {"peak_bytes", {{"device", peak_device}, {"host", peak_host}, {"disk", peak_disk}}},

@@ -29,6 +29,9 @@ struct BenchReport {
   std::string kv_policy;           // e.g. "h2o@0.2"
   int64_t kv_slots_per_seq = 0;    // KV table capacity of one sequence
   int64_t kv_bytes_per_seq = 0;    // its bytes on all tiers (K, V and slot metadata)
+  // The most KV slots one sequence held at once (GenerationStats::peak_kv_tokens: with eviction
+  // and chunked prefill at most the budget plus one chunk) and their K+V bytes in the KV dtype.
+  int64_t peak_kv_tokens_per_seq = 0, peak_kv_bytes_per_seq = 0;
   std::string batch_limited_by;    // "policy" (given sizes) or "memory" (fit to the capacities)
   double prefill_seconds = 0, decode_seconds = 0;
   double prefill_throughput = 0, decode_throughput = 0, total_throughput = 0;

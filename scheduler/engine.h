@@ -60,6 +60,10 @@ struct GenerationStats {
   int64_t decode_tokens = 0;      // tokens produced by decode forwards
   int64_t completion_tokens = 0;  // all sampled tokens (first one comes from prefill)
   int64_t peak_active = 0;        // most sequences running at once (the batch that ran)
+  // Most KV slots one sequence held at once (per layer): its table's slots in use plus a prefill
+  // chunk's new tokens before that chunk's compaction (with an eviction policy: at most its budget
+  // plus one chunk, docs/kv-eviction.md).
+  int64_t peak_kv_tokens = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;
   double wall_seconds = 0;

@@ -47,6 +47,14 @@ void Engine::forward(std::vector<Sequence*>& seqs, const std::vector<std::vector
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& s = *seqs[i];
     const auto n = static_cast<int64_t>(chunks[i].size());
+    // Slots held during this forward: a replacement overwrites within the table; an append or an
+    // overflowing chunk (attended in scratch, then compacted) adds the chunk to the slots in use.
+    const bool evicts = kv_policy_ != nullptr;
+    const int64_t held =
+        kv_write_kind(s.n_used, n, s.capacity, s.compact_to, evicts) == KvWrite::kReplace
+            ? s.capacity
+            : s.n_used + n;
+    stats_.peak_kv_tokens = std::max(stats_.peak_kv_tokens, held);
     s.n_pos += n;
     s.n_used = kv_slots_after(s.n_used, n, s.capacity, s.compact_to, kv_policy_ != nullptr);
   }

@@ -70,6 +70,9 @@ class SnapKvPolicy final : public KvPolicy {
   SnapKvPolicy(int64_t window, int64_t kernel) : window_(window), kernel_(kernel) {}
   KvPolicyKind kind() const override { return KvPolicyKind::kSnapKv; }
   int64_t stats_rows(int64_t n_new) const override;
+  // Each prefill chunk's observation window scores the compaction it triggers (chunked prefill:
+  // docs/kv-eviction.md).
+  bool chunk_scores() const override { return true; }
   void keep(const SlotTable& t, int64_t keep, std::vector<int32_t>& out) const override;
   int64_t victim(const SlotTable& t, int32_t new_pos) const override;
 

@@ -180,7 +180,7 @@ KvStep::KvStep(Backend& backend, int64_t n_kv_heads, int64_t head_dim,
     }
     if (meta && policy_ && policy_->uses_stats()) {
       const KvSeqView& w = views_[i];
-      if (policy_->step_scores()) {
+      if (policy_->step_scores() || (policy_->chunk_scores() && n_new > 1)) {
         std::fill_n(w.sum, heads_ * w.capacity, 0.0f);
         std::fill_n(w.max, heads_ * w.capacity, 0.0f);
       }

@@ -33,6 +33,10 @@ class KvSlotPolicy {
   virtual int64_t stats_rows(int64_t n_new) const { return n_new; }
   // Whether statistics restart at every step (only the latest queries count, as in TOVA).
   virtual bool step_scores() const { return false; }
+  // Whether statistics restart at every prefill chunk (a step of several rows): a compaction is
+  // then scored by the observation window of the chunk that triggers it (SnapKV, whose window is
+  // the last queries of the prompt so far), not by every earlier chunk's rows too.
+  virtual bool chunk_scores() const { return false; }
   // Whether the decisions read the attention statistics (else the attention need not make them).
   virtual bool uses_stats() const { return true; }
 };
@@ -53,6 +57,7 @@ class SlidingWindowPolicy final : public KvSlotPolicy {
     return inner_ ? inner_->stats_rows(n_new) : n_new;
   }
   bool step_scores() const override { return inner_ && inner_->step_scores(); }
+  bool chunk_scores() const override { return inner_ && inner_->chunk_scores(); }
   bool uses_stats() const override { return inner_ && inner_->uses_stats(); }
 
  private:

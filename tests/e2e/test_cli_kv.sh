@@ -86,6 +86,26 @@ expect(f32["kv_dtype"] == "f32" and q8["kv_dtype"] == "q8_0", "the reports name 
 expect(f32["kv_bytes_per_seq"] > 3.3 * q8["kv_bytes_per_seq"], "bytes per sequence by the dtype's rows")
 expect(q8["batch_size"] >= 3.3 * f32["batch_size"], f"q8_0 fits {q8['batch_size']} against f32's {f32['batch_size']}")
 PY
+# Eviction during chunked prefill: bench --json's peak KV per sequence is at most the budget plus
+# one chunk (whole-prompt eviction holds the prompt).
+for chunk in 32 1024; do
+  "$bin" bench --model "$model" --prompt-len 256 --gen-len 8 --gpu-batch-size 2 --kv-policy h2o \
+    --kv-budget 0.2 --prefill-chunk "$chunk" --no-warmup --json "$work/chunk_$chunk.json" > /dev/null 2>&1
+  check "bench --prefill-chunk $chunk with h2o exits 0" test $? -eq 0
+done
+python3 - "$work/chunk_32.json" "$work/chunk_1024.json" <<'PY' || fail=1
+import json, sys
+c32, whole = (json.load(open(p)) for p in sys.argv[1:3])
+def expect(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what)
+    if not cond: sys.exit(1)
+expect(c32["prefill_chunk"] == 32 and c32["kv_slots_per_seq"] == 53, "budget ceil(0.2 x 264) = 53 slots")
+expect(c32["kv_slots_per_seq"] < c32["peak_kv_tokens_per_seq"] <= c32["kv_slots_per_seq"] + 32,
+       f"chunks of 32: peak {c32['peak_kv_tokens_per_seq']} <= budget + one chunk")
+expect(whole["peak_kv_tokens_per_seq"] == 256, "whole prompts: the prompt is held until compacted")
+expect(c32["peak_kv_bytes_per_seq"] * 256 == whole["peak_kv_bytes_per_seq"] * c32["peak_kv_tokens_per_seq"],
+       "peak bytes follow the tokens")
+PY
 "$bin" inspect --model "$model" > "$work/inspect.txt" 2>&1
 check "inspect names the default KV dtype" grep -q "KV cache: bf16 (the backend's default" "$work/inspect.txt"
 "$bin" inspect --model "$model" --kv-dtype q4g64 > "$work/inspect_q4.txt" 2>&1
