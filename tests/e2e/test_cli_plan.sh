@@ -46,6 +46,26 @@ expect(1 <= j["batch_size"] <= 24, "block within the request count")
 expect(j["need_bytes"]["device"] + j["need_bytes"]["host"] <= 300 * 2**20, "fits --cpu-mem")
 expect(len(j["percent"]) == 6, "percent fields")
 PY
+# --kv-dtype auto: with room for every block the planner keeps the 16-bit default (q8_0 only when
+# memory forces it: tests/policies); it plans over both dtypes' calibrated attention.
+"$bin" calibrate --quick --offload-dir "$work" --model "$model" --threads 1 --kv-dtype q8_0 \
+  > /dev/null 2>&1
+check "calibrate --kv-dtype q8_0 exits 0" test $? -eq 0
+"$bin" plan --model "$model" --threads 1 --prompt-len 128 --gen-len 32 --num-requests 24 \
+  --kv-dtype auto --offload-dir "$work" --json "$work/auto.json" > "$work/auto.toml" 2> "$work/auto.err"
+check "plan --kv-dtype auto exits 0" test $? -eq 0
+check "plan --kv-dtype auto: the TOML names bf16" grep -q '^kv_dtype = "bf16"' "$work/auto.toml"
+python3 - "$work/auto.json" "$work/profile.json" <<'PY' || fail=1
+import json, sys
+j, p = (json.load(open(a)) for a in sys.argv[1:3])
+def expect(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what)
+    if not cond: sys.exit(1)
+expect(j["kv_dtype"] == "bf16", "no memory pressure: the 16-bit default")
+keys = [c["model_key"] for c in p["compute"]]
+expect(any(k.endswith("/kv-bf16") for k in keys) and any(k.endswith("/kv-q8_0") for k in keys),
+       "compute profiles per KV dtype")
+PY
 "$bin" generate --model "$model" --threads 1 --policy "$work/plan.toml" --input /dev/null \
   --output "$work/empty.jsonl" -q 2> "$work/toml.err"
 check "the plan's TOML is a valid --policy file" test $? -eq 0

@@ -274,6 +274,62 @@ TEST_CASE("planner: given tier shares (--percent) are kept, batch and overlap ch
   CHECK_THROWS_WITH(plan(m, hw.compute[0], hw, o), Catch::Contains("(--percent)"));
 }
 
+TEST_CASE("planner: --kv-dtype auto keeps 16-bit unless memory forces q8_0",
+          "[cost][plan][kv_dtype]") {
+  ModelFacts m = tiny_model();
+  m.default_kv_dtype = DType::kBF16;  // the CPU backend's: 512-byte rows here, q8_0's 272
+  // Unit calls with a large fixed cost: throughput grows with the block, so memory matters.
+  HardwareProfile hw = planner_hw();
+  hw.compute[0].mlp = TimeCurve{{1, 1024}, {20e-3, 21e-3}};
+  hw.compute[0].attn_base = TimeCurve{{1, 1024}, {20e-3, 21e-3}};
+  int asked_q8 = 0;
+  const auto compute = [&](DType t) -> const ComputeProfile& {
+    asked_q8 += t == DType::kQ8_0;
+    return hw.compute[0];
+  };
+  PlanOptions o = planner_options();
+  o.base.kv_dtype_auto = true;
+  CHECK_THROWS_WITH(plan(m, hw.compute[0], hw, o), Catch::Contains("plan_kv_dtype"));
+  // Room for the largest block at 16 bits: bf16, and q8_0 never planned.
+  o.base.cpu_mem = int64_t{64} << 20;
+  PlanResult r = plan_kv_dtype(m, compute, hw, o);
+  CHECK(r.policy.kv_dtype == DType::kBF16);
+  CHECK_FALSE(r.policy.kv_dtype_auto);
+  CHECK_FALSE(r.memory_bound);
+  CHECK(asked_q8 == 0);
+  // Memory binds the 16-bit block: q8_0's larger block is predicted faster (by kAutoQ8Gain or
+  // more), so it is chosen, and the binding says why.
+  o.base.cpu_mem = int64_t{2} << 20;
+  PlanOptions bf16 = o;
+  bf16.base.kv_dtype_auto = false;
+  bf16.base.kv_dtype = DType::kBF16;
+  const PlanResult wide = plan(m, hw.compute[0], hw, bf16);
+  REQUIRE(wide.memory_bound);
+  r = plan_kv_dtype(m, compute, hw, o);
+  CHECK(asked_q8 == 1);
+  CHECK(r.policy.kv_dtype == DType::kQ8_0);
+  CHECK(r.prediction.total_throughput >= kAutoQ8Gain * wide.prediction.total_throughput);
+  CHECK(r.policy.block_size() > wide.policy.block_size());
+  CHECK_THAT(r.binding, Catch::Contains("q8_0 KV:") && Catch::Contains("the total of bf16"));
+  CHECK(plan_overflow(o, r.prediction.need).empty());
+  // With the shares given (KV in RAM), a cap that holds one q8_0 sequence but not one bf16 one.
+  o.base.shares_given = true;
+  o.base.weight_gpu_percent = o.base.cache_gpu_percent = 0;
+  o.base.weight_cpu_percent = o.base.cache_cpu_percent = 100;
+  Policy one = o.base;
+  one.kv_dtype_auto = false;
+  one.kv_dtype = DType::kQ8_0;
+  const int64_t slots = one.kv.table_slots(o.workload.prompt_len, o.workload.gen_len);
+  o.base.cpu_mem = block_need(m, one, slots, 1).memory();
+  r = plan_kv_dtype(m, compute, hw, o);
+  CHECK(r.policy.kv_dtype == DType::kQ8_0);
+  CHECK(r.policy.block_size() == 1);
+  CHECK_THAT(r.binding, Catch::Contains("nothing fits with bf16"));
+  // Nothing fits either way: the error is q8_0's.
+  o.base.cpu_mem -= 4096;
+  CHECK_THROWS_WITH(plan_kv_dtype(m, compute, hw, o), Catch::Contains("nothing fits"));
+}
+
 TEST_CASE("plan output: policy TOML reads back to the same policy", "[cost][plan]") {
   Policy p = all_ram(48, 3);
   p.weight_gpu_percent = 0, p.weight_cpu_percent = 30;
