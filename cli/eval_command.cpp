@@ -12,6 +12,7 @@
 #include "cli/flag_checks.h"
 #include "policies/policy_overrides.h"
 #include "runtime/core/error.h"
+#include "runtime/core/kv_format.h"
 #include "eval/eval_runner.h"
 #include "runtime/core/atomic_file.h"
 
@@ -29,6 +30,10 @@ void EvalPplCommand::add_to(CLI::App* eval) {
                  "4-bit group-compressed matmul weights (q4g64), to measure their perplexity cost");
   add_kv_dtype(cmd_, kv_dtype, false);
   cmd_->add_flag("--compress-cache", compress_cache, "--kv-dtype q4g64 (FlexGen's name)");
+  cmd_->add_option("--kv-reference", kv_reference,
+                   "Also score the full cache stored as this KV dtype (e.g. f32) first, and report "
+                   "every configuration's next-token KL and top-1 agreement against it")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4g64"}));
   cmd_->add_option("--text", texts, "Text file (repeatable, or comma-separated)")->required();
   cmd_->add_option("--kv-policy", policies,
                    "Policies, comma-separated (full always runs as the reference)");
@@ -68,6 +73,7 @@ int EvalPplCommand::run() const {
   // The default prefix (512) shrinks to half of a smaller --tokens; a given one is kept as is.
   o.prefix = cmd_->get_option("--prefix")->count() > 0 ? prefix : std::min(prefix, tokens / 2);
   o.scope = parse_kv_scope(scope);
+  if (!kv_reference.empty()) o.reference_kv = parse_kv_dtype(kv_reference);
   const auto rows = run_eval_ppl(eo, o, [](const std::string& line) {
     std::fprintf(stderr, "offgen: eval: %s\n", line.c_str());
   });
@@ -78,6 +84,13 @@ int EvalPplCommand::run() const {
   double full_ppl = 0;
   for (const EvalRow& r : rows) {
     if (r.text != "all") continue;
+    if (r.metric == "reference_ppl" || r.metric == "kl_to_reference" ||
+        r.metric == "reference_top1_agreement") {
+      if (r.policy == KvPolicyKind::kFull)
+        std::printf("full cache against the %s cache: %s %.6g\n", kv_reference.c_str(),
+                    r.metric.c_str(), r.value);
+      continue;
+    }
     if (r.policy == KvPolicyKind::kFull) {
       if (r.metric == "ppl") full_ppl = r.value;
       continue;
@@ -86,8 +99,10 @@ int EvalPplCommand::run() const {
     (r.metric == "ppl" ? cell.first : cell.second) = r.value;
   }
   std::printf("perplexity (top-1 agreement with full) over %zu text(s), %lld scored tokens each, "
-              "budget scope %s; full cache: ppl %.4f\n",
-              o.texts.size(), static_cast<long long>(tokens - o.prefix), scope.c_str(), full_ppl);
+              "budget scope %s; full cache (KV %s): ppl %.4f\n",
+              o.texts.size(), static_cast<long long>(tokens - o.prefix), scope.c_str(),
+              std::string(dtype_name(eo.policy.kv_storage(backend_caps(eo.backend)))).c_str(),
+              full_ppl);
   std::printf("%-8s", "policy");
   for (double b : o.budgets) std::printf(" %18s", fmt::format("budget {:g}", b).c_str());
   std::printf("\n");

@@ -23,7 +23,7 @@ class EvalPplCommand {
   std::string policies = "h2o,window,sinks,tova,snapkv", budgets = "1,0.5,0.3,0.2,0.1";
   int64_t tokens = 2048, prefix = 512;
   bool compress_weight = false, compress_cache = false;
-  std::string kv_dtype;
+  std::string kv_dtype, kv_reference;
 };
 
 }  // namespace offgen

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ struct EvalPplOptions {
   std::vector<KvPolicyKind> policies;  // KV policies (full is always run as the reference)
   std::vector<double> budgets;         // fractions in (0, 1] or token counts
   KvScope scope = KvScope::kAll;       // KvPolicyConfig::scope
+  // A reference KV dtype (--kv-reference, e.g. f32): the full cache stored as it is scored first,
+  // and every configuration (in the engine's own KV dtype) compared to it: its next-token KL and
+  // top-1 agreement (the precision cost of the run's KV dtype, with eviction on top for policies).
+  std::optional<DType> reference_kv;
   void validate() const;              // throws Error(kConfig)
 };
 
@@ -29,7 +34,12 @@ struct EvalPplOptions {
 struct EvalRow {
   KvPolicyKind policy = KvPolicyKind::kFull;
   double budget = 1.0;
-  std::string metric;  // "ppl" or "top1_agreement"
+  // "ppl", "top1_agreement" (with the full cache of the run's KV dtype); with a reference KV
+  // dtype also "reference_ppl" (the reference's own, policy full), "kl_to_reference" (mean
+  // next-token KL(reference || run) in nats over the scored tokens, the reference truncated to its
+  // 64 likeliest tokens and the rest's mass: a lower bound, tight for concentrated distributions)
+  // and "reference_top1_agreement".
+  std::string metric;
   double value = 0;
   int64_t tokens = 0;  // scored tokens
   std::string text;
