@@ -77,7 +77,10 @@ BackendCaps cuda_backend_caps() {
 std::string BackendCaps::kv_dtype_list() const {
   std::string out;
   for (DType t : offgen::kv_dtypes())
-    if (stores_kv(t)) out += (out.empty() ? "" : ", ") + std::string(dtype_name(t));
+    if (stores_kv(t)) {
+      if (!out.empty()) out += ", ";
+      out += dtype_name(t);
+    }
   return out;
 }
 

@@ -45,7 +45,10 @@ bool is_kv_dtype(DType t) {
 
 std::string kv_dtype_names() {
   std::string out;
-  for (DType t : kKvDTypes) out += (out.empty() ? "" : "|") + std::string(dtype_name(t));
+  for (DType t : kKvDTypes) {
+    if (!out.empty()) out += '|';
+    out += dtype_name(t);
+  }
   return out;
 }
 
