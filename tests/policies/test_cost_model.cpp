@@ -319,8 +319,7 @@ TEST_CASE("planner: --kv-dtype auto keeps 16-bit unless memory forces q8_0",
   Policy one = o.base;
   one.kv_dtype_auto = false;
   one.kv_dtype = DType::kQ8_0;
-  const int64_t slots = one.kv.table_slots(o.workload.prompt_len, o.workload.gen_len);
-  o.base.cpu_mem = block_need(m, one, slots, 1).memory();
+  o.base.cpu_mem = block_need(m, one, o.workload, 1).memory();
   r = plan_kv_dtype(m, compute, hw, o);
   CHECK(r.policy.kv_dtype == DType::kQ8_0);
   CHECK(r.policy.block_size() == 1);
