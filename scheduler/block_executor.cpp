@@ -86,7 +86,7 @@ void BlockExecutor::reserve(const ForwardShape& s) {
   }
   scratch_.reserve(backend_, c, s.batch_rows);
   if (!backend_.device_is_host()) logits_.reserve(backend_, s.sequences * c.vocab_size);
-  if (s.capacity > 0 && (kv_.layout().compressed || kv_.ram_slots(s.capacity) < s.capacity))
+  if (s.capacity > 0 && kv_.ram_slots(s.capacity) < s.capacity)
     prepare_kv_staging(s.batch_sequences, s.capacity);
 }
 

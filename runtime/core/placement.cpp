@@ -157,7 +157,7 @@ ForwardSplit Placement::forward(const ForwardLayout& f, const KvTableLayout& kv,
   if (!device_is_host_) out.logits.host = out.logits.device;
   if (s.capacity > 0) {
     const KvTableSplit t = kv_table(kv, s.capacity);
-    if (kv.compressed || t.memory_slots < s.capacity)
+    if (t.memory_slots < s.capacity)  // a wholly resident table is read in place, in any dtype
       out.kv_staging.device = 2 * 2 * s.batch_sequences * kv.staging_bytes(s.capacity);
   }
   // A chunk's keys: the table's slots, or, where a chunk may overflow its table (eviction, window

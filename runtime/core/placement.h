@@ -205,7 +205,7 @@ class Placement {
   TierBytes activation(int64_t bytes) const;
 
   // A forward's buffers of this shape (see ForwardSplit); `kv`, the KV tables' layout, says
-  // whether tables of shape.capacity slots are staged (not wholly in memory, or compressed).
+  // whether tables of shape.capacity slots are staged (not wholly in memory).
   ForwardSplit forward(const ForwardLayout& f, const KvTableLayout& kv,
                        const ForwardShape& shape) const;
 

@@ -43,9 +43,9 @@ check "unknown policy: lists the known ones" grep -q "lru: unknown (known: full,
 
 # bench: no batch size and a RAM cap -> the largest batch that fits, per KV policy, in one run.
 # The cap bounds all RAM (the CPU backend's two tiers): 92 MiB of weights, the rest for the KV
-# caches and the forwards.
+# caches (f32 here) and the forwards.
 "$bin" bench --model "$model" --prompt-len 32 --gen-len 8 --percent 100 0 0 100 100 0 \
-  --cpu-mem 140M --kv-policy full,h2o --kv-budget 0.25 --no-warmup --json "$work/bench.json" \
+  --cpu-mem 140M --kv-dtype f32 --kv-policy full,h2o --kv-budget 0.25 --no-warmup --json "$work/bench.json" \
   > "$work/bench.txt" 2> "$work/bench.err"
 rc=$?
 check "bench with two KV policies exits 0 (got $rc)" test "$rc" -eq 0
@@ -69,11 +69,13 @@ for r in (full, h2o):
 expect(h2o["batch_size"] > 1.5 * full["batch_size"], "h2o fits a larger batch")
 expect(h2o["kv_policy"] == "h2o@0.25", "the report names the policy")
 PY
-# --kv-dtype: the same cap fits about 3.7x the sequences in q8_0 (204-byte rows) as in f32 (768),
-# and the reports name the dtype; inspect names the backend's default.
+# --kv-dtype: the same cap fits about 3.7x the sequences in q8_0 (204-byte rows) as in f32 (768)
+# where the KV caches dominate what a sequence needs (prompt 256: 12 MiB of f32 KV against its
+# forwards' 0.2 MiB of logits and rows), and the reports name the dtype; inspect names the
+# backend's default.
 for t in f32 q8_0; do
-  "$bin" bench --model "$model" --prompt-len 32 --gen-len 8 --percent 100 0 0 100 100 0 \
-    --cpu-mem 24M --kv-dtype "$t" --no-warmup --json "$work/bench_$t.json" > /dev/null 2>&1
+  "$bin" bench --model "$model" --prompt-len 256 --gen-len 8 --percent 100 0 0 100 100 0 \
+    --cpu-mem 240M --kv-dtype "$t" --no-warmup --json "$work/bench_$t.json" > /dev/null 2>&1
   check "bench --kv-dtype $t exits 0" test $? -eq 0
 done
 python3 - "$work/bench_f32.json" "$work/bench_q8_0.json" <<'PY' || fail=1

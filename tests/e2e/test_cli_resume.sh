@@ -80,8 +80,8 @@ check "concurrent writer named" grep -q "another offgen process" "$work/err3.txt
 printf '%s\n' '{"id": "a", "prompt": "Hi", "max_tokens": 2}' \
   '{"id": "b", "prompt": "Hello there", "max_tokens": 600}' > "$work/fit.jsonl"
 fit() { "$bin" generate --model "$model" --input "$work/fit.jsonl" --output "$work/fit.out" \
-  --gpu-batch-size 2 --percent 100 0 0 100 100 0 --quiet "$@"; }
-fit --cpu-mem 110M 2> /dev/null  # 92 MiB of weights; b's KV cache alone needs 27 MiB more
+  --gpu-batch-size 2 --percent 100 0 0 100 100 0 --kv-dtype f32 --quiet "$@"; }
+fit --cpu-mem 110M 2> /dev/null  # 92 MiB of weights; b's f32 KV cache alone needs 27 MiB more
 check "a request over --cpu-mem gets does_not_fit" grep -q '"does_not_fit"' "$work/fit.out"
 fit --cpu-mem 200M 2> "$work/fit.err"
 check "resume under a larger limit warns that it is not retried" \
