@@ -109,7 +109,7 @@ Engine::Engine(EngineOptions options, StopToken stop) : options_(std::move(optio
   model_id_ = std::move(opened.content_id);
   const auto t0 = EngineClock::now();
   source_ = std::move(opened.source);
-  model_ = std::make_unique<DecoderModel>(*source_, *backend_);
+  model_ = std::make_unique<DecoderModel>(*source_, *backend_, options_.max_context);
   // The file's pages of tensors copied out leave the resident set (they count for nothing the
   // placement holds); so do each unit's once the weight store has homed it.
   source_->release_pages();

@@ -36,6 +36,14 @@ Writes into tests/data/hf_models/ (or --out):
              frequency factors 1/4, original_max_position_embeddings 64; with head_dim 16 and base
              1e4 the 8 frequencies fall in all three bands), d=32, 4 heads / 2 KV heads, 2
              layers, untied, fp32
+  phi3/      Phi3ForCausalLM    Llama's shape (d=32, 4 heads / 2 KV heads, 2 layers, ff=64) with
+             Phi-3's fused qkv_proj and gate_up_proj, rope_theta 1e4, untied, fp32
+  phi3_longrope/ Phi3ForCausalLM like the 128K models: LongRoPE (rope_type longrope, 6 short and
+             6 long factors, original_max_position_embeddings 4 against max_position_embeddings
+             128, so every prompt exceeds the original context and transformers rotates by the
+             LONG factors, with the attention factor sqrt(1 + ln 32 / ln 4) on cos and sin) and
+             partial_rotary_factor 0.75 (12 of head_dim 16 rotate, as Phi-4-mini), d=64, 4 heads
+             / 2 KV heads, ff=96, 2 layers, untied, fp32
   golden.json  per model: arch, dtype, seed, vocab_size, min margin, and 3 cases each with the
              text, token ids (tokenizer(text, add_special_tokens=True) from the saved dir), fp32
              logits at EVERY prompt position, a 16-token greedy continuation (no EOS stop),
@@ -85,6 +93,11 @@ to answer "default" (the GPT-2 regex, which ByteLevel(use_regex=True) is); every
 converter's: tensor names, the 1 + w Gemma norms, Q/K permutation (Llama) or not (Gemma, Qwen2, Qwen3),
 rope_freqs.weight (Llama 3.1), metadata. The same golden logits apply to them. gemma2 is not
 converted: GGUF has no query_pre_attn_scalar (llama.cpp assumes head_dim outside the 27B size).
+phi3 and phi3_longrope are written with the gguf package (write_phi3_gguf below, no llama.cpp
+tree needed) the way llama.cpp's converter lays Phi-3 out: attn_qkv and ffn_up (gate rows then
+up rows) fused as in the checkpoint, rotate-half order kept, phi3.rope.dimension_count the
+rotated dims, and for LongRoPE rope_factors_short/long.weight, rope.scaling.original_context_length
+and rope.scaling.attn_factor; the tokenizer as tokenizer.ggml.* (gpt2, pre "default").
 
 Usage:
   /opt/offgen-dev/bin/python tools/gen_hf_golden.py [--out DIR] [--only NAME,...] [--llama-cpp DIR]
@@ -92,7 +105,7 @@ Usage:
 existing golden.json as they are.
 Output is deterministic: running it twice gives identical bytes.
 
-Needs: torch, transformers (5.x; tested with 5.24), tokenizers, safetensors, numpy.
+Needs: torch, transformers (5.x; tested with 5.24), tokenizers, safetensors, numpy, gguf (phi3).
 """
 
 from __future__ import annotations
@@ -128,6 +141,8 @@ from transformers import (  # noqa: E402
     MistralForCausalLM,
     OPTConfig,
     OPTForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
@@ -336,6 +351,47 @@ MODELS = [
         ),
     ),
 ]
+PHI3_LONGROPE = {
+    "rope_type": "longrope",
+    "rope_theta": 10000.0,
+    "short_factor": [1.0, 1.25, 1.5, 2.0, 3.0, 4.0],
+    "long_factor": [1.5, 2.5, 5.0, 9.0, 17.0, 33.0],
+}
+MODELS += [
+    (
+        "phi3",
+        Phi3Config,
+        Phi3ForCausalLM,
+        torch.float32,
+        10000,
+        dict(
+            COMMON_LLAMA,
+            original_max_position_embeddings=128,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            sliding_window=None,
+            tie_word_embeddings=False,
+        ),
+    ),
+    (
+        "phi3_longrope",
+        Phi3Config,
+        Phi3ForCausalLM,
+        torch.float32,
+        11000,
+        dict(
+            COMMON_LLAMA,
+            hidden_size=64,
+            intermediate_size=96,
+            original_max_position_embeddings=4,
+            partial_rotary_factor=0.75,
+            rope_parameters=PHI3_LONGROPE,
+            sliding_window=None,
+            tie_word_embeddings=False,
+        ),
+    ),
+]
+# Written as GGUF by write_phi3_gguf (the gguf package), fp32.
+PHI3_GGUF = ("phi3", "phi3_longrope")
 # Converted to GGUF by llama.cpp's converter as well (see the module docstring), with the
 # checkpoint's own precision for matrices (bf16 -> bf16 is exact; the converter upcasts to fp32
 # before adding Gemma's 1 to the norms, which it writes in fp32).
@@ -613,6 +669,9 @@ def main() -> int:
         if name in GGUF_MODELS:
             gguf_path = convert_to_gguf(llama_cpp, mdir, out_dir / "gguf" / f"{name}.gguf", GGUF_MODELS[name])
             mentry["gguf"] = str(gguf_path.relative_to(out_dir))
+        if name in PHI3_GGUF:
+            gguf_path = write_phi3_gguf(mdir, out_dir / "gguf" / f"{name}.gguf")
+            mentry["gguf"] = str(gguf_path.relative_to(out_dir))
         for text, ids, r in cases:
             entry = {"text": text}
             if name == "qwen2" and text == texts[0]:
@@ -687,6 +746,93 @@ def convert_to_gguf(tree: Path, mdir: Path, dst: Path, outtype: str) -> Path:
     )
     if r.returncode != 0 or not dst.is_file():
         raise RuntimeError(f"converting {mdir} failed:\n{r.stdout}\n{r.stderr}")
+    print(f"{mdir.name}: {dst} ({dst.stat().st_size} bytes)")
+    return dst
+
+
+def write_phi3_gguf(mdir: Path, dst: Path) -> Path:
+    """The Phi-3 checkpoint in mdir as a GGUF file laid out as llama.cpp's converter does."""
+    import math
+
+    import gguf
+    from safetensors.numpy import load_file
+
+    cfg = json.loads((mdir / "config.json").read_text(encoding="utf-8"))
+    tj = json.loads((mdir / "tokenizer.json").read_text(encoding="utf-8"))
+    w = {}
+    for f in sorted(mdir.glob("*.safetensors")):
+        w.update(load_file(str(f)))
+    n_embd, n_head = cfg["hidden_size"], cfg["num_attention_heads"]
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    partial = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0))
+    rope_dims = int(partial * n_embd) // n_head
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.exists():
+        dst.unlink()
+    g = gguf.GGUFWriter(str(dst), "phi3")
+    g.add_name(mdir.name)
+    g.add_context_length(cfg["max_position_embeddings"])
+    g.add_embedding_length(n_embd)
+    g.add_feed_forward_length(cfg["intermediate_size"])
+    g.add_block_count(cfg["num_hidden_layers"])
+    g.add_head_count(n_head)
+    g.add_head_count_kv(cfg["num_key_value_heads"])
+    g.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    g.add_rope_dimension_count(rope_dims)
+    g.add_rope_freq_base(rope.get("rope_theta", 10000.0))
+    g.add_rope_scaling_orig_ctx_len(cfg["original_max_position_embeddings"])
+    g.add_file_type(gguf.LlamaFileType.ALL_F32)
+    if rope.get("rope_type", rope.get("type")) in ("longrope", "su"):
+        orig = cfg["original_max_position_embeddings"]
+        scale = cfg["max_position_embeddings"] / orig
+        g.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1 else 1.0)
+        g.add_tensor("rope_factors_long.weight", np.asarray(rope["long_factor"], dtype=np.float32))
+        g.add_tensor("rope_factors_short.weight", np.asarray(rope["short_factor"], dtype=np.float32))
+    # Tokenizer: the byte-level BPE of tokenizer.json (ids in order; added tokens are control).
+    vocab = dict(tj["model"]["vocab"])
+    special = {}
+    for t in tj["added_tokens"]:
+        vocab[t["content"]] = t["id"]
+        if t.get("special"):
+            special[t["id"]] = True
+    tokens = [None] * len(vocab)
+    for s, i in vocab.items():
+        tokens[i] = s
+    assert all(t is not None for t in tokens)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    g.add_tokenizer_model("gpt2")
+    g.add_tokenizer_pre("default")
+    g.add_token_list(tokens)
+    g.add_token_types([gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL for i in range(len(tokens))])
+    g.add_token_merges(merges)
+    g.add_bos_token_id(cfg["bos_token_id"])
+    g.add_eos_token_id(cfg["eos_token_id"])
+    g.add_add_bos_token(False)
+    names = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }
+    layer = {
+        "input_layernorm.weight": "attn_norm.weight",
+        "self_attn.qkv_proj.weight": "attn_qkv.weight",
+        "self_attn.o_proj.weight": "attn_output.weight",
+        "post_attention_layernorm.weight": "ffn_norm.weight",
+        "mlp.gate_up_proj.weight": "ffn_up.weight",
+        "mlp.down_proj.weight": "ffn_down.weight",
+    }
+    for k in sorted(w):
+        if k in names:
+            out = names[k]
+        else:
+            parts = k.split(".")
+            assert parts[:2] == ["model", "layers"], k
+            out = f"blk.{parts[2]}." + layer[".".join(parts[3:])]
+        g.add_tensor(out, np.ascontiguousarray(w[k].astype(np.float32)))
+    g.write_header_to_file()
+    g.write_kv_data_to_file()
+    g.write_tensors_to_file()
+    g.close()
     print(f"{mdir.name}: {dst} ({dst.stat().st_size} bytes)")
     return dst
 

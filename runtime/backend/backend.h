@@ -230,11 +230,14 @@ class Backend {
   virtual void head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
                              int64_t head_dim, float eps, int64_t token_stride = 0) = 0;
   // In-place rotary embedding of x[n_tokens][n_heads][head_dim] at the given positions: pair i of
-  // each head rotates by positions[t] * inv_freq[i] (inv_freq: host memory, head_dim / 2 floats,
-  // see rope.h); token t starts at x + t * token_stride (0 = contiguous, n_heads * head_dim).
+  // each head rotates by positions[t] * inv_freq[i] (inv_freq: host memory, at most head_dim / 2
+  // floats, see rope.h). Only the first 2 * inv_freq.size() elements of a head rotate (partial
+  // rotary embedding: the others pass unchanged); the rotated ones are scaled by mscale (cos and
+  // sin times mscale: LongRoPE's attention factor). Token t starts at x + t * token_stride
+  // (0 = contiguous, n_heads * head_dim).
   virtual void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                     const int32_t* positions, std::span<const float> inv_freq, RopeStyle style,
-                    int64_t token_stride = 0) = 0;
+                    int64_t token_stride = 0, float mscale = 1.0f) = 0;
   // out[i] = silu(gate[i]) * up[i] over rows of width n in an interleaved [m][2][n] or separate
   // layout: gate and up are [m, n] with row strides gate_stride/up_stride.
   virtual void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,

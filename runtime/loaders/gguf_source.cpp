@@ -5,6 +5,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/model/architecture.h"
+#include "runtime/model/tensor_table.h"
 
 namespace offgen {
 
@@ -33,9 +34,20 @@ std::vector<uint8_t> gguf_sliding_layers(const GgufFile& f, const std::string& a
   return v;
 }
 
+// A vector tensor of the rotated dims' frequency factors (rope_dims() / 2 floats).
+std::vector<float> gguf_rope_factors(const GgufFile& f, const GgufTensor& t, const ModelConfig& c) {
+  OFFGEN_CHECK(t.n_elems == c.rope_dims() / 2, kInput,
+               "{}: {} has {} elements, expected rotated dims / 2 = {}", f.path(), t.name,
+               t.n_elems, c.rope_dims() / 2);
+  std::vector<float> v(static_cast<size_t>(t.n_elems));
+  dequantize_row(t.dtype, t.data, v.data(), t.n_elems);
+  return v;
+}
+
 // rope.scaling.type (llama.cpp's default "linear") with rope.scaling.factor (or the older
-// rope.scale_linear; 0 or absent: unscaled), and the per-frequency factors of rope_freqs.weight
-// (Llama 3.1 files).
+// rope.scale_linear; 0 or absent: unscaled), the per-frequency factors of rope_freqs.weight
+// (Llama 3.1 files), and LongRoPE's rope_factors_short/long.weight with
+// rope.scaling.original_context_length and rope.scaling.attn_factor (Phi-3 128K files).
 void gguf_rope(const GgufFile& f, const std::string& a, ModelConfig& c) {
   const std::string type = f.get_string_opt(a + "rope.scaling.type").value_or("linear");
   const double factor = f.get_float_opt(a + "rope.scaling.factor")
@@ -48,13 +60,25 @@ void gguf_rope(const GgufFile& f, const std::string& a, ModelConfig& c) {
     c.rope_scaling.kind = RopeScalingKind::kLinear;
     c.rope_scaling.factor = static_cast<float>(factor);
   }
-  if (const GgufTensor* t = f.find_tensor("rope_freqs.weight")) {
-    OFFGEN_CHECK(t->n_elems == c.head_dim / 2, kInput,
-                 "{}: rope_freqs.weight has {} elements, expected head_dim / 2 = {}", f.path(),
-                 t->n_elems, c.head_dim / 2);
-    c.rope_freq_factors.resize(static_cast<size_t>(t->n_elems));
-    dequantize_row(t->dtype, t->data, c.rope_freq_factors.data(), t->n_elems);
-  }
+  if (const GgufTensor* t = f.find_tensor("rope_freqs.weight"))
+    c.rope_freq_factors = gguf_rope_factors(f, *t, c);
+  const GgufTensor* shrt = f.find_tensor("rope_factors_short.weight");
+  const GgufTensor* lng = f.find_tensor("rope_factors_long.weight");
+  OFFGEN_CHECK((shrt == nullptr) == (lng == nullptr), kInput,
+               "{}: LongRoPE needs both rope_factors_short.weight and rope_factors_long.weight",
+               f.path());
+  if (lng == nullptr) return;
+  c.rope_short_factors = gguf_rope_factors(f, *shrt, c);
+  c.rope_long_factors = gguf_rope_factors(f, *lng, c);
+  c.rope_original_context = f.get_int(a + "rope.scaling.original_context_length");
+  OFFGEN_CHECK(c.rope_original_context >= 1, kInput,
+               "{}: {}rope.scaling.original_context_length {} must be positive", f.path(), a,
+               c.rope_original_context);
+  // llama.cpp's converter writes the factor; without it, the LongRoPE default for the extension.
+  const double s = static_cast<double>(c.context_length) / c.rope_original_context;
+  const double dflt = s > 1 ? std::sqrt(1 + std::log(s) / std::log(c.rope_original_context)) : 1;
+  c.rope_attn_factor =
+      static_cast<float>(f.get_float_opt(a + "rope.scaling.attn_factor").value_or(dflt));
 }
 
 }  // namespace
@@ -97,11 +121,12 @@ ModelConfig config_from_gguf(const GgufFile& f) {
                  c.n_heads);
     c.head_dim = c.d_model / c.n_heads;
   }
-  if (auto rd = f.get_int_opt(a + "rope.dimension_count"))
-    OFFGEN_CHECK(*rd == c.head_dim, kInput,
-                 "{}: partial rotary embedding (rope.dimension_count {} != head dim {}) is not "
-                 "supported",
-                 f.path(), *rd, c.head_dim);
+  if (auto rd = f.get_int_opt(a + "rope.dimension_count")) {
+    OFFGEN_CHECK(*rd >= 2 && *rd % 2 == 0 && *rd <= c.head_dim, kInput,
+                 "{}: {}rope.dimension_count {} must be even and within 2..head dim {}", f.path(),
+                 a, *rd, c.head_dim);
+    if (*rd != c.head_dim) c.rope_dim = *rd;  // partial rotary embedding
+  }
   const GgufTensor& emb = f.tensor("token_embd.weight");
   OFFGEN_CHECK(emb.dims.size() == 2 && emb.dims[0] == c.d_model, kInput,
                "{}: token_embd.weight row length {} != embedding_length {}", f.path(), emb.dims[0],
@@ -138,13 +163,31 @@ ModelConfig config_from_gguf(const GgufFile& f) {
 GgufWeightSource::GgufWeightSource(GgufFile file)
     : file_(std::move(file)), config_(config_from_gguf(file_)) {}
 
+const GgufTensor* GgufWeightSource::fused(const std::string& name, int64_t& row0,
+                                          int64_t& rows) const {
+  const std::optional<FusedSlice> s = fused_slice(config_, name);
+  if (!s) return nullptr;
+  const GgufTensor* t = file_.find_tensor(fmt::format("blk.{}.{}", s->layer, s->fused->gguf));
+  // A file may store the parts on their own instead (then a same-named ffn_up has ffn_dim rows).
+  if (t == nullptr || t->dims.size() != 2 || t->dims[1] != s->total_rows) return nullptr;
+  row0 = s->row0;
+  rows = s->rows;
+  return t;
+}
+
 TensorRef GgufWeightSource::tensor(const std::string& name) const {
+  int64_t row0 = 0, rows = 0;
+  if (const GgufTensor* f = fused(name, row0, rows)) {  // rows of the fused tensor, as stored
+    const int64_t row_bytes = dtype_bytes(f->dtype, f->dims[0]);
+    return TensorRef{name, f->dtype, {f->dims[0], rows}, f->data + row0 * row_bytes, {}};
+  }
   const GgufTensor& t = file_.tensor(name);
   return TensorRef{t.name, t.dtype, t.dims, t.data, {}};
 }
 
 bool GgufWeightSource::has_tensor(const std::string& name) const {
-  return file_.find_tensor(name) != nullptr;
+  int64_t row0 = 0, rows = 0;
+  return fused(name, row0, rows) != nullptr || file_.find_tensor(name) != nullptr;
 }
 
 }  // namespace offgen

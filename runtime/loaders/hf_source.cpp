@@ -9,9 +9,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include <fmt/ranges.h>
+
 #include "runtime/core/error.h"
 #include "runtime/loaders/hf_json.h"
 #include "runtime/model/architecture.h"
+#include "runtime/model/tensor_table.h"
 
 namespace offgen {
 namespace {
@@ -83,16 +86,37 @@ struct Fields {
 struct Rope {
   double theta = 10000.0;
   RopeScaling scaling;
+  double partial = 1.0;  // partial_rotary_factor: the fraction of a head that rotates
+  // LongRoPE ("longrope", Phi-3's "su"): factors, original context, factor and attention factor
+  // (0: not given).
+  std::vector<float> short_factors, long_factors;
+  int64_t original_context = 0;
+  double factor = 0, attention_factor = 0;
 };
 
+// A list of positive numbers (LongRoPE's factors).
+std::vector<float> positive_list(const Fields& rf, const std::string& key, const char* field) {
+  const json* v = rf.find(field);
+  OFFGEN_CHECK(v != nullptr && v->is_array() && !v->empty(), kInput,
+               "{}: {}.{} must be a non-empty list of numbers", rf.name, key, field);
+  std::vector<float> out;
+  for (const json& x : *v) {
+    OFFGEN_CHECK(x.is_number() && x.get<double>() > 0 && std::isfinite(x.get<double>()), kInput,
+                 "{}: {}.{} holds {}, not a positive number", rf.name, key, field, x.dump());
+    out.push_back(static_cast<float>(x.get<double>()));
+  }
+  return out;
+}
+
 // Reads one RoPE parameter object (rope_scaling, transformers 5's rope_parameters, or one layer
-// type's entry of Gemma 3's) into `r`: rope_theta when given, and the scaling (default, linear,
-// llama3; other types are refused).
+// type's entry of Gemma 3's) into `r`: rope_theta and partial_rotary_factor when given, and the
+// scaling (default, linear, llama3, longrope / su; other types are refused).
 void read_rope_object(const Fields& f, const json& obj, const std::string& key, Rope& r) {
   OFFGEN_CHECK(obj.is_object(), kInput, "{}: field '{}' must be an object", f.name, key);
   const Fields rf{obj, f.name};
   const std::string type = rf.get_string_or("rope_type", rf.get_string_or("type", "default"));
   r.theta = rf.get_float_or("rope_theta", r.theta);
+  r.partial = rf.get_float_or("partial_rotary_factor", r.partial);
   auto positive = [&](const char* field) {
     const double v = rf.get_float(field);
     OFFGEN_CHECK(v > 0 && std::isfinite(v), kInput, "{}: {}.{} = {} must be positive", f.name, key,
@@ -100,15 +124,27 @@ void read_rope_object(const Fields& f, const json& obj, const std::string& key, 
     return static_cast<float>(v);
   };
   r.scaling = RopeScaling{};
+  r.short_factors.clear(), r.long_factors.clear();
   if (type == "default") return;
   if (type == "linear") {
     r.scaling.kind = RopeScalingKind::kLinear;
     r.scaling.factor = positive("factor");
     return;
   }
+  if (type == "longrope" || type == "su") {
+    r.short_factors = positive_list(rf, key, "short_factor");
+    r.long_factors = positive_list(rf, key, "long_factor");
+    r.original_context = rf.get_count_or("original_max_position_embeddings",
+                                         f.get_count_or("original_max_position_embeddings", 0));
+    OFFGEN_CHECK(r.original_context > 0, kInput,
+                 "{}: {}: LongRoPE needs original_max_position_embeddings", f.name, key);
+    if (rf.find("factor") != nullptr) r.factor = positive("factor");
+    if (rf.find("attention_factor") != nullptr) r.attention_factor = positive("attention_factor");
+    return;
+  }
   OFFGEN_CHECK(type == "llama3", kConfig,
-               "{}: {}.rope_type '{}' is not supported (default, linear, llama3)", f.name, key,
-               type);
+               "{}: {}.rope_type '{}' is not supported (default, linear, llama3, longrope)",
+               f.name, key, type);
   r.scaling.kind = RopeScalingKind::kLlama3;
   r.scaling.factor = positive("factor");
   r.scaling.low_freq_factor = positive("low_freq_factor");
@@ -124,6 +160,7 @@ void read_rope_object(const Fields& f, const json& obj, const std::string& key, 
 Rope read_rope(const Fields& f, double default_theta) {
   Rope r;
   r.theta = f.get_float_or("rope_theta", default_theta);
+  r.partial = f.get_float_or("partial_rotary_factor", 1.0);
   for (const char* key : {"rope_scaling", "rope_parameters"})
     if (const json* o = f.find(key)) read_rope_object(f, *o, key, r);
   return r;
@@ -149,6 +186,27 @@ ModelConfig llama_family(const Fields& f, const Architecture& arch) {
   const Rope rope = read_rope(f, 10000.0);
   c.rope_theta = static_cast<float>(rope.theta);
   c.rope_scaling = rope.scaling;
+  // Partial rotary embedding (Phi-3 family): the first int(head_dim * factor) dims rotate.
+  OFFGEN_CHECK(rope.partial > 0 && rope.partial <= 1, kInput,
+               "{}: partial_rotary_factor {} must be within (0, 1]", f.name, rope.partial);
+  const auto rot = static_cast<int64_t>(static_cast<double>(c.head_dim) * rope.partial);
+  OFFGEN_CHECK(rot >= 2 && rot % 2 == 0, kInput,
+               "{}: partial_rotary_factor {} rotates {} of {} head dims (must be even and >= 2)",
+               f.name, rope.partial, rot, c.head_dim);
+  if (rot != c.head_dim) c.rope_dim = rot;
+  if (!rope.long_factors.empty()) {
+    c.rope_short_factors = rope.short_factors;
+    c.rope_long_factors = rope.long_factors;
+    c.rope_original_context = rope.original_context;
+    // transformers' LongRoPE defaults: the extension is max_position_embeddings over the
+    // original context unless `factor` says; the attention factor sqrt(1 + ln(s) / ln(orig)).
+    const double s = rope.factor > 0 ? rope.factor
+                                     : static_cast<double>(c.context_length) / rope.original_context;
+    const double af = rope.attention_factor > 0 ? rope.attention_factor
+                      : s <= 1 ? 1.0
+                               : std::sqrt(1 + std::log(s) / std::log(rope.original_context));
+    c.rope_attn_factor = static_cast<float>(af);
+  }
   c.norm_eps = static_cast<float>(f.get_float_or("rms_norm_eps", 1e-6));
   // Q/K rows are permuted into the interleaved pair order at load (HfWeightSource::tensor).
   c.rope_style = RopeStyle::kInterleaved;
@@ -305,15 +363,19 @@ const char* lookup(NamePairs table, const std::string& key) {
 }
 
 // Rows of a [n_heads * head_dim, cols] matrix (or a bias vector, cols = 1) from HF's rotate-half
-// order (pairs i, i + head_dim/2) into the interleaved pair order (2i, 2i + 1).
+// order (pairs i, i + rot_dim/2) into the interleaved pair order (2i, 2i + 1); the rows of a head
+// past its first rot_dim (partial rotary embedding) stay where they are.
 void permute_rope_rows(const uint8_t* src, uint8_t* dst, int64_t n_heads, int64_t head_dim,
-                       int64_t row_bytes) {
-  const int64_t half = head_dim / 2;
-  for (int64_t h = 0; h < n_heads; ++h)
+                       int64_t rot_dim, int64_t row_bytes) {
+  const int64_t half = rot_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
     for (int64_t i = 0; i < half; ++i)
       for (int64_t j = 0; j < 2; ++j)
         std::memcpy(dst + (h * head_dim + 2 * i + j) * row_bytes,
                     src + (h * head_dim + j * half + i) * row_bytes, row_bytes);
+    std::memcpy(dst + (h * head_dim + rot_dim) * row_bytes, src + (h * head_dim + rot_dim) * row_bytes,
+                (head_dim - rot_dim) * row_bytes);
+  }
 }
 
 }  // namespace
@@ -374,6 +436,8 @@ HfWeightSource::HfWeightSource(const std::string& dir, std::string_view config_j
 
 std::string HfWeightSource::hf_name(const std::string& name) const {
   if (name == "output.weight") return config_.tied_embeddings ? "" : "lm_head.weight";
+  if (const std::optional<FusedSlice> s = fused_slice(config_, name))
+    return fmt::format("{}layers.{}.{}", prefix_, s->layer, s->fused->hf);
   if (const char* top = lookup(arch_->hf_top, name)) return prefix_ + top;
   int layer = -1;
   char what[64] = {};
@@ -409,7 +473,11 @@ const SafetensorsTensor& HfWeightSource::weight_tensor(const std::string& name,
 std::vector<int64_t> HfWeightSource::tensor_dims(const std::string& name) const {
   std::string hf;
   const SafetensorsTensor& t = checkpoint_tensor(name, hf);
-  return std::vector<int64_t>(t.shape.rbegin(), t.shape.rend());  // GGML order
+  std::vector<int64_t> dims(t.shape.rbegin(), t.shape.rend());  // GGML order
+  // A part of a fused matrix: its rows (a fused tensor of another shape is reported as it is).
+  if (const std::optional<FusedSlice> s = fused_slice(config_, name))
+    if (dims.size() == 2 && dims[1] == s->total_rows) dims[1] = s->rows;
+  return dims;
 }
 
 DType HfWeightSource::tensor_dtype(const std::string& name) const {
@@ -426,31 +494,43 @@ TensorRef HfWeightSource::tensor(const std::string& name) const {
   r.dtype = *t.dtype;
   r.dims.assign(t.shape.rbegin(), t.shape.rend());  // GGML order: innermost first
   r.data = t.data;
+  int64_t bytes = t.bytes;
   const int64_t elem = dtype_bytes(r.dtype, 1);
+  if (const std::optional<FusedSlice> s = fused_slice(config_, name)) {  // rows of a fused matrix
+    OFFGEN_CHECK(r.dims.size() == 2 && r.dims[1] == s->total_rows, kInput,
+                 "{}: tensor '{}' has shape [{}], expected {} rows (the fused {})", dir_, hf,
+                 fmt::join(t.shape, ", "), s->total_rows,
+                 fmt::join(s->fused->parts, " + "));
+    const int64_t row_bytes = r.dims[0] * elem;
+    r.data = static_cast<const uint8_t*>(t.data) + s->row0 * row_bytes;
+    r.dims[1] = s->rows;
+    bytes = s->rows * row_bytes;
+  }
   // Q/K rows, and the per-head Q/K norm gains (one head of head_dim), follow the RoPE pair order.
   const bool rope_rows =
       !config_.learned_pos &&
       (name.ends_with("attn_q.weight") || name.ends_with("attn_q.bias") ||
        name.ends_with("attn_k.weight") || name.ends_with("attn_k.bias") ||
        name.ends_with("attn_q_norm.weight") || name.ends_with("attn_k_norm.weight"));
-  const bool misaligned = reinterpret_cast<uintptr_t>(t.data) % elem != 0;
+  const void* data = r.data;
+  const bool misaligned = reinterpret_cast<uintptr_t>(data) % elem != 0;
   if (!rope_rows && !misaligned) return r;
   // A private copy: aligned for its element type, and/or with Q/K rows in interleaved order.
-  void* copy = std::aligned_alloc(64, (t.bytes + 63) / 64 * 64 + 64);
+  void* copy = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
   OFFGEN_CHECK(copy != nullptr, kResource, "{}: out of memory copying '{}'", dir_, hf);
   r.keepalive = std::shared_ptr<const void>(copy, std::free);
   r.data = copy;
   if (!rope_rows) {
-    std::memcpy(copy, t.data, t.bytes);
+    std::memcpy(copy, data, bytes);
     return r;
   }
-  const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+  const int64_t rows = r.dims.empty() ? 1 : r.dims.back();  // a vector's elements are its rows
   const int64_t heads = rows / config_.head_dim;
-  OFFGEN_CHECK(heads * config_.head_dim == rows && t.bytes % rows == 0, kInput,
+  OFFGEN_CHECK(heads * config_.head_dim == rows && bytes % rows == 0, kInput,
                "{}: tensor '{}' has {} rows, not a multiple of head_dim {}", dir_, hf, rows,
                config_.head_dim);
-  permute_rope_rows(t.data, static_cast<uint8_t*>(copy), heads, config_.head_dim,
-                    t.bytes / rows);
+  permute_rope_rows(static_cast<const uint8_t*>(data), static_cast<uint8_t*>(copy), heads,
+                    config_.head_dim, config_.rope_dims(), bytes / rows);
   return r;
 }
 

@@ -87,6 +87,20 @@ constexpr Pair kGemmaLayer[] = {
     {"ffn_down.weight", "mlp.down_proj.weight"},
     {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
 };
+// Phi-3: Llama's tensors with Q/K/V fused into one matrix (attn_qkv) and gate/up into another
+// (GGUF names the fused gate/up ffn_up, of 2 x ffn_dim rows, gate first).
+constexpr Pair kPhi3Layer[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+};
+constexpr std::string_view kQkvParts[] = {"attn_q.weight", "attn_k.weight", "attn_v.weight"};
+constexpr std::string_view kGateUpParts[] = {"ffn_gate.weight", "ffn_up.weight"};
+constexpr FusedTensor kPhi3Fused[] = {
+    {"attn_qkv.weight", "self_attn.qkv_proj.weight", kQkvParts},
+    {"ffn_up.weight", "mlp.gate_up_proj.weight", kGateUpParts},
+};
 constexpr std::string_view kLlamaPrefixes[] = {"model.", ""};
 constexpr std::string_view kOptPrefixes[] = {"model.decoder.", "decoder.", ""};
 
@@ -108,6 +122,12 @@ void qwen2_features(ModelConfig& c) {
 void qwen3_features(ModelConfig& c) {
   llama_features(c);
   c.qk_norm = true;
+  c.rope_style = RopeStyle::kHalf;
+}
+// Phi-3: Llama's norms and SwiGLU, rotate-half RoPE (GGUF keeps HF's order), possibly partial
+// (partial_rotary_factor / rope.dimension_count) and LongRoPE-scaled (the 128K models).
+void phi3_features(ModelConfig& c) {
+  llama_features(c);
   c.rope_style = RopeStyle::kHalf;
 }
 // Gemma 2: RMSNorm before and after attention and the MLP, GeGLU (tanh GELU), tied embeddings
@@ -149,10 +169,12 @@ constexpr std::string_view kGemma2Classes[] = {"Gemma2ForCausalLM"};
 constexpr std::string_view kGemma2Types[] = {"gemma2"};
 constexpr std::string_view kGemma3Classes[] = {"Gemma3ForCausalLM"};
 constexpr std::string_view kGemma3Types[] = {"gemma3_text"};
+constexpr std::string_view kPhi3Classes[] = {"Phi3ForCausalLM"};
+constexpr std::string_view kPhi3Types[] = {"phi3"};
 constexpr std::string_view kOptClasses[] = {"OPTForCausalLM"};
 constexpr std::string_view kOptTypes[] = {"opt"};
 
-const std::array<Architecture, 7> kArchitectures = {{
+const std::array<Architecture, 8> kArchitectures = {{
     {"llama", kLlamaClasses, kLlamaTypes, true, HfConfigFamily::kLlama, kLlamaTop, kLlamaLayer,
      kLlamaPrefixes, llama_features},
     {"mistral", kMistralClasses, kMistralTypes, false, HfConfigFamily::kLlama, kLlamaTop,
@@ -165,6 +187,8 @@ const std::array<Architecture, 7> kArchitectures = {{
      kLlamaPrefixes, gemma2_features, gemma_sized, 2, 0.0f, 46},
     {"gemma3", kGemma3Classes, kGemma3Types, true, HfConfigFamily::kGemma3, kLlamaTop, kGemmaLayer,
      kLlamaPrefixes, gemma3_features, gemma_sized, 6, 10000.0f, 62},
+    {"phi3", kPhi3Classes, kPhi3Types, true, HfConfigFamily::kLlama, kLlamaTop, kPhi3Layer,
+     kLlamaPrefixes, phi3_features, nullptr, 0, 0.0f, 0, kPhi3Fused},
     {"opt", kOptClasses, kOptTypes, false, HfConfigFamily::kOpt, kOptTop, kOptLayer, kOptPrefixes,
      opt_features},
 }};
@@ -183,6 +207,16 @@ std::string names_where(Pred pred) {
 }  // namespace
 
 std::span<const Architecture> architectures() { return kArchitectures; }
+
+const FusedTensor* fused_tensor_of(const Architecture& a, std::string_view part, size_t* index) {
+  for (const FusedTensor& f : a.fused)
+    for (size_t i = 0; i < f.parts.size(); ++i)
+      if (f.parts[i] == part) {
+        if (index != nullptr) *index = i;
+        return &f;
+      }
+  return nullptr;
+}
 
 const Architecture* find_architecture(std::string_view name) {
   for (const Architecture& a : kArchitectures)

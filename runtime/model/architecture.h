@@ -21,6 +21,16 @@ enum class HfConfigFamily { kLlama, kOpt, kGemma2, kGemma3 };
 // offgen (GGUF-style) tensor name -> checkpoint name; layer names are relative to "layers.N.".
 using NamePairs = std::span<const std::pair<std::string_view, std::string_view>>;
 
+// A layer matrix that checkpoints of an architecture store fused: the rows of `parts` (offgen's
+// names relative to "blk.N.", in order, each with the rows the tensor table gives it) stacked into
+// one tensor, named `gguf` in GGUF files and `hf` in checkpoints (relative to "layers.N."). The
+// loaders hand out the parts as row slices of it (block formats stay as they are: rows are
+// independent), so the decoder and the tensor table only know the parts.
+struct FusedTensor {
+  std::string_view gguf, hf;
+  std::span<const std::string_view> parts;
+};
+
 struct Architecture {
   std::string_view name;  // ModelConfig::arch; GGUF's general.architecture when `gguf`
   std::span<const std::string_view> hf_classes;      // config.json "architectures"[0]
@@ -44,7 +54,12 @@ struct Architecture {
   // head_dim^-0.5 are told apart by size, as llama.cpp does. Files with this many layers (Gemma's
   // 27B models) scale by (d_model / n_heads)^-0.5; 0: none.
   int64_t gguf_width_scaled_layers = 0;
+  std::span<const FusedTensor> fused = {};  // layer matrices stored fused (Phi-3's qkv, gate_up)
 };
+
+// The fused tensor of `a` that holds layer tensor `part` ("attn_q.weight"), with the part's index
+// in it; nullptr when the architecture stores that tensor on its own.
+const FusedTensor* fused_tensor_of(const Architecture& a, std::string_view part, size_t* index);
 
 // Rows by ModelConfig::arch name, config.json class or model type; nullptr when unknown.
 const Architecture* find_architecture(std::string_view name);

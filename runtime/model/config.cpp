@@ -29,6 +29,23 @@ void ModelConfig::validate() const {
                "model config: n_heads {} is not a multiple of n_kv_heads {}", n_heads, n_kv_heads);
   OFFGEN_CHECK(learned_pos || head_dim % 2 == 0, kInput,
                "model config: head_dim {} must be even for RoPE", head_dim);
+  OFFGEN_CHECK(rope_dim == 0 || (rope_dim >= 2 && rope_dim % 2 == 0 && rope_dim <= head_dim),
+               kInput, "model config: rope_dim {} must be even and within 2..head_dim ({})",
+               rope_dim, head_dim);
+  if (long_rope() || !rope_short_factors.empty()) {
+    const size_t n = static_cast<size_t>(rope_dims() / 2);
+    OFFGEN_CHECK(rope_short_factors.size() == n && rope_long_factors.size() == n, kInput,
+                 "model config: LongRoPE needs {} short and {} long factors (rotated dims / 2), "
+                 "not {} and {}",
+                 n, n, rope_short_factors.size(), rope_long_factors.size());
+    OFFGEN_CHECK(rope_original_context >= 1, kInput,
+                 "model config: LongRoPE needs original_max_position_embeddings >= 1 (got {})",
+                 rope_original_context);
+    OFFGEN_CHECK(rope_scaling.kind == RopeScalingKind::kNone && rope_freq_factors.empty(), kInput,
+                 "model config: LongRoPE cannot be combined with another RoPE scaling");
+  }
+  OFFGEN_CHECK(std::isfinite(rope_attn_factor) && rope_attn_factor > 0, kInput,
+               "model config: rope_attn_factor {} must be positive", rope_attn_factor);
   OFFGEN_CHECK(pos_offset >= 0 && embed_dim >= 0, kInput,
                "model config: pos_offset and embed_dim must not be negative");
   OFFGEN_CHECK(rope_theta > 0, kInput, "model config: rope_theta must be positive");
@@ -75,11 +92,15 @@ int64_t ModelConfig::n_sliding_layers() const {
   return n;
 }
 
-std::vector<float> ModelConfig::rope_inv_freq(bool sliding) const {
+std::vector<float> ModelConfig::rope_inv_freq(bool sliding, int64_t context) const {
   if (sliding)
     return offgen::rope_inv_freq(rope_local_theta > 0 ? rope_local_theta : rope_theta,
-                                 RopeScaling{}, head_dim);
-  return offgen::rope_inv_freq(rope_theta, rope_scaling, head_dim, rope_freq_factors);
+                                 RopeScaling{}, rope_dims());
+  if (long_rope())
+    return offgen::rope_inv_freq(rope_theta, rope_scaling, rope_dims(),
+                                 uses_long_factors(context) ? rope_long_factors
+                                                            : rope_short_factors);
+  return offgen::rope_inv_freq(rope_theta, rope_scaling, rope_dims(), rope_freq_factors);
 }
 
 }  // namespace offgen

@@ -55,7 +55,15 @@ struct ModelConfig {
   float attn_softcap = 0.0f;  // attention scores soft-capped (Gemma 2); 0: none
   float final_softcap = 0.0f;            // output logits soft-capped (Gemma 2); 0: none
   RopeScaling rope_scaling;              // of the global layers' RoPE (Llama 3.1, linear)
-  std::vector<float> rope_freq_factors;  // GGUF rope_freqs.weight (head_dim / 2; empty: none)
+  std::vector<float> rope_freq_factors;  // GGUF rope_freqs.weight (rope_dims() / 2; empty: none)
+  int64_t rope_dim = 0;  // elements of a head that rotate (partial rotary embedding); 0: head_dim
+  // LongRoPE (Phi-3's 128K models, "su"/"longrope"): the global layers' frequencies are divided by
+  // the short factors when the context the model runs with is at most rope_original_context, else
+  // by the long ones (rope_dims() / 2 each; empty: no LongRoPE); rotated elements are scaled by
+  // rope_attn_factor (sqrt(1 + ln(s) / ln(original)) for an extension s, 1 without LongRoPE).
+  std::vector<float> rope_short_factors, rope_long_factors;
+  int64_t rope_original_context = 0;
+  float rope_attn_factor = 1.0f;
   // Sliding-window ("local") layers: sliding_layers[l] != 0 attends to the last sliding_window
   // positions only (its own included) and rotates with base rope_local_theta, unscaled (0: the
   // global rope_theta). Empty: every layer is global.
@@ -66,14 +74,25 @@ struct ModelConfig {
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   int64_t embed_width() const { return embed_dim > 0 ? embed_dim : d_model; }
+  int64_t rope_dims() const { return rope_dim > 0 ? rope_dim : head_dim; }
+  bool long_rope() const { return !rope_long_factors.empty(); }
+  // Whether a model run with a context window of `context` tokens (0 or more than context_length:
+  // context_length) rotates by LongRoPE's long factors: the window exceeds the original context
+  // (llama.cpp's choice; Hugging Face switches per forward on the sequence's length instead).
+  bool uses_long_factors(int64_t context) const {
+    const int64_t window = context > 0 && context < context_length ? context : context_length;
+    return long_rope() && window > rope_original_context;
+  }
   bool gated_ffn() const { return ffn == FfnKind::kSwiGlu || ffn == FfnKind::kGeGlu; }
   bool is_sliding(int64_t layer) const {
     return layer >= 0 && layer < static_cast<int64_t>(sliding_layers.size()) &&
            sliding_layers[static_cast<size_t>(layer)] != 0;
   }
   int64_t n_sliding_layers() const;
-  // The inverse RoPE frequencies (rope.h) of the global or the sliding-window layers.
-  std::vector<float> rope_inv_freq(bool sliding) const;
+  // The inverse RoPE frequencies (rope.h; rope_dims() / 2 of them) of the global or the
+  // sliding-window layers, for a run with a context window of `context` tokens (0: context_length;
+  // it picks LongRoPE's factors).
+  std::vector<float> rope_inv_freq(bool sliding, int64_t context = 0) const;
   // Bytes of K+V per token across all layers, stored as the KV dtype t (kv_format.h).
   int64_t kv_bytes_per_token(DType t) const;
   // Bytes of K+V (as t) that `tokens` tokens hold across all layers, a sliding-window layer at

@@ -115,7 +115,7 @@ void DecoderScratch::reserve(Backend& be, const ModelConfig& c, int64_t rows) {
   grow(emb, c.embed_width());
 }
 
-DecoderModel::DecoderModel(const WeightSource& src, Backend& backend)
+DecoderModel::DecoderModel(const WeightSource& src, Backend& backend, int64_t context)
     : src_(src), config_(src.config()), backend_(backend) {
   const ModelConfig& c = config_;
   c.validate();
@@ -151,7 +151,7 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend)
   if (!embed_from_head_) tok_embd_ = backend_.prepare_table(emb.dtype, emb.data, c.vocab_size, e);
   for (int64_t u = 0; u < num_units(); ++u) layouts_.push_back(make_layout(u));
   if (!c.learned_pos) {
-    inv_freq_ = c.rope_inv_freq(false);
+    inv_freq_ = c.rope_inv_freq(false, context);
     if (c.n_sliding_layers() > 0) inv_freq_local_ = c.rope_inv_freq(true);
   }
 }
@@ -430,9 +430,10 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
   const bool sliding = c.is_sliding(layer);
   if (!c.learned_pos) {
     const std::span<const float> inv_freq = sliding ? inv_freq_local_ : inv_freq_;
-    backend_.rope(s.q.data(), rows, c.n_heads, hd, b.positions, inv_freq, c.rope_style);
+    const float mscale = sliding ? 1.0f : c.rope_attn_factor;
+    backend_.rope(s.q.data(), rows, c.n_heads, hd, b.positions, inv_freq, c.rope_style, 0, mscale);
     backend_.rope(s.qkv.data() + qd, rows, c.n_kv_heads, hd, b.positions, inv_freq, c.rope_style,
-                  wqkv);
+                  wqkv, mscale);
   }
   // New K/V into each sequence's slot table (evicting where a policy says so; on sliding-window
   // layers the keys behind the window first), then attention.

@@ -53,8 +53,9 @@ using BlobFn = std::function<const void*(int64_t unit)>;
 class DecoderModel {
  public:
   // Prepares the resident tensors (embedding table, output norm and head). `src` must outlive the
-  // model: build_unit reads it.
-  DecoderModel(const WeightSource& src, Backend& backend);
+  // model: build_unit reads it. `context`: the context window the model runs with (0: the
+  // config's context_length), which picks LongRoPE's short or long factors.
+  DecoderModel(const WeightSource& src, Backend& backend, int64_t context = 0);
 
   const ModelConfig& config() const { return config_; }
   Backend& backend() const { return backend_; }

@@ -85,6 +85,31 @@ std::vector<int64_t> model_tensor_dims(const ModelConfig& c, const std::string& 
   return {};
 }
 
+std::optional<FusedSlice> fused_slice(const ModelConfig& c, const std::string& name) {
+  const Architecture* a = find_architecture(c.arch);
+  if (a == nullptr || a->fused.empty()) return std::nullopt;
+  int layer = -1;
+  char what[64] = {};
+  if (std::sscanf(name.c_str(), "blk.%d.%63s", &layer, what) != 2 || layer < 0 ||
+      layer >= c.n_layers)
+    return std::nullopt;
+  size_t index = 0;
+  const FusedTensor* f = fused_tensor_of(*a, what, &index);
+  if (f == nullptr) return std::nullopt;
+  FusedSlice s;
+  s.fused = f;
+  s.layer = layer;
+  for (size_t i = 0; i < f->parts.size(); ++i) {
+    const std::vector<int64_t> dims =
+        model_tensor_dims(c, fmt::format("blk.{}.{}", layer, f->parts[i]));
+    if (dims.size() != 2) return std::nullopt;  // a part this config does not have
+    if (i < index) s.row0 += dims[1];
+    if (i == index) s.rows = dims[1];
+    s.total_rows += dims[1];
+  }
+  return s;
+}
+
 void check_tensor_shapes(const WeightSource& src) {
   const ModelConfig& c = src.config();
   for (const TensorSpec& t : model_tensors(c)) {

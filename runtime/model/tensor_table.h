@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "runtime/model/architecture.h"
 #include "runtime/model/config.h"
 #include "runtime/model/weight_source.h"
 
@@ -23,6 +25,16 @@ std::vector<TensorSpec> model_tensors(const ModelConfig& c);
 
 // The spec of one tensor name, or empty dims when the architecture has no such tensor.
 std::vector<int64_t> model_tensor_dims(const ModelConfig& c, const std::string& name);
+
+// Where layer tensor `name` ("blk.3.attn_k.weight") lies when c's architecture stores it fused
+// (architecture.h FusedTensor): rows [row0, row0 + rows) of a fused tensor of total_rows rows.
+struct FusedSlice {
+  const FusedTensor* fused = nullptr;
+  int64_t layer = 0;
+  int64_t row0 = 0, rows = 0, total_rows = 0;
+};
+// nullopt when the tensor is not part of a fused one (or the name is not a layer tensor of c).
+std::optional<FusedSlice> fused_slice(const ModelConfig& c, const std::string& name);
 
 // Throws Error(kInput) naming the source, the tensor, its shape and the expected one when a
 // tensor model_tensors() lists is missing or has other dims. Reads metadata only (no tensor data).

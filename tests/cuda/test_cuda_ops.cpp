@@ -120,6 +120,14 @@ TEST_CASE("cuda: norms, rope, activations and adds match the CPU backend", "[cud
     INFO("style " << static_cast<int>(style));
     CHECK(nmse(dv.read(), ref) < 1e-10);
     CHECK(dv.intact());
+    // Partial rotary embedding (48 of 64 dims) scaled by LongRoPE's attention factor.
+    auto refp = v;
+    const std::vector<float> inv_partial = rope_inv_freq(10000.0f, {}, 48);
+    cpu->rope(refp.data(), tokens, heads, hd, pos.data(), inv_partial, style, stride, 1.19f);
+    const DeviceArray dp(*be, v);
+    be->rope(dp.data(), tokens, heads, hd, pos.data(), inv_partial, style, stride, 1.19f);
+    CHECK(nmse(dp.read(), refp) < 1e-10);
+    CHECK(dp.intact());
   }
   {
     const int64_t n = 150;

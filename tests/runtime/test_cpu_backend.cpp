@@ -313,6 +313,43 @@ TEST_CASE("cpu backend: rope is the expected rotation in both styles", "[cpu]") 
   CHECK(bad_perm == 0);
 }
 
+TEST_CASE("cpu backend: partial rope rotates the first dims only, scaled by mscale", "[cpu]") {
+  // Phi-3 / Phi-4-mini: 12 of 16 head dims rotate (6 frequencies) and LongRoPE's attention factor
+  // multiplies cos and sin; the last 4 dims pass unchanged.
+  CpuBackend be(2);
+  std::mt19937 rng(15);
+  const int64_t n_tok = 5, n_heads = 2, hd = 16, rot = 12, half = rot / 2;
+  const std::vector<float> inv_freq = rope_inv_freq(10000.0f, {}, rot);
+  REQUIRE(static_cast<int64_t>(inv_freq.size()) == half);
+  const std::vector<int32_t> pos = {0, 3, 17, 250, 4096};
+  const float mscale = 1.19f;
+  const auto x0 = randn(rng, n_tok * n_heads * hd);
+  for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kHalf}) {
+    INFO("style " << (style == RopeStyle::kHalf ? "half" : "interleaved"));
+    Guarded x(n_tok * n_heads * hd);
+    std::copy(x0.begin(), x0.end(), x.data());
+    be.rope(x.data(), n_tok, n_heads, hd, pos.data(), inv_freq, style, 0, mscale);
+    CHECK(x.intact());
+    int bad_ref = 0, bad_pass = 0;
+    for (int64_t r = 0; r < n_tok * n_heads; ++r) {
+      const int64_t base = r * hd, t = r / n_heads;
+      for (int64_t i = rot; i < hd; ++i) bad_pass += x[base + i] != x0[base + i];
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t i0 = style == RopeStyle::kInterleaved ? 2 * i : i;
+        const int64_t i1 = style == RopeStyle::kInterleaved ? 2 * i + 1 : i + half;
+        const double ang = pos[t] * double(inv_freq[i]);
+        const double a = x0[base + i0], b = x0[base + i1];
+        const double r0 = mscale * (a * std::cos(ang) - b * std::sin(ang));
+        const double r1 = mscale * (a * std::sin(ang) + b * std::cos(ang));
+        const double tol = 1e-5 + 3e-7 * pos[t] * std::sqrt(a * a + b * b);
+        if (std::fabs(x[base + i0] - r0) > tol || std::fabs(x[base + i1] - r1) > tol) ++bad_ref;
+      }
+    }
+    CHECK(bad_ref == 0);
+    CHECK(bad_pass == 0);
+  }
+}
+
 TEST_CASE("cpu backend: swiglu in separate and interleaved layouts", "[cpu]") {
   CpuBackend be(2);
   std::mt19937 rng(14);

@@ -257,18 +257,19 @@ void CpuBackend::head_rms_norm(float* x, const float* gamma, int64_t n_tokens, i
 
 void CpuBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                       const int32_t* positions, std::span<const float> inv_freq, RopeStyle style,
-                      int64_t token_stride) {
+                      int64_t token_stride, float mscale) {
   if (token_stride == 0) token_stride = n_heads * head_dim;
-  const int64_t half = head_dim / 2;
-  OFFGEN_CHECK(static_cast<int64_t>(inv_freq.size()) == half, kInternal,
+  // The rotated pairs: all of a head's, or the first ones (partial rotary embedding).
+  const int64_t half = static_cast<int64_t>(inv_freq.size());
+  OFFGEN_CHECK(half >= 1 && 2 * half <= head_dim, kInternal,
                "rope: {} inverse frequencies for head_dim {}", inv_freq.size(), head_dim);
   ctx_.parallel_for(n_tokens, 8, [&](int64_t b, int64_t e) {
     std::vector<float> cs(half), sn(half);
     for (int64_t t = b; t < e; ++t) {
       for (int64_t i = 0; i < half; ++i) {
         const float a = static_cast<float>(positions[t]) * inv_freq[i];
-        cs[i] = std::cos(a);
-        sn[i] = std::sin(a);
+        cs[i] = std::cos(a) * mscale;
+        sn[i] = std::sin(a) * mscale;
       }
       for (int64_t h = 0; h < n_heads; ++h) {
         float* v = x + t * token_stride + h * head_dim;

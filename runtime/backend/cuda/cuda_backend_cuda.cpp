@@ -116,14 +116,15 @@ void CudaBackend::head_rms_norm(float* x, const float* gamma, int64_t n_tokens, 
 
 void CudaBackend::rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
                        const int32_t* positions, std::span<const float> inv_freq, RopeStyle style,
-                       int64_t token_stride) {
-  OFFGEN_CHECK(static_cast<int64_t>(inv_freq.size()) == head_dim / 2, kInternal,
+                       int64_t token_stride, float mscale) {
+  const int64_t half = static_cast<int64_t>(inv_freq.size());
+  OFFGEN_CHECK(half >= 1 && 2 * half <= head_dim, kInternal,
                "rope: {} inverse frequencies for head_dim {}", inv_freq.size(), head_dim);
   if (n_tokens == 0) return;
   if (token_stride == 0) token_stride = n_heads * head_dim;
   const float* inv = device_inv_freq(inv_freq);
-  cuda::rope(x, n_tokens, n_heads, head_dim, device_positions(positions, n_tokens), inv, style,
-             token_stride, stream());
+  cuda::rope(x, n_tokens, n_heads, head_dim, device_positions(positions, n_tokens), inv, half,
+             style, token_stride, mscale, stream());
 }
 
 void CudaBackend::swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,

@@ -111,7 +111,8 @@ class CudaBackend final : public Backend {
   void head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
                      int64_t head_dim, float eps, int64_t token_stride = 0) override;
   void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
-            std::span<const float> inv_freq, RopeStyle style, int64_t token_stride = 0) override;
+            std::span<const float> inv_freq, RopeStyle style, int64_t token_stride = 0,
+            float mscale = 1.0f) override;
   void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,
               float* out) override;
   void geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride,

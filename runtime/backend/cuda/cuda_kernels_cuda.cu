@@ -74,9 +74,8 @@ __global__ void layer_norm_kernel(const float* x, const float* gamma, const floa
 
 // One thread per (token, head, rotation pair).
 __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-                            const int32_t* positions, const float* inv_freq, bool interleaved,
-                            int64_t token_stride) {
-  const int64_t half = head_dim / 2;
+                            const int32_t* positions, const float* inv_freq, int64_t half,
+                            bool interleaved, int64_t token_stride, float mscale) {
   const int64_t total = n_tokens * n_heads * half;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -86,6 +85,8 @@ __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t
     const float a = static_cast<float>(positions[t]) * inv_freq[i];
     float s, c;
     sincosf(a, &s, &c);
+    s *= mscale;
+    c *= mscale;
     float* v = x + t * token_stride + h * head_dim;
     const int64_t i0 = interleaved ? 2 * i : i;
     const int64_t i1 = interleaved ? 2 * i + 1 : i + half;
@@ -273,12 +274,14 @@ void head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_hea
 }
 
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
-          const float* inv_freq, RopeStyle style, int64_t token_stride, cudaStream_t stream) {
-  const int64_t n = n_tokens * n_heads * (head_dim / 2);
+          const float* inv_freq, int64_t half, RopeStyle style, int64_t token_stride, float mscale,
+          cudaStream_t stream) {
+  const int64_t n = n_tokens * n_heads * half;
   if (n == 0) return;
   rope_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, n_tokens, n_heads, head_dim, positions,
-                                                    inv_freq, style == RopeStyle::kInterleaved,
-                                                    token_stride);
+                                                    inv_freq, half,
+                                                    style == RopeStyle::kInterleaved,
+                                                    token_stride, mscale);
   OFFGEN_CUDA_LAUNCHED();
 }
 

@@ -20,9 +20,11 @@ void layer_norm(const float* x, const float* gamma, const float* beta, int64_t m
 // In place over the n_tokens * n_heads head vectors of x (token t at x + t * token_stride).
 void head_rms_norm(float* x, const float* gamma, int64_t n_tokens, int64_t n_heads,
                    int64_t head_dim, float eps, int64_t token_stride, cudaStream_t stream);
-// positions: device int32 [n_tokens]; inv_freq: device fp32 [head_dim / 2].
+// positions: device int32 [n_tokens]; inv_freq: device fp32 [half] (half <= head_dim / 2: the
+// first 2 * half elements of a head rotate, scaled by mscale).
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
-          const float* inv_freq, RopeStyle style, int64_t token_stride, cudaStream_t stream);
+          const float* inv_freq, int64_t half, RopeStyle style, int64_t token_stride, float mscale,
+          cudaStream_t stream);
 void swiglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride, float* out,
             cudaStream_t stream);
 void geglu(const float* gate, const float* up, int64_t m, int64_t n, int64_t stride, float* out,
