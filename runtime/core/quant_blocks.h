@@ -56,10 +56,11 @@ void dequantize_blocks(DType t, const uint8_t* src, float* out, int64_t blocks);
 // Weight quantisers (fp32 -> block format), deterministic round-to-nearest with a scale search.
 // Every candidate grid covers its (sub-)block's range, so each element is within half a step of
 // its value: |x - y| <= step/2 + 2^-20 amax, where step is the element's dequantisation step as
-// stored (Q8_0, Q4_0: |d|; Q4_K, Q5_K, Q6_K: |d*sc[j]|) and amax the block's largest magnitude.
-// Among the candidate grids the search keeps the one with the least squared error. Steps:
-// Q8_0 d <= amax/127 (1 + 2^-10); Q4_0 |d| <= 1.08 max(|ext|/8, opp/7) (1 + 2^-10), with ext the
-// block's extreme and opp the largest magnitude of the other sign; Q4_K, Q5_K, Q6_K
+// stored (Q8_0, Q4_0, Q5_0, Q5_1: |d|; Q4_K, Q5_K, Q6_K: |d*sc[j]|) and amax the block's largest
+// magnitude. Among the candidate grids the search keeps the one with the least squared error.
+// Steps: Q8_0 d <= amax/127 (1 + 2^-10); Q4_0 |d| <= 1.08 max(|ext|/8, opp/7) (1 + 2^-10), with ext
+// the block's extreme and opp the largest magnitude of the other sign; Q5_0 the same with /16,
+// /15; Q5_1 d <= 1.08 (max - m)/31 (1 + 2^-10) over the min m rounded down to fp16; Q4_K, Q5_K, Q6_K
 // |d*sc[j]| <= s_j (1 + 2^-19) + 3d, with s_j the sub-block's least covering step
 // ((max + dmin*m[j])/15, /31, or max(|ext|/32, opp/31) for Q6_K) and d the super-block scale, about
 // max_j s_j / 63 (/127 for Q6_K). A block with a NaN or an infinity is stored with a NaN scale (all
@@ -67,6 +68,8 @@ void dequantize_blocks(DType t, const uint8_t* src, float* out, int64_t blocks);
 // at 65504 (the bounds then no longer hold).
 void quantize_q8_0(const float* x, uint8_t* blk);
 void quantize_q4_0(const float* x, uint8_t* blk);
+void quantize_q5_0(const float* x, uint8_t* blk);
+void quantize_q5_1(const float* x, uint8_t* blk);
 void quantize_q4_k(const float* x, uint8_t* blk);
 void quantize_q5_k(const float* x, uint8_t* blk);
 void quantize_q6_k(const float* x, uint8_t* blk);

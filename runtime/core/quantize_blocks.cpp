@@ -1,4 +1,4 @@
-// Weight quantisers for GGML block formats (fp32 -> Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), random blocks
+// Weight quantisers for GGML block formats (fp32 -> Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), random blocks
 // of those formats for benchmark models, and the activation quantiser (-> int8 blocks, kQ8_K).
 // Round to nearest on grids that cover each (sub-)block's range, with a small search over larger
 // steps for the least squared error; the bounds are stated in quant_blocks.h. Compiled with
@@ -168,6 +168,75 @@ void quantize_q4_0(const float* x, uint8_t* blk) {
   put16(blk, best_d);
   for (int j = 0; j < 16; ++j)
     blk[2 + j] = static_cast<uint8_t>((best_q[j] + 8) | ((best_q[j + 16] + 8) << 4));
+}
+
+namespace {
+
+// Q5_0 / Q5_1 low nibbles and fifth bits: qs[j] holds elements j and j + 16, bit e of qh element e.
+void pack_5bit(const int* u, uint8_t* qh, uint8_t* qs) {
+  uint32_t h = 0;
+  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>((u[j] & 0x0f) | ((u[j + 16] & 0x0f) << 4));
+  for (int e = 0; e < 32; ++e) h |= static_cast<uint32_t>(u[e] >> 4) << e;
+  std::memcpy(qh, &h, 4);
+}
+
+// Largest fp16 <= v (v finite, |v| < 65504).
+uint16_t fp16_down(double v) {
+  if (v < 0) return static_cast<uint16_t>(fp16_up(-v) | 0x8000u);
+  uint16_t h = f32_to_fp16(static_cast<float>(v));
+  if (h != 0 && static_cast<double>(fp16_to_f32(h)) > v) --h;
+  return h;
+}
+
+}  // namespace
+
+void quantize_q5_0(const float* x, uint8_t* blk) {
+  if (!all_finite(x, 32)) return nan_block(blk, 22, 0);
+  const Extremes e = extremes(x, 32);
+  const double s_min = std::max(e.amax / 16.0, e.opp / 15.0) * kSlack;
+  double best = std::numeric_limits<double>::infinity();
+  uint16_t best_d = 0;
+  int q[32], best_q[32] = {};
+  for (int c = 0; c <= 8; ++c) {  // steps s_min * (1 + 0.01 c), sign mapping ext to -16
+    const uint16_t h = fp16_up(s_min * (1.0 + 0.01 * c));
+    const uint16_t hd = e.ext > 0 ? static_cast<uint16_t>(h | 0x8000u) : h;
+    const double sse = symmetric_codes(x, 32, fp16_to_f32(hd), -16, 15, q);
+    if (sse < best) {
+      best = sse;
+      best_d = hd;
+      std::copy(q, q + 32, best_q);
+    }
+    if (e.amax == 0) break;
+  }
+  put16(blk, best_d);
+  int u[32];
+  for (int j = 0; j < 32; ++j) u[j] = best_q[j] + 16;
+  pack_5bit(u, blk + 2, blk + 6);
+}
+
+void quantize_q5_1(const float* x, uint8_t* blk) {
+  if (!all_finite(x, 32)) return nan_block(blk, 24, 0);
+  const float mn = *std::min_element(x, x + 32), mx = *std::max_element(x, x + 32);
+  // value = d * u + m, u in [0, 31]: m the fp16 at or below the minimum, d covering the rest.
+  const uint16_t hm = fp16_down(std::max<double>(mn, -kF16Max));
+  const float m = fp16_to_f32(hm);
+  const double s_min = (static_cast<double>(mx) - m) / 31.0 * kSlack;
+  double best = std::numeric_limits<double>::infinity();
+  uint16_t best_d = 0;
+  int q[32], best_q[32] = {};
+  for (int c = 0; c <= 8; ++c) {  // steps s_min * (1 + 0.01 c)
+    const uint16_t hd = fp16_up(s_min * (1.0 + 0.01 * c));
+    const double sse = affine_codes(x, 32, fp16_to_f32(hd), -m, 31, q);
+    if (sse < best) {
+      best = sse;
+      best_d = hd;
+      std::copy(q, q + 32, best_q);
+    }
+    if (mx == mn) break;
+  }
+  put16(blk, best_d);
+  put16(blk + 2, hm);
+  pack_5bit(best_q, blk + 4, blk + 8);
 }
 
 void quantize_q4_k(const float* x, uint8_t* blk) {

@@ -367,7 +367,8 @@ TEST_CASE("decode_block integers reproduce the dequantised values", "[formats]")
 TEST_CASE("weight quantisers stay within half a stored step", "[formats]") {
   std::mt19937 rng(21);
   std::normal_distribution<float> gauss(0.0f, 1.0f);
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K,
+                 DType::kQ5_K, DType::kQ6_K}) {
     const FormatTraits& f = format_traits(t);
     INFO(f.name);
     const int64_t nb = 64, n = nb * f.block_elems;
@@ -412,10 +413,11 @@ TEST_CASE("weight quantisers stay within half a stored step", "[formats]") {
     const double rel_rmse = std::sqrt(se / ss);
     // Uniform rounding error step/sqrt(12) with the covering steps of N(0, 1) blocks (about
     // amax/127, amax/8, range/15, range/31, amax/32 per 16), plus 10-25% for the scales' rounding.
-    const double limit = t == DType::kQ8_0   ? 0.0065
-                         : t == DType::kQ6_K ? 0.02
-                         : t == DType::kQ5_K ? 0.05
-                                             : 0.11;
+    const double limit = t == DType::kQ8_0                         ? 0.0065
+                         : t == DType::kQ6_K                       ? 0.02
+                         : t == DType::kQ5_K || t == DType::kQ5_0 ? 0.05
+                         : t == DType::kQ5_1                       ? 0.06
+                                                                   : 0.11;
     INFO("relative RMSE " << rel_rmse);
     CHECK(rel_rmse < limit);
     for (int e = 0; e < f.block_elems; ++e) CHECK(y[3 * f.block_elems + e] == 0.0f);
@@ -423,7 +425,8 @@ TEST_CASE("weight quantisers stay within half a stored step", "[formats]") {
 }
 
 TEST_CASE("weight quantisers: non-finite blocks become NaN", "[formats]") {
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K,
+                 DType::kQ5_K, DType::kQ6_K}) {
     const FormatTraits& f = format_traits(t);
     for (float bad :
          {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
