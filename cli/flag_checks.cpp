@@ -70,10 +70,13 @@ CLI::Option* add_weight_dtype(CLI::App* app, std::string& target) {
       ->add_option("--weight-dtype", target,
                    "Matmul weight storage: native (GGUF block formats kept as the file holds "
                    "them, integer kernels), f32 (exact), bf16 (half the bytes), f16 (GPU), or a "
-                   "format to quantise to at load: q8_0, q4_0, q4_k, q5_k, q6_k" +
+                   "format to quantise to at load: q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k (every "
+                   "matrix; llama-quantize's fallback where rows do not divide its blocks) or "
+                   "llama-quantize's mixes q4_k_s, q4_k_m, q5_k_s, q5_k_m (`offgen convert` does "
+                   "it once, into a GGUF)" +
                        (target.empty() ? std::string() : " (default " + target + ")"))
-      ->check(CLI::IsMember(
-          {"native", "f32", "bf16", "f16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"}));
+      ->check(CLI::IsMember({"native", "f32", "bf16", "f16", "q8_0", "q4_0", "q5_0", "q5_1",
+                             "q4_k", "q5_k", "q6_k", "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m"}));
 }
 
 CLI::Option* add_kv_dtype(CLI::App* app, std::string& target, bool with_auto) {

@@ -40,6 +40,11 @@ std::string features(const ModelConfig& c) {
       break;
   }
   if (!c.rope_freq_factors.empty()) s += " (frequency factors)";
+  if (c.long_rope())
+    s += fmt::format(" (LongRoPE from {}, attention factor {:g})", c.rope_original_context,
+                     c.rope_attn_factor);
+  if (c.rope_dims() != c.head_dim)
+    s += fmt::format(" on {} of {} head dims", c.rope_dims(), c.head_dim);
   if (c.qk_norm) s += ", QK-norm";
   if (c.qkv_bias) s += ", QKV bias";
   if (c.out_bias || c.ffn_bias) s += ", projection biases";

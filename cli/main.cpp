@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/convert_command.h"
 #include "cli/eval_command.h"
 #include "cli/flag_checks.h"
 #include "cli/inspect_command.h"
@@ -421,6 +422,8 @@ int main(int argc, char** argv) {
   calibrate.add_to(&app);
   PlanCommand plan_cmd;
   plan_cmd.add_to(&app);
+  ConvertCommand convert_cmd;
+  convert_cmd.add_to(&app);
 
   auto* eval = app.add_subcommand("eval", "Quality of KV policies");
   eval->require_subcommand(1);
@@ -454,6 +457,7 @@ int main(int argc, char** argv) {
     if (bench->parsed()) return cmd_bench(bench_common, bench_policy, bench_opts, bench_json, bench_predict);
     if (calibrate.parsed()) return calibrate.run();
     if (plan_cmd.parsed()) return plan_cmd.run();
+    if (convert_cmd.parsed()) return convert_cmd.run();
     if (eval_ppl.parsed()) return eval_ppl.run();
     if (eval_mq.parsed()) return eval_mq.run();
   } catch (...) {

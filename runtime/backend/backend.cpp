@@ -8,13 +8,18 @@
 namespace offgen {
 
 Weight Backend::prepare_weight(DType src_type, const void* src, int64_t rows, int64_t cols) {
+  return prepare_weight(src_type, src, rows, cols, matmul_storage(src_type, cols));
+}
+
+Weight Backend::prepare_weight(DType src_type, const void* src, int64_t rows, int64_t cols,
+                               DType storage) {
   Weight w;
   w.rows = rows;
   w.cols = cols;
-  w.dtype = matmul_storage(src_type, cols);
+  w.dtype = storage;
   // Prepared on the host (prepare_weight_into writes host memory), then moved to the device.
   Buffer host(weight_bytes(w.dtype, rows, cols), Tier::kHost);
-  prepare_weight_into(src_type, src, rows, cols, host.data());
+  prepare_weight_into(src_type, src, rows, cols, storage, host.data());
   w.data = device_is_host() ? std::move(host) : upload(host.data(), host.bytes());
   return w;
 }

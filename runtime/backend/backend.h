@@ -201,19 +201,30 @@ class Backend {
   // Blocks until every op and copy issued so far on the compute stream has finished.
   void synchronize() { compute_stream().synchronize(); }
 
+  // The weight storage option the backend was made with.
+  virtual WeightMode weight_mode() const = 0;
   // The storage a rows x `cols` weight whose elements come as `src` gets under the backend's
-  // WeightMode (a fixed storage whose blocks do not divide `cols` falls back to a plain one).
+  // WeightMode (a fixed storage whose blocks do not divide `cols` falls back to a plain one). A
+  // mode that quantises (WeightMode::quantises()) gives each matrix the type of the rule table
+  // (runtime/model/quant_rules.h), which the caller picks and passes to matmul_storage_as.
   virtual DType matmul_storage(DType src, int64_t cols) const = 0;
+  // The storage of a rows x `cols` weight the caller wants as `wanted`: `wanted` where the backend
+  // multiplies by it at this width, else its closest plain format (CPU: f32; GPU: f16).
+  virtual DType matmul_storage_as(DType wanted, int64_t cols) const = 0;
   // Bytes of a rows x cols weight stored as `storage` (a multiple of 64).
   virtual int64_t weight_bytes(DType storage, int64_t rows, int64_t cols) const = 0;
   // Converts rows x cols elements of `src` (type `src_type`, row-major, rows contiguous) into
-  // matmul_storage(src_type, cols) at `dst` (64-byte aligned, weight_bytes() long, HOST memory on
-  // every backend: unit blobs are built on the host and moved to the device as bytes). Returns
-  // the view of dst. Deterministic: the same input gives the same bytes.
+  // `storage` (matmul_storage(src_type, cols) or matmul_storage_as(...)) at `dst` (64-byte
+  // aligned, weight_bytes() long, HOST memory on every backend: unit blobs are built on the host
+  // and moved to the device as bytes). Returns the view of dst. Deterministic: the same input
+  // gives the same bytes.
   virtual WeightView prepare_weight_into(DType src_type, const void* src, int64_t rows,
-                                         int64_t cols, void* dst) = 0;
-  // Owning convenience over prepare_weight_into; the weight ends up in device memory.
+                                         int64_t cols, DType storage, void* dst) = 0;
+  // Owning convenience over prepare_weight_into (storage: matmul_storage(src_type, cols) unless
+  // given); the weight ends up in device memory.
   Weight prepare_weight(DType src_type, const void* src, int64_t rows, int64_t cols);
+  Weight prepare_weight(DType src_type, const void* src, int64_t rows, int64_t cols,
+                        DType storage);
   // A table for embedding gathers in device memory (the CPU backend keeps its source storage,
   // e.g. q8_0 rows).
   virtual Weight prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) = 0;

@@ -14,20 +14,49 @@
 
 namespace offgen {
 
+namespace {
+
+constexpr std::string_view kMixSuffix[] = {"", "_s", "_m"};  // by QuantMix
+
+}  // namespace
+
+bool WeightMode::quantises() const {
+  return !native && format_traits(storage).ggml_type != kNoGgmlType &&
+         format_traits(storage).block_elems > 1;
+}
+
 WeightMode WeightMode::parse(std::string_view name) {
   if (name == "native") return native_mode();
-  try {
-    return WeightMode(dtype_from_name(name));
-  } catch (const Error&) {
+  const auto refuse = [name]() {
     OFFGEN_THROW(kConfig,
                  "--weight-dtype {}: expected native, f32, bf16, f16 (GPU) or a GGML block "
-                 "format to quantise to (q8_0, q4_0, q4_k, q5_k, q6_k)",
+                 "format to quantise to (q8_0, q4_0, q5_0, q5_1, q4_k, q5_k, q6_k, or "
+                 "llama-quantize's mixes q4_k_s, q4_k_m, q5_k_s, q5_k_m)",
                  name);
+  };
+  WeightMode m;
+  std::string_view base = name;
+  for (const QuantMix mix : {QuantMix::kS, QuantMix::kM}) {
+    const std::string_view suffix = kMixSuffix[static_cast<int>(mix)];
+    if (name.size() > suffix.size() && name.ends_with(suffix)) {
+      base = name.substr(0, name.size() - suffix.size());
+      m.mix = mix;
+    }
   }
+  try {
+    m.storage = dtype_from_name(base);
+  } catch (const Error&) {
+    refuse();
+  }
+  // The mixes exist for the k-quants offgen quantises to.
+  if (m.mix != QuantMix::kPlain && m.storage != DType::kQ4_K && m.storage != DType::kQ5_K)
+    refuse();
+  return m;
 }
 
 std::string WeightMode::name() const {
-  return native ? std::string("native") : std::string(dtype_name(storage));
+  if (native) return "native";
+  return std::string(dtype_name(storage)) + std::string(kMixSuffix[static_cast<int>(mix)]);
 }
 
 BackendCaps cpu_backend_caps(bool emulate_device) {

@@ -13,13 +13,20 @@
 
 namespace offgen {
 
-// How a backend stores matmul weights: one storage for all of them (f32, bf16, f16, q4g64, or a
-// GGML block format weights are quantised to at load), or native: every weight in its source's own
-// format where the backend multiplies by that format directly (GGML block formats as the GGUF file
-// holds them), else the backend's closest plain format.
+// Which tensors of a model quantised to a GGML block format get which type (the rule table,
+// runtime/model/quant_rules.h): kPlain every matrix in the storage type (llama-quantize's fallback
+// where a row is not a multiple of its blocks), kS / kM llama-quantize's _S / _M mixes of it.
+enum class QuantMix { kPlain, kS, kM };
+
+// How a backend stores matmul weights: one storage for all of them (f32, bf16, f16, q4g64), a GGML
+// block format weights are quantised to at load (each matrix as the rule table says for the
+// storage and mix), or native: every weight in its source's own format where the backend
+// multiplies by that format directly (GGML block formats as the GGUF file holds them), else the
+// backend's closest plain format.
 struct WeightMode {
   bool native = false;
   DType storage = DType::kF32;  // when !native
+  QuantMix mix = QuantMix::kPlain;  // of a GGML block storage
   WeightMode() = default;
   WeightMode(DType t) : storage(t) {}  // NOLINT: a fixed storage converts implicitly
   static WeightMode native_mode() {
@@ -27,8 +34,12 @@ struct WeightMode {
     m.native = true;
     return m;
   }
-  // "native", or a format name (dtype_from_name); throws Error(kConfig) for anything else
-  // (the edges parse once: CLI flags, the Python binding; backend.cpp).
+  // Whether matrices are quantised to a GGML block format by the rule table (not native, not a
+  // plain float or q4g64 storage).
+  bool quantises() const;
+  // "native", a format name (dtype_from_name), or a mix of a k-quant ("q4_k_m", "q5_k_s"); throws
+  // Error(kConfig) for anything else (the edges parse once: CLI flags, the Python binding;
+  // backend.cpp).
   static WeightMode parse(std::string_view name);
   std::string name() const;
   bool operator==(const WeightMode&) const = default;

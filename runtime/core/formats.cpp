@@ -102,6 +102,14 @@ const FormatTraits* format_from_ggml_type(uint32_t ggml_type) {
   return nullptr;
 }
 
+DType quant_fallback(DType t) {
+  if (t == DType::kQ4_K) return DType::kQ5_0;
+  if (t == DType::kQ5_K) return DType::kQ5_1;
+  if (t == DType::kQ6_K) return DType::kQ8_0;
+  if (t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kIQ4_XS) return DType::kIQ4_NL;
+  return dtype_block_elems(t) > 1 ? DType::kF16 : t;
+}
+
 std::string supported_ggml_types() {
   std::string s;
   for (const FormatTraits& f : kTable) {

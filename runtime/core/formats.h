@@ -50,5 +50,10 @@ std::span<const FormatTraits> all_formats();
 const FormatTraits* format_from_ggml_type(uint32_t ggml_type);
 // Upper-case names of the GGML types offgen reads, comma-separated (for error messages).
 std::string supported_ggml_types();
+// The type llama-quantize stores a tensor in when its rows are not a multiple of t's blocks:
+// Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, Q2_K / Q3_K / IQ4_XS -> IQ4_NL; F16 for other block
+// formats (and for the fallback's own misfit: the caller checks the result's block as well);
+// plain types are their own.
+DType quant_fallback(DType t);
 
 }  // namespace offgen

@@ -109,7 +109,9 @@ ModelConfig dummy_config(const std::string& preset) {
     c.context_length = p.context;
     c.rope_theta = 10000.0f;
     c.norm_eps = 1e-5f;
-    c.rope_style = RopeStyle::kHalf;  // random weights: either pairing; kept as benchmarked
+    // Random weights: either pairing; GGUF Llama's, so a preset and its GGUF file
+    // (dummy_gguf, offgen convert) are the same model.
+    c.rope_style = RopeStyle::kInterleaved;
     c.tied_embeddings = p.opt;
     if (p.opt) {
       c.pre_norm = !p.post_norm;

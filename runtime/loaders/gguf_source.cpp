@@ -135,6 +135,10 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   OFFGEN_CHECK(c.vocab_size == emb.dims[1], kInput, "{}: vocab_size {} != token_embd rows {}",
                f.path(), c.vocab_size, emb.dims[1]);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  // Attention biases where the file has them (llama.cpp reads them for Llama too: Qwen2-style
+  // checkpoints written as Llama).
+  if (f.find_tensor("blk.0.attn_q.bias") != nullptr) c.qkv_bias = true;
+  if (f.find_tensor("blk.0.attn_output.bias") != nullptr) c.out_bias = true;
   gguf_rope(f, a, c);
   // Sliding-window layers (Gemma 2/3), their RoPE base, soft-capping and the attention scale.
   // The norms of Gemma files hold 1 + w already (llama.cpp's converter adds the 1).

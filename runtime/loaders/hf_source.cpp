@@ -208,8 +208,8 @@ ModelConfig llama_family(const Fields& f, const Architecture& arch) {
     c.rope_attn_factor = static_cast<float>(af);
   }
   c.norm_eps = static_cast<float>(f.get_float_or("rms_norm_eps", 1e-6));
-  // Q/K rows are permuted into the interleaved pair order at load (HfWeightSource::tensor).
-  c.rope_style = RopeStyle::kInterleaved;
+  // The architecture's RoPE pair order, as its GGUF files hold Q/K: interleaved for Llama's
+  // family (rows permuted at load, HfWeightSource::tensor), HF's rotate-half for Qwen3 and Phi-3.
   c.tied_embeddings = f.get_bool_or("tie_word_embeddings", false);
   const std::string act = f.get_string_or("hidden_act", "silu");
   OFFGEN_CHECK(act == "silu", kConfig, "{}: hidden_act '{}' is not supported for {} (silu)", f.name,
@@ -275,8 +275,7 @@ ModelConfig gemma(const Fields& f, const Architecture& arch, bool gemma3) {
   c.context_length = f.get_count("max_position_embeddings");
   c.norm_eps = static_cast<float>(f.get_float_or("rms_norm_eps", 1e-6));
   c.norm_shift = 1.0f;  // Gemma's RMSNorm scales by 1 + w
-  // Q/K rows (and the Q/K norm gains) are permuted into the interleaved pair order at load.
-  c.rope_style = RopeStyle::kInterleaved;
+  // Rotate-half RoPE as HF and Gemma's GGUF files hold Q/K: rows kept in their order.
   c.tied_embeddings = f.get_bool_or("tie_word_embeddings", true);
   const std::string act =
       f.get_string_or("hidden_activation", f.get_string_or("hidden_act", "gelu_pytorch_tanh"));
@@ -508,7 +507,7 @@ TensorRef HfWeightSource::tensor(const std::string& name) const {
   }
   // Q/K rows, and the per-head Q/K norm gains (one head of head_dim), follow the RoPE pair order.
   const bool rope_rows =
-      !config_.learned_pos &&
+      !config_.learned_pos && config_.rope_style == RopeStyle::kInterleaved &&
       (name.ends_with("attn_q.weight") || name.ends_with("attn_q.bias") ||
        name.ends_with("attn_k.weight") || name.ends_with("attn_k.bias") ||
        name.ends_with("attn_q_norm.weight") || name.ends_with("attn_k_norm.weight"));

@@ -1,6 +1,8 @@
 // Hugging Face checkpoint directories (config.json + *.safetensors) as a WeightSource: the
-// architecture's hyper-parameters from config.json (Llama, Mistral, Qwen2/3, Gemma 2/3, OPT) and
-// its tensors under offgen's GGUF-style names, Q/K rows permuted to the interleaved RoPE layout.
+// architecture's hyper-parameters from config.json (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, OPT)
+// and its tensors under offgen's GGUF-style names, Q/K rows in the RoPE pair order of the
+// architecture's GGUF files (Llama's family: permuted to the interleaved order; others as HF
+// holds them), fused matrices (Phi-3) handed out as their parts.
 #pragma once
 
 #include <string>

@@ -178,7 +178,7 @@ const std::array<Architecture, 8> kArchitectures = {{
     {"llama", kLlamaClasses, kLlamaTypes, true, HfConfigFamily::kLlama, kLlamaTop, kLlamaLayer,
      kLlamaPrefixes, llama_features},
     {"mistral", kMistralClasses, kMistralTypes, false, HfConfigFamily::kLlama, kLlamaTop,
-     kLlamaLayer, kLlamaPrefixes, llama_features},
+     kLlamaLayer, kLlamaPrefixes, llama_features, nullptr, 0, 0.0f, 0, {}, "llama"},
     {"qwen2", kQwen2Classes, kQwen2Types, true, HfConfigFamily::kLlama, kLlamaTop, kLlamaLayer,
      kLlamaPrefixes, qwen2_features},
     {"qwen3", kQwen3Classes, kQwen3Types, true, HfConfigFamily::kLlama, kLlamaTop, kQwen3Layer,

@@ -55,6 +55,9 @@ struct Architecture {
   // 27B models) scale by (d_model / n_heads)^-0.5; 0: none.
   int64_t gguf_width_scaled_layers = 0;
   std::span<const FusedTensor> fused = {};  // layer matrices stored fused (Phi-3's qkv, gate_up)
+  // The GGUF architecture `offgen convert` writes this one as when it has none of its own (gguf
+  // false): a row whose features cover it (Mistral as Llama); empty: none.
+  std::string_view gguf_as = {};
 };
 
 // The fused tensor of `a` that holds layer tensor `part` ("attn_q.weight"), with the part's index

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "runtime/core/error.h"
+#include "runtime/model/quant_rules.h"
 
 namespace offgen {
 namespace {
@@ -78,10 +79,10 @@ std::vector<float> load_gain(const WeightSource& src, const std::string& name, i
 }
 
 // A resident [rows, cols] matrix prepared straight from its tensor (no staging copy).
-Weight load_matrix(Backend& be, const TensorRef& t, int64_t rows, int64_t cols,
+Weight load_matrix(Backend& be, const TensorRef& t, int64_t rows, int64_t cols, DType storage,
                    const std::string& where) {
   expect_matrix(t, rows, cols, where);
-  return be.prepare_weight(t.dtype, t.data, rows, cols);
+  return be.prepare_weight(t.dtype, t.data, rows, cols, storage);
 }
 
 constexpr int64_t kBlobAlign = 4096;
@@ -128,8 +129,10 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend, int64_t co
     pos_embd_ = backend_.prepare_table(pos.dtype, pos.data, c.pos_offset + c.context_length, d);
   }
   if (e != d) {
-    proj_in_ = load_matrix(backend_, src.tensor("proj_in.weight"), d, e, src.describe());
-    proj_out_ = load_matrix(backend_, src.tensor("proj_out.weight"), e, d, src.describe());
+    const TensorRef in = src.tensor("proj_in.weight"), out = src.tensor("proj_out.weight");
+    proj_in_ = load_matrix(backend_, in, d, e, storage_of(in.name, in.dtype, e), src.describe());
+    proj_out_ =
+        load_matrix(backend_, out, e, d, storage_of(out.name, out.dtype, d), src.describe());
   }
   if (c.final_norm) {
     const auto g = load_gain(src, "output_norm.weight", d);
@@ -141,14 +144,23 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend, int64_t co
   }
   const bool tied = !src.has_tensor("output.weight");
   config_.tied_embeddings = tied;
-  // A tied head is the embedding table already read above.
-  lm_head_ = load_matrix(backend_, tied ? emb : src.tensor("output.weight"), c.vocab_size, e,
+  // A tied head is the embedding table already read above (the rule table sees it as the output).
+  const TensorRef head = tied ? emb : src.tensor("output.weight");
+  lm_head_ = load_matrix(backend_, head, c.vocab_size, e, storage_of(head.name, head.dtype, e),
                          src.describe());
-  // A tied head kept in the table's own format holds the same values: gather embeddings from it
-  // rather than holding the table twice.
-  embed_from_head_ =
-      tied && lm_head_.dtype == emb.dtype && backend_.can_gather_weight_rows(lm_head_.dtype);
-  if (!embed_from_head_) tok_embd_ = backend_.prepare_table(emb.dtype, emb.data, c.vocab_size, e);
+  // A tied head kept in the table's own format, or quantised as a file quantised so would hold
+  // both, holds the embeddings' values: gather them from it rather than holding the table twice.
+  const bool quantising = backend_.weight_mode().quantises();
+  embed_from_head_ = tied && (lm_head_.dtype == emb.dtype || quantising) &&
+                     backend_.can_gather_weight_rows(lm_head_.dtype);
+  if (!embed_from_head_) {
+    // Quantising: the table in the rule table's type (no fp32 copy beside the quantised weights),
+    // gathered row by row from its matmul storage; else the table as its source holds it.
+    const DType t = quantising ? storage_of(emb.name, emb.dtype, e) : emb.dtype;
+    embed_gather_ = t != emb.dtype && backend_.can_gather_weight_rows(t);
+    tok_embd_ = embed_gather_ ? backend_.prepare_weight(emb.dtype, emb.data, c.vocab_size, e, t)
+                              : backend_.prepare_table(emb.dtype, emb.data, c.vocab_size, e);
+  }
   for (int64_t u = 0; u < num_units(); ++u) layouts_.push_back(make_layout(u));
   if (!c.learned_pos) {
     inv_freq_ = c.rope_inv_freq(false, context);
@@ -156,12 +168,19 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend, int64_t co
   }
 }
 
+DType DecoderModel::storage_of(const std::string& name, DType src, int64_t cols) const {
+  const WeightMode m = backend_.weight_mode();
+  if (!m.quantises()) return backend_.matmul_storage(src, cols);
+  return backend_.matmul_storage_as(quant_type(m, config_, quant_rule_name(config_, name), cols),
+                                    cols);
+}
+
 int64_t DecoderModel::place_matrix(const std::vector<std::string>& names,
                                    const std::vector<int64_t>& rows, int64_t cols, int64_t at,
                                    Matrix& m) const {
   m.cols = cols;
   for (size_t i = 0; i < names.size(); ++i) {
-    const DType storage = backend_.matmul_storage(src_.tensor_dtype(names[i]), cols);
+    const DType storage = storage_of(names[i], src_.tensor_dtype(names[i]), cols);
     if (m.parts.empty() || m.parts.back().storage != storage) {
       Part p;
       p.storage = storage;
@@ -238,7 +257,7 @@ void DecoderModel::build_matrix(const Matrix& m, uint8_t* base) const {
   std::vector<uint8_t> stacked;
   for (const Part& p : m.parts) {
     const DType dt = stack_source(src_, p.names, p.tensor_rows, m.cols, stacked);
-    backend_.prepare_weight_into(dt, stacked.data(), p.rows, m.cols, base + p.offset);
+    backend_.prepare_weight_into(dt, stacked.data(), p.rows, m.cols, p.storage, base + p.offset);
   }
 }
 
@@ -343,6 +362,8 @@ void DecoderModel::embed(std::span<const int32_t> ids, const int32_t* positions,
   float* dst = c.embed_width() == c.d_model ? hidden : s.emb.data();
   if (embed_from_head_)
     backend_.gather_weight_rows(lm_head_, ids.data(), n, dst);
+  else if (embed_gather_)
+    backend_.gather_weight_rows(tok_embd_, ids.data(), n, dst);
   else
     backend_.embedding(tok_embd_, ids.data(), n, dst);
   if (c.embed_scale != 1.0f) backend_.scale(dst, c.embed_scale, n * c.embed_width());

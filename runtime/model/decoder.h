@@ -114,6 +114,9 @@ class DecoderModel {
     Matrix w0, w1;
   };
   Layout make_layout(int64_t unit) const;
+  // The matmul storage of tensor `name` (rows of `cols` elements coming as `src`): the backend's
+  // WeightMode, for a mode that quantises through the rule table (quant_rules.h).
+  DType storage_of(const std::string& name, DType src, int64_t cols) const;
   const Layout& layout(int64_t unit) const { return layouts_[unit]; }
   // Groups `names` (rows each, `cols` columns) into parts by matmul storage, placed from `at`;
   // returns the end offset.
@@ -128,6 +131,7 @@ class DecoderModel {
   Backend& backend_;
   Weight tok_embd_;  // gather table [vocab, embed_width] (empty when embed_from_head_)
   bool embed_from_head_ = false;  // embeddings gathered from the tied lm_head_
+  bool embed_gather_ = false;     // tok_embd_ is a matmul storage (quantised), gathered by rows
   Weight pos_embd_;  // learned positions [pos_offset + context, d_model] (empty with RoPE)
   Weight proj_in_, proj_out_;  // embed_width <-> d_model projections (empty when equal)
   Buffer out_norm_, out_norm_b_;  // device memory; empty without a final norm

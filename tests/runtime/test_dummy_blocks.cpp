@@ -1,5 +1,6 @@
 // Benchmark models in block formats: random_blocks (values, spread, every code used),
-// dummy:PRESET:FORMAT tensors, and write_gguf's round trip through offgen's GGUF reader.
+// dummy:PRESET:FORMAT tensors, and write_gguf's round trip through offgen's GGUF reader (the same
+// tensors and logits).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <set>
@@ -14,6 +15,7 @@
 #include "runtime/loaders/gguf_source.h"
 #include "runtime/loaders/gguf_vocab.h"
 #include "runtime/loaders/gguf_write.h"
+#include "runtime/model/decoder.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/temp_dir.h"
 
@@ -112,6 +114,32 @@ TEST_CASE("write_gguf: the file holds the source's config, tensors and a vocabul
     CHECK(std::memcmp(x.data, y.data, dtype_bytes(x.dtype, x.n_elems())) == 0);
   }
   CHECK(back.tensor("blk.29.ffn_down.weight").dtype == DType::kQ4_K);  // 1536 = 6 x 256
+  // The same model: the preset's Q/K rows are in GGUF Llama's pair order, every tensor's bytes
+  // are the file's, and the logits are bitwise the preset's.
+  {
+    auto be = make_cpu_backend(2, WeightMode::native_mode());
+    const std::vector<int32_t> ids = {1, 300, 4000, 17};
+    std::vector<std::vector<float>> logits;
+    for (const WeightSource* s : {static_cast<const WeightSource*>(&src),
+                                  static_cast<const WeightSource*>(&back)}) {
+      const DecoderModel m(*s, *be);
+      const ResidentUnits units(m);
+      const int64_t n = static_cast<int64_t>(ids.size());
+      std::vector<float> kv(a.n_layers * 2 * a.kv_dim() * n);
+      std::vector<KvSeqView> views;
+      for (int64_t l = 0; l < a.n_layers; ++l)
+        views.push_back({kv.data() + l * 2 * a.kv_dim() * n,
+                         kv.data() + l * 2 * a.kv_dim() * n + a.kv_dim() * n, n});
+      std::vector<int32_t> pos = {0, 1, 2, 3};
+      const SeqSpan span{0, n, 0};
+      DecoderScratch scratch;
+      logits.emplace_back(a.vocab_size);
+      m.forward(ids, pos.data(), {&span, 1},
+                [&](int64_t l) { return std::span<const KvSeqView>(&views[l], 1); },
+                units.fn(), logits.back().data(), scratch);
+    }
+    CHECK(logits[0] == logits[1]);
+  }
   const Tokenizer tok(load_gguf_vocab(path));
   const std::vector<int32_t> ids = tok.encode("hi");
   // BOS, then byte tokens: the space prefix's "▁" (3 UTF-8 bytes), 'h', 'i'.
@@ -119,7 +147,7 @@ TEST_CASE("write_gguf: the file holds the source's config, tensors and a vocabul
 
   CHECK_THROWS_WITH(write_gguf(dir.path() + "/opt.gguf", DummyWeightSource("opt-125m"),
                                placeholder_spm_vocab(50272)),
-                    Catch::Contains("Llama-architecture models only"));
+                    Catch::Contains("architecture 'opt' has no GGUF form"));
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/opt.gguf"));
   CHECK_THROWS_WITH(write_gguf(dir.path() + "/nope/m.gguf", src, placeholder_spm_vocab(49152)),
                     Catch::Contains("cannot create"));

@@ -64,11 +64,11 @@ TEST_CASE("Gemma 3 from config.json and from llama.cpp's GGUF: the same model", 
     CHECK(c->final_softcap == 0.0f);
     CHECK(c->norm_eps == Approx(1e-6f));
   }
-  // What differs is the storage: HF keeps w and rotate-half Q/K rows (permuted at load), the GGUF
-  // holds 1 + w and the rows in HF order; the attention scale is the same 16^-0.5.
+  // What differs is the storage: HF keeps w, the GGUF holds 1 + w; both hold Q/K rows in HF's
+  // rotate-half order; the attention scale is the same 16^-0.5.
   CHECK(h.norm_shift == 1.0f);
   CHECK(g.norm_shift == 0.0f);
-  CHECK(h.rope_style == RopeStyle::kInterleaved);
+  CHECK(h.rope_style == RopeStyle::kHalf);
   CHECK(g.rope_style == RopeStyle::kHalf);
   CHECK(h.attn_scale == 0.25f);
   CHECK(g.attn_scale == 0.0f);  // head_dim^-0.5 = 0.25

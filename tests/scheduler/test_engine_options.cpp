@@ -100,11 +100,20 @@ TEST_CASE("engine options: --weight-dtype text is parsed once, with the flag's m
   CHECK(WeightMode::parse("q8_0") == WeightMode(DType::kQ8_0));
   CHECK(WeightMode::parse("f16").name() == "f16");
   CHECK(WeightMode::native_mode().name() == "native");
-  try {
-    WeightMode::parse("q4_k_m");
-    FAIL("q4_k_m parsed");
-  } catch (const Error& e) {
-    CHECK(e.category() == ErrorCategory::kConfig);
-    CHECK_THAT(std::string(e.what()), Contains("--weight-dtype q4_k_m: expected native, f32"));
+  // llama-quantize's mixes of the k-quants: their base storage and mix, named back as given.
+  const WeightMode m = WeightMode::parse("q4_k_m");
+  CHECK((m.storage == DType::kQ4_K && m.mix == QuantMix::kM && m.quantises()));
+  CHECK(m.name() == "q4_k_m");
+  CHECK(WeightMode::parse("q5_k_s").name() == "q5_k_s");
+  CHECK_FALSE(WeightMode::parse("bf16").quantises());
+  for (const char* bad : {"q3_k_m", "q8_0_m", "q4_k_x", "_m"}) {
+    try {
+      WeightMode::parse(bad);
+      FAIL(bad << " parsed");
+    } catch (const Error& e) {
+      CHECK(e.category() == ErrorCategory::kConfig);
+      CHECK_THAT(std::string(e.what()),
+                 Contains(std::string("--weight-dtype ") + bad + ": expected native, f32"));
+    }
   }
 }

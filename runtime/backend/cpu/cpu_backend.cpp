@@ -146,12 +146,23 @@ void CpuBackend::argmax_rows(const float* logits, int64_t n, int64_t vocab, int3
     out[i] = argmax_checked({logits + i * vocab, static_cast<size_t>(vocab)});
 }
 
+namespace {
+
+// Whether the CPU multiplies by storage t at row length cols.
+bool usable_storage(DType t, int64_t cols) {
+  const cpu::CpuMatmulKernel* k = cpu::cpu_matmul_kernel(t);
+  return k != nullptr && k->available() &&
+         (format_traits(t).ggml_type == kNoGgmlType || cols % dtype_block_elems(t) == 0);
+}
+
+}  // namespace
+
+DType CpuBackend::matmul_storage_as(DType wanted, int64_t cols) const {
+  return usable_storage(wanted, cols) ? wanted : DType::kF32;
+}
+
 DType CpuBackend::matmul_storage(DType src, int64_t cols) const {
-  auto usable = [cols](DType t) {
-    const cpu::CpuMatmulKernel* k = cpu::cpu_matmul_kernel(t);
-    return k != nullptr && k->available() &&
-           (format_traits(t).ggml_type == kNoGgmlType || cols % dtype_block_elems(t) == 0);
-  };
+  auto usable = [cols](DType t) { return usable_storage(t, cols); };
   if (weights_.native) {
     // GGML blocks as the file holds them; bf16 stays bf16 where the CPU multiplies it; other
     // plain floats (f16, f32) become f32, exactly.
@@ -159,10 +170,11 @@ DType CpuBackend::matmul_storage(DType src, int64_t cols) const {
     return DType::kF32;
   }
   if (usable(weights_.storage)) return weights_.storage;
-  // A block format whose blocks do not divide the rows: q8_0 if it does, else f32.
-  return usable(DType::kQ8_0) && format_traits(weights_.storage).ggml_type != kNoGgmlType
-             ? DType::kQ8_0
-             : DType::kF32;
+  // A block format whose blocks do not divide the rows: llama-quantize's fallback type where it
+  // divides them (Q4_K -> Q5_0, ...), else f32. (A mode that quantises takes each matrix's type
+  // from the rule table instead: matmul_storage_as.)
+  const DType fallback = quant_fallback(weights_.storage);
+  return usable(fallback) ? fallback : DType::kF32;
 }
 
 int64_t CpuBackend::weight_bytes(DType storage, int64_t rows, int64_t cols) const {
@@ -172,8 +184,7 @@ int64_t CpuBackend::weight_bytes(DType storage, int64_t rows, int64_t cols) cons
 }
 
 WeightView CpuBackend::prepare_weight_into(DType src_type, const void* src, int64_t rows,
-                                           int64_t cols, void* dst) {
-  const DType storage = matmul_storage(src_type, cols);
+                                           int64_t cols, DType storage, void* dst) {
   const cpu::CpuMatmulKernel* k = cpu::cpu_matmul_kernel(storage);
   OFFGEN_CHECK(k != nullptr, kInternal, "cpu backend: no matmul storage {}", dtype_name(storage));
   const WeightView view{rows, cols, storage, dst};

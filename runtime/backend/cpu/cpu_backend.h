@@ -38,10 +38,12 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Event> make_event() override;
   void argmax_rows(const float* logits, int64_t n, int64_t vocab, int32_t* out) override;
 
+  WeightMode weight_mode() const override { return weights_; }
   DType matmul_storage(DType src, int64_t cols) const override;
+  DType matmul_storage_as(DType wanted, int64_t cols) const override;
   int64_t weight_bytes(DType storage, int64_t rows, int64_t cols) const override;
   WeightView prepare_weight_into(DType src_type, const void* src, int64_t rows, int64_t cols,
-                                 void* dst) override;
+                                 DType storage, void* dst) override;
   Weight prepare_table(DType src_type, const void* src, int64_t rows, int64_t cols) override;
   void matmul(const float* x, int64_t m, const WeightView& w, float* y, int64_t ldy = 0) override;
   void rms_norm(const float* x, const float* gamma, int64_t m, int64_t d, float eps,

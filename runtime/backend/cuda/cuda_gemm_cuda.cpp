@@ -59,7 +59,16 @@ DType CudaBackend::matmul_storage(DType src, int64_t cols) const {
   if (format_traits(t).ggml_type == kNoGgmlType || t == DType::kF32 || t == DType::kF16 ||
       t == DType::kBF16 || cols % dtype_block_elems(t) == 0)
     return t;
-  return cols % dtype_block_elems(DType::kQ8_0) == 0 ? DType::kQ8_0 : DType::kF16;
+  // llama-quantize's fallback type where its blocks divide the rows (Q4_K -> Q5_0, ...), else f16.
+  return matmul_storage_as(quant_fallback(t), cols);
+}
+
+DType CudaBackend::matmul_storage_as(DType wanted, int64_t cols) const {
+  if (wanted == DType::kF32 || wanted == DType::kF16 || wanted == DType::kBF16 ||
+      wanted == DType::kQ4G64)
+    return wanted;
+  const bool blocks = format_traits(wanted).ggml_type != kNoGgmlType && dequant_supported(wanted);
+  return blocks && cols % dtype_block_elems(wanted) == 0 ? wanted : DType::kF16;
 }
 
 int64_t CudaBackend::weight_bytes(DType storage, int64_t rows, int64_t cols) const {
@@ -70,8 +79,7 @@ int64_t CudaBackend::weight_bytes(DType storage, int64_t rows, int64_t cols) con
 }
 
 WeightView CudaBackend::prepare_weight_into(DType src_type, const void* src, int64_t rows,
-                                            int64_t cols, void* dst) {
-  const DType storage = matmul_storage(src_type, cols);
+                                            int64_t cols, DType storage, void* dst) {
   const int64_t row_bytes = dtype_bytes(src_type, cols);
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
