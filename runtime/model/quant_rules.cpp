@@ -27,6 +27,16 @@ int64_t layer_of(std::string_view name) {
   return layer;
 }
 
+// The index llama-quantize gives a layer's attn_v / ffn_down: it counts them in the order of its
+// tensor map, sorted by name, so "blk.10." comes before "blk.2." (the layers' decimal names in
+// lexicographic order).
+int64_t quantize_order(int64_t layer, int64_t n_layers) {
+  const std::string name = std::to_string(layer);
+  int64_t before = 0;
+  for (int64_t l = 0; l < n_layers; ++l) before += std::to_string(l) < name;
+  return before;
+}
+
 // The mixes' choice before the fallbacks.
 DType mix_type(const WeightMode& m, const ModelConfig& c, std::string_view name, int64_t cols) {
   const DType base = m.storage;
@@ -35,7 +45,7 @@ DType mix_type(const WeightMode& m, const ModelConfig& c, std::string_view name,
       name == "output.weight" || (c.tied_embeddings && name == "token_embd.weight");
   if (output)  // Q8_0 where the base type's blocks do not divide the rows
     return cols % dtype_block_elems(base) != 0 ? DType::kQ8_0 : DType::kQ6_K;
-  const int64_t layer = layer_of(name), n = c.n_layers;
+  const int64_t n = c.n_layers, layer = quantize_order(layer_of(name), n);
   if (ends_with(name, ".attn_v.weight")) {
     DType t = base;
     if (m.mix == QuantMix::kM && use_more_bits(layer, n)) t = DType::kQ6_K;

@@ -4,15 +4,18 @@
 // --weight-dtype gives at load (the same rule table); llama-quantize's type choices; refusals.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "runtime/backend/backend.h"
 #include "runtime/core/error.h"
 #include "runtime/core/formats.h"
 #include "runtime/loaders/gguf.h"
 #include "runtime/loaders/gguf_convert.h"
+#include "runtime/loaders/gguf_source.h"
 #include "runtime/loaders/gguf_write.h"
 #include "runtime/loaders/model_loader.h"
 #include "runtime/model/architecture.h"
@@ -100,11 +103,14 @@ TEST_CASE("quant rules: llama-quantize's types for a Qwen2.5-0.5B shape", "[conv
   CHECK(type(q6k, "blk.0.ffn_up.weight", 896) == DType::kQ8_0);
   CHECK(type(q5ks, "blk.0.ffn_up.weight", 896) == DType::kQ5_1);
   // Q4_K_M: the tied embedding is the output (Q6_K, Q8_0 here); attn_v and ffn_down Q6_K in the
-  // layers use_more_bits picks (0-2, 21-23 and every third from 3 + 2), else the base.
+  // layers use_more_bits picks, counted as llama-quantize counts them (blk.0, blk.1, blk.10, ...,
+  // blk.19, blk.2, blk.20, ...: indices 0-2, 21-23 and every third from 5 are layers 0, 1, 10,
+  // 13, 16, 19, 21, 3, 6, 7, 8, 9), else the base.
   CHECK(type(q4km, "token_embd.weight", 896) == DType::kQ8_0);
+  const std::set<int> more_bits = {0, 1, 3, 6, 7, 8, 9, 10, 13, 16, 19, 21};
   for (int l = 0; l < 24; ++l) {
     INFO("layer " << l);
-    const bool more = l < 3 || l >= 21 || (l - 3) % 3 == 2;
+    const bool more = more_bits.count(l) > 0;
     CHECK(type(q4km, fmt::format("blk.{}.ffn_down.weight", l).c_str(), 4864) ==
           (more ? DType::kQ6_K : DType::kQ4_K));
     CHECK(type(q4km, fmt::format("blk.{}.attn_v.weight", l).c_str(), 896) ==
@@ -112,12 +118,14 @@ TEST_CASE("quant rules: llama-quantize's types for a Qwen2.5-0.5B shape", "[conv
     CHECK(type(q4km, fmt::format("blk.{}.attn_k.weight", l).c_str(), 896) == DType::kQ5_0);
     CHECK(type(q5ks, fmt::format("blk.{}.attn_v.weight", l).c_str(), 896) == DType::kQ5_1);
   }
-  // Q4_K_S: attn_v of the first 4 layers and ffn_down of the first eighth Q5_K.
+  // Q4_K_S: attn_v of the first 4 layers (in that order: 0, 1, 10, 11) and ffn_down of the first
+  // eighth (0, 1, 10) Q5_K.
   const WeightMode q4ks = WeightMode::parse("q4_k_s");
-  CHECK(type(q4ks, "blk.3.attn_v.weight", 1024) == DType::kQ5_K);
-  CHECK(type(q4ks, "blk.4.attn_v.weight", 1024) == DType::kQ4_K);
-  CHECK(type(q4ks, "blk.2.ffn_down.weight", 4864) == DType::kQ5_K);
-  CHECK(type(q4ks, "blk.3.ffn_down.weight", 4864) == DType::kQ4_K);
+  CHECK(type(q4ks, "blk.11.attn_v.weight", 1024) == DType::kQ5_K);
+  CHECK(type(q4ks, "blk.2.attn_v.weight", 1024) == DType::kQ4_K);
+  CHECK(type(q4ks, "blk.10.ffn_down.weight", 4864) == DType::kQ5_K);
+  CHECK(type(q4ks, "blk.11.ffn_down.weight", 4864) == DType::kQ4_K);
+  CHECK(type(q4ks, "blk.2.ffn_down.weight", 4864) == DType::kQ4_K);
   // A fused qkv (Phi-3) is Q5_K in Q4_K_M; an untied output Q6_K; rows no block divides: F16.
   c.tied_embeddings = false;
   CHECK(type(q4km, "blk.5.attn_qkv.weight", 1024) == DType::kQ5_K);
@@ -136,6 +144,32 @@ TEST_CASE("quant rules: llama-quantize's types for a Qwen2.5-0.5B shape", "[conv
   CHECK(quant_rule_name(phi, "blk.2.attn_k.weight") == "blk.2.attn_qkv.weight");
   CHECK(quant_rule_name(phi, "blk.2.ffn_gate.weight") == "blk.2.ffn_up.weight");
   CHECK(quant_rule_name(phi, "blk.2.ffn_down.weight") == "blk.2.ffn_down.weight");
+}
+
+TEST_CASE("quant rules: the types of llama.cpp's own Q4_K_M files", "[convert]") {
+  // Qwen2.5-Coder 0.5B (rows of 896: Q5_0 / Q8_0 fallbacks) and 1.5B, made by llama-quantize:
+  // every matrix of the file has the type the rule table gives it (from the model cache:
+  // tools/get-model qwen2.5-coder-0.5b / qwen2.5-coder-1.5b).
+  const char* home = std::getenv("HOME");
+  int checked = 0;
+  for (const char* file : {"Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
+                           "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf"}) {
+    const std::string path = std::string(home ? home : "") + "/.cache/offgen/models/" + file;
+    if (!std::filesystem::exists(path)) {
+      WARN(file << " is not in the model cache (tools/get-model): not checked");
+      continue;
+    }
+    const GgufFile f = GgufFile::open(path);
+    const ModelConfig c = config_from_gguf(f);
+    const WeightMode q4km = WeightMode::parse("q4_k_m");
+    for (const GgufTensor& t : f.tensors()) {
+      if (!quantised_tensor(t.name, t.dims.size())) continue;
+      INFO(file << ": " << t.name);
+      CHECK(dtype_name(quant_type(q4km, c, t.name, t.dims[0])) == dtype_name(t.dtype));
+      ++checked;
+    }
+  }
+  if (checked > 0) CHECK(checked >= 24 * 7 + 2);
 }
 
 TEST_CASE("convert: a converted file loads to bitwise the weights --weight-dtype gives at load",
