@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cli/flag_checks.h"
-#include "runtime/backend/backend_caps.h"
+#include "runtime/core/backend_caps.h"
 #include "runtime/core/error.h"
 #include "runtime/loaders/gguf_convert.h"
 #include "runtime/loaders/model_loader.h"

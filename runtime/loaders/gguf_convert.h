@@ -8,7 +8,7 @@
 #include <map>
 #include <string>
 
-#include "runtime/backend/backend_caps.h"
+#include "runtime/core/backend_caps.h"
 #include "runtime/model/weight_source.h"
 #include "runtime/text/tokenizer.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/backend/backend_caps.h"
+#include "runtime/core/backend_caps.h"
 #include "runtime/model/config.h"
 
 namespace offgen {
