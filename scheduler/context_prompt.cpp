@@ -7,44 +7,54 @@
 namespace offgen {
 namespace {
 
-// Marks the end of the context inside a rendered template (control bytes no text carries).
-const std::string kMarker = "\x01offgen-context-end\x01";
+// The rendered prompt's bytes that hold the context: its one range tagged kContext.
+const TextMark& context_range(const MarkedText& text) {
+  const TextMark* first = text.first_mark(MarkTag::kContext);
+  const TextMark* last = text.last_mark(MarkTag::kContext);
+  OFFGEN_CHECK(first && first == last, kInput,
+               "the chat template does not render the context once, in one piece, in the "
+               "first user message");
+  return *first;
+}
 
 void split_chat(const Tokenizer& tok, const Request& r, ContextSplit& s) {
-  const std::string& tpl = tok.vocab().chat_template;
-  OFFGEN_CHECK(!tpl.empty(), kConfig,
-               "a chat request with a context needs the model's chat template, and this model "
-               "has none (send a plain prompt)");
   std::vector<ChatMessage> msgs = r.messages;
   if (msgs.empty()) msgs = {{"user", r.prompt}};
   size_t u = 0;
   while (u < msgs.size() && msgs[u].role != "user") ++u;
   OFFGEN_CHECK(u < msgs.size(), kInput,
                "a request with a context needs a user message for the context to open");
-  // The head: everything the template puts before the first user message's content.
+  ChatOptions o;
+  o.tools_json = r.tools_json;
+  o.kwargs_json = r.chat_kwargs_json;
+  // The postfix: what the template puts after a user message's content (turn end, assistant
+  // header), from the messages before it and a one-byte stand-in for the context.
   std::vector<ChatMessage> head_msgs(msgs.begin(), msgs.begin() + u);
-  head_msgs.push_back({"user", kMarker});
-  const std::string head_text = apply_chat_template(tpl, head_msgs, true);
-  const std::string head = head_text.substr(0, head_text.find(kMarker));
-  const std::string postfix = head_text.substr(head_text.find(kMarker) + kMarker.size());
-  msgs[u].content = r.context + kMarker + "\n\n" + msgs[u].content;
-  const std::string full = apply_chat_template(tpl, msgs, true);
-  const size_t at = full.find(kMarker);
-  OFFGEN_CHECK(at != std::string::npos && full.compare(0, head.size(), head) == 0, kInput,
-               "the chat template does not render the context as a prefix of the prompt");
+  ChatMessage stand_in_msg{"user", "x"};
+  stand_in_msg.context_bytes = 1;
+  head_msgs.push_back(stand_in_msg);
+  const MarkedText head_text = apply_chat_template(tok, head_msgs, o);
+  const TextMark& stand_in = context_range(head_text);
+  // The context opens the first user message; where it ends is known from its marks, not from
+  // anything in the text.
+  msgs[u].content = r.context + "\n\n" + msgs[u].content;
+  msgs[u].context_bytes = r.context.size();
+  const MarkedText full = apply_chat_template(tok, msgs, o);
+  const TextMark& ctx = context_range(full);
   // The protected head is tokenised on its own so its tokens never merge into the context's.
-  s.context_ids = tok.encode(head, true);
+  s.context_ids = tok.encode_marked(full.slice(0, ctx.begin));
   s.protected_len = static_cast<int64_t>(s.context_ids.size());
-  const auto body = continuation(tok, full.substr(head.size(), at - head.size()));
+  const auto body = tok.encode_marked(full.slice(ctx.begin, ctx.end));
   s.context_ids.insert(s.context_ids.end(), body.begin(), body.end());
-  s.question_ids = continuation(tok, full.substr(at + kMarker.size()));
-  s.postfix_ids = continuation(tok, postfix);
+  s.question_ids = tok.encode_marked(full.slice(ctx.end, full.size()));
+  s.postfix_ids = tok.encode_marked(head_text.slice(stand_in.end, head_text.size()));
 }
 
 }  // namespace
 
-std::vector<int32_t> continuation(const Tokenizer& tok, const std::string& text) {
-  std::vector<int32_t> ids = tok.encode(text, true);
+std::vector<int32_t> continuation(const Tokenizer& tok, const std::string& text,
+                                  bool parse_special) {
+  std::vector<int32_t> ids = tok.encode(text, parse_special);
   if (tok.vocab().add_bos && !ids.empty() && ids.front() == tok.bos_id()) ids.erase(ids.begin());
   return ids;
 }
@@ -63,12 +73,13 @@ ContextSplit split_at_context(const Tokenizer& tok, const Request& r) {
   } else if (chat) {
     split_chat(tok, r, s);
   } else {
-    s.context_ids = tok.encode(r.context, true);
+    s.context_ids = tok.encode(r.context, r.parse_special);
     s.protected_len = tok.vocab().add_bos && !s.context_ids.empty() &&
                               s.context_ids.front() == tok.bos_id() ? 1 : 0;
   }
   if (!chat) {
-    s.question_ids = r.prompt_ids.empty() ? continuation(tok, r.prompt) : r.prompt_ids;
+    s.question_ids = r.prompt_ids.empty() ? continuation(tok, r.prompt, r.parse_special)
+                                          : r.prompt_ids;
     s.postfix_ids = continuation(tok, "\n");
   }
   OFFGEN_CHECK(static_cast<int64_t>(s.context_ids.size()) > s.protected_len, kInput,

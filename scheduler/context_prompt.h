@@ -34,6 +34,7 @@ struct ContextSplit {
 ContextSplit split_at_context(const Tokenizer& tok, const Request& r);
 
 // Tokens of a text that continues a sequence: no BOS (encode adds one where the vocabulary asks).
-std::vector<int32_t> continuation(const Tokenizer& tok, const std::string& text);
+std::vector<int32_t> continuation(const Tokenizer& tok, const std::string& text,
+                                  bool parse_special = true);
 
 }  // namespace offgen

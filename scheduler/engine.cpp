@@ -14,6 +14,7 @@
 #include "runtime/core/memory_info.h"
 #include "runtime/loaders/model_loader.h"
 #include "scheduler/context_compression.h"
+#include "runtime/text/chat_template.h"
 #include "scheduler/context_prompt.h"
 #include "scheduler/engine_state.h"
 
@@ -223,15 +224,17 @@ EngineStats Engine::stats() const {
 
 std::vector<int32_t> encode_request(const Tokenizer& tokenizer, const Request& r) {
   if (!r.prompt_ids.empty()) return r.prompt_ids;
-  std::string text;
-  if (!r.messages.empty()) {
-    text = apply_chat_template(tokenizer.vocab().chat_template, r.messages, true);
-  } else if (r.chat) {
-    text = apply_chat_template(tokenizer.vocab().chat_template, {{"user", r.prompt}}, true);
+  std::vector<int32_t> ids;
+  if (r.chat || !r.messages.empty()) {
+    ChatOptions o;
+    o.tools_json = r.tools_json;
+    o.kwargs_json = r.chat_kwargs_json;
+    ids = tokenizer.encode_marked(apply_chat_template(
+        tokenizer, r.messages.empty() ? std::vector<ChatMessage>{{"user", r.prompt}} : r.messages,
+        std::move(o)));
   } else {
-    text = r.prompt;
+    ids = tokenizer.encode(r.prompt, r.parse_special);
   }
-  std::vector<int32_t> ids = tokenizer.encode(text, true);
   OFFGEN_CHECK(!ids.empty(), kInput, "prompt is empty");
   return ids;
 }

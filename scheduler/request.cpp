@@ -20,6 +20,7 @@ const char* request_error_kind_name(RequestErrorKind k) {
     case RequestErrorKind::kPromptTooLong: return "prompt_too_long";
     case RequestErrorKind::kDoesNotFit: return "does_not_fit";
     case RequestErrorKind::kNonFiniteLogits: return "non_finite_logits";
+    case RequestErrorKind::kInvalidRequest: return "invalid_request";
   }
   return "request_failed";
 }

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/text/chat_template.h"
+#include "runtime/text/chat_message.h"
 #include "runtime/text/sampler.h"
 
 namespace offgen {
@@ -15,6 +15,12 @@ struct Request {
   std::string prompt;                 // plain-text prompt (used when messages is empty)
   std::vector<ChatMessage> messages;  // chat form; rendered with the model's chat template
   bool chat = false;                  // render `prompt` as one user message with the template
+  // Chat requests: the template's `tools` (a JSON array text) and extra variables such as
+  // enable_thinking (a JSON object text); empty when none.
+  std::string tools_json, chat_kwargs_json;
+  // Plain prompts: whether control-token strings in the text ("<|im_end|>") become control
+  // tokens. Chat message content never does (the template's own text does).
+  bool parse_special = true;
   std::vector<int32_t> prompt_ids;    // pre-tokenised prompt; overrides prompt/messages if set
   // Teacher forcing (evaluation): token k of the completion is forced[k] whatever the logits say;
   // generation ends after forced.size() tokens (EOS and stop strings are ignored).
@@ -38,7 +44,9 @@ enum class RequestErrorKind {
                     // that cannot be built, ...): "request_failed"
   kPromptTooLong,   // the prompt leaves no room in the context window: "prompt_too_long"
   kDoesNotFit,      // its KV cache and forwards alone exceed the memory limits: "does_not_fit"
-  kNonFiniteLogits  // the model produced NaN or infinite logits: "non_finite_logits"
+  kNonFiniteLogits,  // the model produced NaN or infinite logits: "non_finite_logits"
+  kInvalidRequest    // the chat template refused or failed on its messages (raise_exception,
+                     // an error of the template's code on them): "invalid_request"
 };
 const char* request_error_kind_name(RequestErrorKind k);
 

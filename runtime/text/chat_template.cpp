@@ -1,169 +1,219 @@
-// Chat template families rendered natively (no Jinja): ChatML and Llama-3.
+// Chat templates rendered by the Jinja engine with Hugging Face's variables and message handling.
 #include "runtime/text/chat_template.h"
 
-#include <array>
+#include <nlohmann/json.hpp>
 
-#include "runtime/core/error.h"
-#include "runtime/text/utf8.h"
+#include "runtime/text/jinja/template.h"
+#include "runtime/text/tokenizer.h"
 
 namespace offgen {
 namespace {
 
-constexpr std::string_view kImStart = "<|im_start|>";
-constexpr std::string_view kImEnd = "<|im_end|>";
-constexpr std::string_view kHeaderStart = "<|start_header_id|>";
+using ojson = nlohmann::ordered_json;
+using jinja::Dict;
+using jinja::Value;
 
-// Markers of Llama-3.1+ templates, whose system header carries dates and tool instructions.
-constexpr std::array<std::string_view, 4> kLlama31Markers = {
-    "Cutting Knowledge Date", "date_string", "strftime_now", "tools"};
-
-bool contains(std::string_view s, std::string_view what) {
-  return s.find(what) != std::string_view::npos;
+// A JSON value as the template sees it; strings (keys too) marked when `mark`.
+Value from_json(const ojson& j, bool mark) {
+  switch (j.type()) {
+    case ojson::value_t::null:
+    case ojson::value_t::discarded:
+      return Value::none();
+    case ojson::value_t::boolean:
+      return Value::boolean(j.get<bool>());
+    case ojson::value_t::number_integer:
+      return Value::integer(j.get<int64_t>());
+    case ojson::value_t::number_unsigned: {
+      const uint64_t u = j.get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Value::real(static_cast<double>(u));
+      return Value::integer(static_cast<int64_t>(u));
+    }
+    case ojson::value_t::number_float:
+      return Value::real(j.get<double>());
+    case ojson::value_t::string:
+      return mark ? Value::string(MarkedText(j.get<std::string>(), MarkTag::kData))
+                  : Value::string(j.get<std::string>());
+    case ojson::value_t::array: {
+      std::vector<Value> items;
+      items.reserve(j.size());
+      for (const ojson& e : j) items.push_back(from_json(e, mark));
+      return Value::list(std::move(items));
+    }
+    case ojson::value_t::object: {
+      Dict d;
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d.set(mark ? Value::string(MarkedText(it.key(), MarkTag::kData)) : Value::string(it.key()),
+              from_json(it.value(), mark));
+      return Value::dict(std::move(d));
+    }
+    case ojson::value_t::binary:
+      break;
+  }
+  OFFGEN_THROW(kInput, "chat template input: binary JSON values are not supported");
 }
 
-// Jinja string-literal escapes (the subset templates use) to their characters.
-std::string unescape_literal(std::string_view s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '\\' || i + 1 == s.size()) {
-      out.push_back(s[i]);
+ojson parse(std::string_view text, const char* what) {
+  try {
+    return ojson::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    OFFGEN_THROW(kInput, "{}: not valid JSON ({})", what, e.what());
+  }
+}
+
+void check_role(const std::string& role) {
+  bool ok = !role.empty() && role.size() <= 64;
+  for (char c : role)
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '_' || c == '-');
+  OFFGEN_CHECK(ok, kInput,
+               "message role '{}' is not a name (letters, digits, '_' and '-'; roles are "
+               "template text, not content)",
+               role);
+}
+
+// One message dict: the role unmarked (it must be a name), everything else marked, None fields
+// dropped, and the reasoning fields aliased as Hugging Face's render_jinja_template does. With
+// `role` / `content` given they come first and the fields add the rest.
+Value message(const ojson& fields, const std::string* role, const Value* content) {
+  Dict d;
+  if (role) {
+    check_role(*role);
+    d.set(Value::string("role"), Value::string(*role));
+  }
+  if (content) d.set(Value::string("content"), *content);
+  bool has_role = role != nullptr;
+  for (auto it = fields.begin(); it != fields.end(); ++it) {
+    if (it.value().is_null() || (role && it.key() == "content")) continue;
+    if (it.key() == "role") {
+      OFFGEN_CHECK(it.value().is_string(), kInput, "message role: expected a string");
+      check_role(it.value().get<std::string>());
+      d.set(Value::string("role"), Value::string(it.value().get<std::string>()));
+      has_role = true;
       continue;
     }
-    const char c = s[++i];
-    switch (c) {
-      case 'n':
-        out.push_back('\n');
-        break;
-      case 't':
-        out.push_back('\t');
-        break;
-      case 'r':
-        out.push_back('\r');
-        break;
-      default:  // \\ \' \"
-        out.push_back(c);
-        break;
-    }
+    d.set(Value::string(it.key()), from_json(it.value(), true));
   }
-  return out;
+  OFFGEN_CHECK(has_role, kInput, "a message has no 'role'");
+  // {"thinking": r, **message, "reasoning_content": r} for the first reasoning field set.
+  for (const char* key : {"reasoning_content", "thinking", "reasoning"}) {
+    const Value* r = d.find(std::string_view(key));
+    if (!r || r->is_none()) continue;
+    const Value reasoning = *r;
+    Dict aliased;
+    aliased.set(Value::string("thinking"), reasoning);
+    for (const auto& [k, v] : d.items()) aliased.set(k, v);
+    aliased.set(Value::string("reasoning_content"), reasoning);
+    return Value::dict(std::move(aliased));
+  }
+  return Value::dict(std::move(d));
 }
 
-// Python str.strip(): what Jinja's `trim` filter does.
-std::string_view python_strip(std::string_view s) {
-  size_t b = 0;
-  while (b < s.size()) {
-    const utf8::Decoded d = utf8::decode(s, b);
-    if (!d.valid || !utf8::is_python_space(d.cp)) break;
-    b += d.len;
-  }
-  size_t e = s.size();
-  while (e > b) {
-    size_t start = e - 1;  // back up to the lead byte of the last character
-    while (start > b && (static_cast<uint8_t>(s[start]) & 0xC0) == 0x80 && e - start < 4) --start;
-    const utf8::Decoded d = utf8::decode(s, start);
-    if (!d.valid || start + d.len != e || !utf8::is_python_space(d.cp)) break;
-    e = start;
-  }
-  return s.substr(b, e - b);
-}
-
-std::string render_chatml(const std::string& tmpl, const std::vector<ChatMessage>& messages,
-                          bool add_generation_prompt) {
-  std::string out;
-  const std::string default_system = chatml_default_system(tmpl);
-  if (!default_system.empty() && !messages.empty() && messages.front().role != "system") {
-    out.append(kImStart).append("system\n").append(default_system).append(kImEnd).append("\n");
-  }
-  for (const ChatMessage& m : messages) {
-    out.append(kImStart).append(m.role).append("\n").append(m.content).append(kImEnd).append("\n");
-  }
-  if (add_generation_prompt) out.append(kImStart).append("assistant\n");
-  return out;
-}
-
-std::string render_llama3(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                          std::string_view bos_token) {
-  std::string out;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    if (i == 0) out.append(bos_token);
-    out.append(kHeaderStart).append(messages[i].role).append("<|end_header_id|>\n\n");
-    out.append(python_strip(messages[i].content)).append("<|eot_id|>");
-  }
-  if (add_generation_prompt) out.append(kHeaderStart).append("assistant<|end_header_id|>\n\n");
-  return out;
+std::tm local_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  return tm;
 }
 
 }  // namespace
 
-ChatTemplateKind detect_chat_template(const std::string& tmpl) {
-  OFFGEN_CHECK(!tmpl.empty(), kConfig,
-               "the model has no chat template (tokenizer.chat_template is empty); run without "
-               "--chat or give a raw prompt");
-  if (contains(tmpl, kImStart)) return ChatTemplateKind::kChatMl;
-  if (contains(tmpl, kHeaderStart)) {
-    for (std::string_view marker : kLlama31Markers) {
-      OFFGEN_CHECK(!contains(tmpl, marker), kConfig,
-                   "unsupported chat template: a Llama-3.1+ template (it uses '{}'); only the "
-                   "ChatML family and the plain Llama-3 header format are supported",
-                   marker);
-    }
-    return ChatTemplateKind::kLlama3;
+ChatTemplate::ChatTemplate(std::string_view source) {
+  OFFGEN_CHECK(!source.empty(), kConfig, "chat template: the template is empty");
+  try {
+    t_ = std::make_unique<jinja::Template>(source);
+  } catch (const Error& e) {
+    OFFGEN_THROW(kConfig, "chat template: {}", e.what());
   }
-  OFFGEN_THROW(kConfig,
-               "unsupported chat template (neither ChatML '<|im_start|>' nor Llama-3 "
-               "'<|start_header_id|>'); only these two families are supported. Template starts: "
-               "'{}'",
-               tmpl.substr(0, 80));
 }
 
-std::string chatml_default_system(const std::string& tmpl) {
-  const std::string marker = std::string(kImStart) + "system";
-  for (size_t at = tmpl.find(marker); at != std::string::npos; at = tmpl.find(marker, at + 1)) {
-    size_t body = at + marker.size();
-    if (tmpl.compare(body, 1, "\n") == 0) {
-      body += 1;  // a real newline inside the literal
-    } else if (tmpl.compare(body, 2, "\\n") == 0) {
-      body += 2;  // an escaped one
-    } else {
-      continue;
+ChatTemplate::~ChatTemplate() = default;
+
+namespace {
+
+MarkedText render_values(const jinja::Template& t, Value messages, const ChatOptions& o) {
+  Dict vars;
+  auto set = [&](const char* k, Value v) { vars.set(Value::string(k), std::move(v)); };
+  if (!o.bos_token.empty()) set("bos_token", Value::string(o.bos_token));
+  if (!o.eos_token.empty()) set("eos_token", Value::string(o.eos_token));
+  if (!o.kwargs_json.empty()) {
+    const ojson kw = parse(o.kwargs_json, "chat template arguments");
+    OFFGEN_CHECK(kw.is_object(), kInput, "chat template arguments: expected a JSON object");
+    for (auto it = kw.begin(); it != kw.end(); ++it) {
+      const std::string& k = it.key();
+      OFFGEN_CHECK(
+          k != "messages" && k != "tools" && k != "documents" && k != "add_generation_prompt",
+          kInput, "chat template arguments: '{}' is set by the request itself", k);
+      vars.set(Value::string(k), from_json(it.value(), true));
     }
-    const size_t end = tmpl.find(kImEnd, body);
-    if (end == std::string::npos) continue;
-    // The quote that opens the Jinja string literal holding the marker.
-    char quote = 0;
-    for (size_t q = at; q-- > 0;) {
-      if ((tmpl[q] == '\'' || tmpl[q] == '"') && (q == 0 || tmpl[q - 1] != '\\')) {
-        quote = tmpl[q];
-        break;
-      }
-    }
-    if (!quote) continue;
-    const std::string_view text(tmpl.data() + body, end - body);
-    // The literal must run unbroken up to <|im_end|>: its closing quote or a Jinja delimiter
-    // means the system text is an expression (the user's system message), not a default.
-    bool literal = !text.empty();
-    for (size_t i = 0; i < text.size() && literal; ++i) {
-      if (text[i] == '\\') {
-        ++i;
-      } else if (text[i] == quote || text.substr(i, 2) == "{{" || text.substr(i, 2) == "{%") {
-        literal = false;
-      }
-    }
-    if (literal) return unescape_literal(text);
   }
-  return {};
+  set("messages", std::move(messages));
+  if (o.tools_json.empty()) {
+    set("tools", Value::none());
+  } else {
+    const ojson tools = parse(o.tools_json, "tools");
+    OFFGEN_CHECK(tools.is_array(), kInput, "tools: expected a JSON array");
+    set("tools", from_json(tools, true));
+  }
+  set("documents", Value::none());
+  set("add_generation_prompt", Value::boolean(o.add_generation_prompt));
+  const std::tm now = o.now ? *o.now : local_now();
+  try {
+    return t.render(vars, now, o.limits);
+  } catch (const jinja::RaisedError& e) {
+    throw ChatTemplateError(fmt::format("the chat template refused the conversation: {}", e.what()),
+                            true);
+  } catch (const Error& e) {
+    throw ChatTemplateError(fmt::format("chat template: {}", e.what()), false);
+  }
 }
 
-std::string apply_chat_template(const std::string& jinja_template,
-                                const std::vector<ChatMessage>& messages,
-                                bool add_generation_prompt, std::string_view bos_token) {
-  switch (detect_chat_template(jinja_template)) {
-    case ChatTemplateKind::kChatMl:
-      return render_chatml(jinja_template, messages, add_generation_prompt);
-    case ChatTemplateKind::kLlama3:
-      return render_llama3(messages, add_generation_prompt, bos_token);
+}  // namespace
+
+MarkedText ChatTemplate::render(const std::vector<ChatMessage>& messages,
+                                const ChatOptions& opts) const {
+  std::vector<Value> list;
+  list.reserve(messages.size());
+  for (const ChatMessage& m : messages) {
+    MarkedText content;
+    const size_t ctx = std::min(m.context_bytes, m.content.size());
+    content.append(std::string_view(m.content).substr(0, ctx), MarkTag::kContext);
+    content.append(std::string_view(m.content).substr(ctx), MarkTag::kData);
+    const Value c = Value::string(std::move(content));
+    const ojson fields =
+        m.fields_json.empty() ? ojson::object() : parse(m.fields_json, "message fields");
+    OFFGEN_CHECK(fields.is_object(), kInput, "message fields: expected a JSON object");
+    list.push_back(message(fields, &m.role, m.has_content ? &c : nullptr));
   }
-  OFFGEN_THROW(kInternal, "unhandled chat template kind");
+  return render_values(*t_, Value::list(std::move(list)), opts);
+}
+
+MarkedText ChatTemplate::render_json(std::string_view messages_json,
+                                     const ChatOptions& opts) const {
+  const ojson msgs = parse(messages_json, "messages");
+  OFFGEN_CHECK(msgs.is_array(), kInput, "messages: expected a JSON array");
+  std::vector<Value> list;
+  for (const ojson& m : msgs) {
+    OFFGEN_CHECK(m.is_object(), kInput, "messages: each message is a JSON object");
+    list.push_back(message(m, nullptr, nullptr));
+  }
+  return render_values(*t_, Value::list(std::move(list)), opts);
+}
+
+MarkedText apply_chat_template(const Tokenizer& tok, const std::vector<ChatMessage>& messages,
+                               ChatOptions opts) {
+  const VocabData& v = tok.vocab();
+  if (v.bos_id >= 0) opts.bos_token = v.tokens[v.bos_id];
+  if (v.eos_id >= 0) opts.eos_token = v.tokens[v.eos_id];
+  return tok.chat_template(!opts.tools_json.empty()).render(messages, opts);
+}
+
+void check_chat_template(const Tokenizer& tok) {
+  try {
+    apply_chat_template(tok, {{"user", "Hello"}});
+  } catch (const ChatTemplateError& e) {
+    if (e.raised()) return;
+    OFFGEN_THROW(kConfig, "{} (on a conversation of one user message)", e.what());
+  }
 }
 
 }  // namespace offgen

@@ -36,6 +36,26 @@ void SpecialMatcher::add(std::string_view text, int32_t id, bool control) {
 }
 
 SpecialMatcher::Match SpecialMatcher::find(std::string_view text, size_t pos,
+                                           const MarkedText* marked) const {
+  const std::vector<TextMark>& marks = marked->marks();
+  auto mark = marks.begin();  // the first mark that ends after i
+  for (size_t i = pos; i < text.size(); ++i) {
+    while (mark != marks.end() && mark->end <= i) ++mark;
+    Match best;
+    int32_t node = 0;
+    for (size_t j = i; j < text.size(); ++j) {
+      node = child(node, static_cast<uint8_t>(text[j]));
+      if (node < 0) break;
+      const bool plain = mark != marks.end() && mark->begin <= j;
+      const int32_t id = plain ? nodes_[node].user_id : nodes_[node].any_id;
+      if (id >= 0) best = {i, j + 1 - i, id};
+    }
+    if (best.id >= 0) return best;
+  }
+  return {};
+}
+
+SpecialMatcher::Match SpecialMatcher::find(std::string_view text, size_t pos,
                                            bool parse_special) const {
   for (size_t i = pos; i < text.size(); ++i) {
     Match best;

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/text/marked_text.h"
+
 namespace offgen {
 
 class SpecialMatcher {
@@ -27,6 +29,9 @@ class SpecialMatcher {
   // The leftmost match at or after `pos`, the longest among those starting there.
   // Thread-safe (const).
   Match find(std::string_view text, size_t pos, bool parse_special) const;
+  // The same over a marked text: a control token matches only where no mark covers any of its
+  // bytes (marked bytes are plain text); user-defined tokens match anywhere.
+  Match find(std::string_view text, size_t pos, const MarkedText* marks) const;
 
  private:
   struct Node {

@@ -5,11 +5,15 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
+#include <fmt/ranges.h>
+
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
+#include "runtime/text/chat_template.h"
 #include "runtime/text/nfc.h"
 #include "runtime/text/pre_tokenizer.h"
 #include "runtime/text/special_matcher.h"
@@ -140,6 +144,13 @@ struct Tokenizer::Impl {
   std::unordered_map<uint64_t, MergeInfo> merges;  // (left, right) -> rank, result
   SpecialMatcher specials;
   mutable WordCache cache;
+  // Parsed chat templates by variant name, or the error that parsing gave.
+  struct ParsedTemplate {
+    std::unique_ptr<ChatTemplate> t;
+    std::string error;
+  };
+  mutable std::mutex templates_mu;
+  mutable std::map<std::string, ParsedTemplate> templates;
 
   explicit Impl(VocabData v) : vocab(std::move(v)) {}
 
@@ -368,6 +379,57 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
   if (pos < text.size()) m.encode_text(text.substr(pos), pos == 0, out);
   if (m.vocab.add_eos) out.push_back(m.vocab.eos_id);
   return out;
+}
+
+std::vector<int32_t> Tokenizer::encode_marked(const MarkedText& marked) const {
+  const Impl& m = *impl_;
+  const std::string& text = marked.text();
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 2);
+  size_t pos = 0;
+  while (pos < text.size() && !m.specials.empty()) {
+    const SpecialMatcher::Match sp = m.specials.find(text, pos, &marked);
+    if (sp.id < 0) break;
+    if (sp.at > pos) m.encode_text(std::string_view(text).substr(pos, sp.at - pos), pos == 0, out);
+    out.push_back(sp.id);
+    pos = sp.at + sp.len;
+  }
+  if (pos < text.size()) m.encode_text(std::string_view(text).substr(pos), pos == 0, out);
+  return out;
+}
+
+const ChatTemplate& Tokenizer::chat_template(bool tools) const {
+  const VocabData& v = impl_->vocab;
+  std::string name = "default";
+  const std::string* source = v.chat_template.empty() ? nullptr : &v.chat_template;
+  for (const auto& [n, src] : v.chat_templates) {
+    if (n == "tool_use" && tools) {
+      name = n;
+      source = &src;
+    }
+  }
+  if (!source) {
+    std::vector<std::string> names;
+    for (const auto& kv : v.chat_templates) names.push_back(kv.first);
+    OFFGEN_CHECK(!names.empty(), kConfig,
+                 "the model has no chat template (tokenizer.chat_template is empty); run "
+                 "without --chat or give a raw prompt");
+    OFFGEN_THROW(kConfig,
+                 "the model has named chat templates ({}) but no default one; offgen uses the "
+                 "default (and 'tool_use' for requests with tools)",
+                 fmt::join(names, ", "));
+  }
+  std::lock_guard lock(impl_->templates_mu);
+  Impl::ParsedTemplate& p = impl_->templates[name];
+  if (!p.t && p.error.empty()) {
+    try {
+      p.t = std::make_unique<ChatTemplate>(*source);
+    } catch (const Error& e) {
+      p.error = e.what();
+    }
+  }
+  OFFGEN_CHECK(p.t, kConfig, "{}", p.error);
+  return *p.t;
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {

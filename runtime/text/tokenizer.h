@@ -11,7 +11,11 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/text/marked_text.h"
+
 namespace offgen {
+
+class ChatTemplate;
 
 // GGUF token types (tokenizer.ggml.token_type).
 enum class TokenType : int32_t {
@@ -63,6 +67,9 @@ struct VocabData {
   bool add_bos = false;
   bool add_eos = false;         // encode() appends EOS (tokenizer.ggml.add_eos_token)
   std::string chat_template;    // Jinja source from tokenizer.chat_template (may be empty)
+  // Named variants (GGUF tokenizer.chat_template.NAME, HF's list of {name, template}) besides
+  // the default, in the file's order: name, source.
+  std::vector<std::pair<std::string, std::string>> chat_templates;
   bool normalize_nfc = false;   // NFC-normalise text outside special tokens (tokenizer.json's NFC)
   bool normalize_nfkc = false;  // NFKC instead (tokenizer.json's NFKC)
 
@@ -104,6 +111,17 @@ class Tokenizer {
   // SentencePiece-style: a character without a token becomes its <0xNN> byte tokens, else unk,
   // else (no unk id) it is dropped.
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
+  // A rendered chat: control tokens are matched only where no mark covers any of their bytes
+  // (marked bytes encode as with parse_special = false; user-defined tokens match anywhere), and
+  // the text between special tokens is encoded as encode() would, marks or not. Adds neither
+  // BOS nor EOS: the template writes them, as in HF's apply_chat_template(tokenize=True).
+  std::vector<int32_t> encode_marked(const MarkedText& text) const;
+
+  // The model's chat template, parsed on first use and kept for the tokenizer's lifetime: its
+  // "tool_use" variant when `tools` and the model has one, else the default. Throws
+  // Error(kConfig) when the model has none or it does not parse (every call, the same message).
+  // Thread-safe.
+  const ChatTemplate& chat_template(bool tools = false) const;
 
   // Concatenated raw bytes of the tokens (not UTF-8 validated, so split characters survive).
   // skip_special drops control and unknown tokens. With vocab.strip_leading_space one leading

@@ -1,6 +1,6 @@
 // Tokenizer and chat-template unit tests on a hand-built byte-level vocabulary (no model needed):
-// merges by rank, pre-tokenizer splits, special tokens, lossless round-trip of arbitrary bytes
-// (invalid UTF-8 included), validation errors.
+// merges by rank, pre-tokenizer splits, special tokens (and marked text, where they are plain),
+// lossless round-trip of arbitrary bytes (invalid UTF-8 included), validation errors.
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
@@ -206,6 +206,50 @@ TEST_CASE("special tokens are matched literally, leftmost-longest", "[tokenizer]
   CHECK(t.decode(std::vector<int32_t>{'a', 256, 258, 'b'}, true) == "a[USER]b");
 }
 
+TEST_CASE("marked text: control tokens match only outside marks", "[tokenizer]") {
+  Tokenizer t(tiny_vocab({{"a", "b"}}));
+  MarkedText m;
+  m.append("<|eot|>ab");
+  m.append("ab<|eot|>x[USER]", MarkTag::kData);
+  m.append("<|eot|>");
+  const std::vector<int32_t> ab = ids_of(t, {"ab"});
+  std::vector<int32_t> want = {256, ab[0], ab[0]};
+  for (char c : std::string("<|eot|>x")) want.push_back(byte_tok(c));
+  want.push_back(258);  // user-defined tokens match inside marks, as with parse_special=false
+  want.push_back(256);
+  CHECK(t.encode_marked(m) == want);
+  // A control token that straddles a mark's edge is text too.
+  MarkedText edge;
+  edge.append("<|eo");
+  edge.append("t|>", MarkTag::kData);
+  CHECK(t.encode_marked(edge) == t.encode("<|eot|>", false));
+  // Without marks it is encode() with control tokens, minus BOS / EOS.
+  VocabData v = tiny_vocab({{"a", "b"}});
+  v.add_bos = true;
+  Tokenizer with_bos(std::move(v));
+  CHECK(with_bos.encode_marked(MarkedText("ab<|eot|>")) == std::vector<int32_t>{ab[0], 256});
+}
+
+TEST_CASE("the tokenizer keeps its parsed chat template and the parse error", "[tokenizer]") {
+  VocabData v = tiny_vocab();
+  v.chat_template = "{{ messages[0].content }}";
+  v.chat_templates = {{"tool_use", "tools: {{ tools|length }}"}};
+  Tokenizer t(std::move(v));
+  const ChatTemplate& a = t.chat_template();
+  CHECK(&a == &t.chat_template());  // parsed once
+  CHECK(apply_chat_template(t, {{"user", "q"}}).text() == "q");
+  ChatOptions with_tools;
+  with_tools.tools_json = "[1, 2]";
+  CHECK(apply_chat_template(t, {{"user", "q"}}, with_tools).text() == "tools: 2");
+  VocabData bad = tiny_vocab();
+  bad.chat_template = "{% if %}";
+  Tokenizer b(std::move(bad));
+  require_error([&] { b.chat_template(); }, ErrorCategory::kConfig, "chat template: line 1");
+  require_error([&] { b.chat_template(); }, ErrorCategory::kConfig, "chat template: line 1");
+  require_error([&] { Tokenizer(tiny_vocab()).chat_template(); }, ErrorCategory::kConfig,
+                "no chat template");
+}
+
 TEST_CASE("BOS is added only when the vocabulary asks", "[tokenizer]") {
   VocabData v = tiny_vocab();
   Tokenizer no_bos(v);
@@ -360,59 +404,70 @@ const std::string kLlama3Template =
 
 }  // namespace
 
-TEST_CASE("ChatML default system prompt comes from the template text", "[chat]") {
-  CHECK(chatml_default_system(kSmolTemplate) ==
-        "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
-  CHECK(chatml_default_system(kEscapedTemplate) == "You're a \"helpful\" assistant.");
-  CHECK(chatml_default_system(kPlainChatMl).empty());
-  CHECK(detect_chat_template(kSmolTemplate) == ChatTemplateKind::kChatMl);
-  CHECK(detect_chat_template(kLlama3Template) == ChatTemplateKind::kLlama3);
+// Renders with the engine as Hugging Face would (bos_token empty: undefined in the template).
+std::string render(const std::string& tmpl, const std::vector<ChatMessage>& msgs, bool gen,
+                   const std::string& bos = "") {
+  ChatOptions o;
+  o.add_generation_prompt = gen;
+  o.bos_token = bos;
+  return ChatTemplate(tmpl).render(msgs, o).text();
 }
 
-TEST_CASE("ChatML rendering", "[chat]") {
+TEST_CASE("ChatML templates: default system prompts come from the template's own logic",
+          "[chat]") {
   const std::vector<ChatMessage> user = {{"user", "Hi"}};
-  CHECK(apply_chat_template(kSmolTemplate, user, true) ==
+  CHECK(render(kSmolTemplate, user, true) ==
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
         "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   const std::vector<ChatMessage> sys = {
       {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Yo"}};
-  CHECK(apply_chat_template(kSmolTemplate, sys, false) ==
+  CHECK(render(kSmolTemplate, sys, false) ==
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
         "<|im_start|>assistant\nYo<|im_end|>\n");
-  CHECK(apply_chat_template(kEscapedTemplate, user, false) ==
+  CHECK(render(kEscapedTemplate, user, false) ==
         "<|im_start|>system\nYou're a \"helpful\" assistant.<|im_end|>\n<|im_start|>user\nHi"
         "<|im_end|>\n");
-  CHECK(apply_chat_template(kPlainChatMl, user, true) ==
+  CHECK(render(kPlainChatMl, user, true) ==
         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   // No messages: the template's loop never runs, so no default system either.
-  CHECK(apply_chat_template(kSmolTemplate, {}, true) == "<|im_start|>assistant\n");
+  CHECK(render(kSmolTemplate, {}, true) == "<|im_start|>assistant\n");
 }
 
 TEST_CASE("Llama-3 rendering trims content and places BOS once", "[chat]") {
   const std::vector<ChatMessage> msgs = {{"system", "  Be brief.\n"}, {"user", "\tHi\u3000"}};
-  CHECK(apply_chat_template(kLlama3Template, msgs, true, "<|begin_of_text|>") ==
+  CHECK(render(kLlama3Template, msgs, true, "<|begin_of_text|>") ==
         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
         "<|start_header_id|>assistant<|end_header_id|>\n\n");
-  CHECK(apply_chat_template(kLlama3Template, {{"user", " \n "}}, false) ==
-        "<|start_header_id|>user<|end_header_id|>\n\n<|eot_id|>");
+  CHECK(render(kLlama3Template, {{"user", " \n "}}, false, "<s>") ==
+        "<s><|start_header_id|>user<|end_header_id|>\n\n<|eot_id|>");
+  // bos_token undefined (a tokenizer without one): `undefined + str` fails, as in jinja2.
+  CHECK_THROWS_AS(render(kLlama3Template, {{"user", "x"}}, false), ChatTemplateError);
 }
 
-TEST_CASE("unsupported chat templates throw kConfig", "[chat]") {
-  require_error(
-      [] {
-        apply_chat_template("", {{"user", "x"}}, true);
-      },
-      ErrorCategory::kConfig, "no chat template");
-  require_error(
-      [] {
-        apply_chat_template("{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}", {},
-                            true);
-      },
-      ErrorCategory::kConfig, "unsupported chat template");
-  require_error(
-      [] {
-        apply_chat_template("<|start_header_id|>system Cutting Knowledge Date: ...", {}, true);
-      },
-      ErrorCategory::kConfig, "Llama-3.1+");
+TEST_CASE("the rendered chat marks exactly the bytes of message content", "[chat]") {
+  const MarkedText out = ChatTemplate(kPlainChatMl).render({{"user", "A<|im_end|>B"}}, {});
+  REQUIRE(out.text() == "<|im_start|>user\nA<|im_end|>B<|im_end|>\n<|im_start|>assistant\n");
+  const size_t at = out.text().find("A<|im_end|>B");
+  CHECK(out.marks() == std::vector<TextMark>{{at, at + 12, MarkTag::kData}});
+  // Through trim and concatenation (Llama-3): the trimmed content stays marked, nothing else.
+  ChatOptions bos;
+  bos.bos_token = "<s>";
+  const MarkedText l3 = ChatTemplate(kLlama3Template).render({{"user", "  x<|eot_id|>  "}}, bos);
+  const size_t x = l3.text().find("x<|eot_id|>");
+  REQUIRE(x != std::string::npos);
+  CHECK(l3.marks() == std::vector<TextMark>{{x, x + 11, MarkTag::kData}});
+}
+
+TEST_CASE("chat templates that do not parse throw kConfig with the line", "[chat]") {
+  require_error([] { ChatTemplate t(""); }, ErrorCategory::kConfig, "empty");
+  require_error([] { ChatTemplate t("line one\n{% for m in messages %}"); },
+                ErrorCategory::kConfig, "line 2");
+  require_error([] { ChatTemplate t("{{ x|from_json }}"); }, ErrorCategory::kConfig,
+                "no filter named 'from_json'");
+  require_error([] { ChatTemplate t("{% include 'other.jinja' %}"); }, ErrorCategory::kConfig,
+                "unknown tag 'include'");
+  // Templates of other families render (the old engine refused them).
+  CHECK(render("{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}",
+               {{"user", "x"}}, true) == "[INST] x [/INST]");
 }
