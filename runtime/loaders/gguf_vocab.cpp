@@ -59,6 +59,15 @@ VocabData vocab_from_gguf(const GgufFile& f) {
   v.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", spm);
   v.add_eos = f.get_bool_or("tokenizer.ggml.add_eos_token", false);
   v.chat_template = f.get_string_opt("tokenizer.chat_template").value_or("");
+  // Named variants (llama.cpp writes tokenizer.chat_template.NAME and lists the names in
+  // tokenizer.chat_templates): every string key with that prefix, in name order.
+  const std::string prefix = "tokenizer.chat_template.";
+  for (auto it = f.metadata().lower_bound(prefix);
+       it != f.metadata().end() && it->first.starts_with(prefix); ++it) {
+    OFFGEN_CHECK(it->second.type == GgufType::kString, kInput, "{}: {} is not a string", f.path(),
+                 it->first);
+    v.chat_templates.emplace_back(it->first.substr(prefix.size()), it->second.str);
+  }
   return v;
 }
 

@@ -375,10 +375,15 @@ std::optional<int32_t> config_token(const Doc& doc, const json& cfg, const char*
   return it->second;
 }
 
-std::string config_chat_template(const Doc& doc, const json& cfg) {
+// tokenizer_config.json's chat_template: a string (the default), or a list of {name, template}
+// ("default" is the default; the others are named variants, "tool_use" for requests with tools).
+void config_chat_template(const Doc& doc, const json& cfg, VocabData& v) {
   const json* t = doc.find(cfg, "chat_template");
-  if (!t) return {};
-  if (t->is_string()) return t->get<std::string>();
+  if (!t) return;
+  if (t->is_string()) {
+    v.chat_template = t->get<std::string>();
+    return;
+  }
   OFFGEN_CHECK(t->is_array(), kInput,
                "{}: chat_template: expected a string or a list of {{name, template}}, got {}",
                doc.file, quote(*t));
@@ -386,10 +391,14 @@ std::string config_chat_template(const Doc& doc, const json& cfg) {
     const json& e = (*t)[i];
     const std::string path = fmt::format("chat_template[{}]", i);
     OFFGEN_CHECK(e.is_object(), kInput, "{}: {}: expected {{name, template}}", doc.file, path);
-    if (doc.str(e, "name", path) == "default") return doc.str(e, "template", path);
+    std::string name = doc.str(e, "name", path);
+    std::string source = doc.str(e, "template", path);
+    if (name == "default") {
+      v.chat_template = std::move(source);
+    } else {
+      v.chat_templates.emplace_back(std::move(name), std::move(source));
+    }
   }
-  OFFGEN_THROW(kInput, "{}: chat_template: no template named \"default\" among {}", doc.file,
-               quote(*t));
 }
 
 VocabData build(std::string_view json_text, std::string_view config_text,
@@ -457,7 +466,7 @@ VocabData build(std::string_view json_text, std::string_view config_text,
     cfg_pad = config_token(cdoc, cfg, "pad_token", ids);
     if (cdoc.find(cfg, "add_bos_token")) cfg_add_bos = cdoc.flag(cfg, "add_bos_token", false, "");
     cfg_add_eos = cdoc.flag(cfg, "add_eos_token", false, "");
-    v.chat_template = config_chat_template(cdoc, cfg);
+    config_chat_template(cdoc, cfg, v);
   }
   if (jinja) v.chat_template = *jinja;
 
@@ -525,7 +534,20 @@ VocabData vocab_from_hf_tokenizer(const std::string& tokenizer_json,
   std::error_code ec;
   if (fs::is_regular_file(jinja_path, ec))
     jinja = hf::read_text_file(jinja_path.string());
-  return build(json_text, config_text, tokenizer_json, tokenizer_config, jinja);
+  VocabData v = build(json_text, config_text, tokenizer_json, tokenizer_config, jinja);
+  // transformers saves named variants as additional_chat_templates/NAME.jinja.
+  const fs::path extra = dir / "additional_chat_templates";
+  if (fs::is_directory(extra, ec)) {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(extra, ec))
+      if (e.path().extension() == ".jinja" && e.is_regular_file(ec)) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const fs::path& f : files) {
+      std::erase_if(v.chat_templates, [&](const auto& kv) { return kv.first == f.stem().string(); });
+      v.chat_templates.emplace_back(f.stem().string(), hf::read_text_file(f.string()));
+    }
+  }
+  return v;
 }
 
 VocabData vocab_from_hf_tokenizer_text(std::string_view tokenizer_json,

@@ -13,7 +13,9 @@ namespace offgen {
 // tokenizer_json: path of tokenizer.json; tokenizer_config: path of tokenizer_config.json or ""
 // when absent. The chat template comes from chat_template.jinja beside tokenizer_config.json
 // (beside tokenizer.json when there is no config) when that file exists — transformers 5.x
-// saves it there and prefers it — else from tokenizer_config.json's "chat_template".
+// saves it there and prefers it — else from tokenizer_config.json's "chat_template" (a string,
+// or a list of {name, template}: "default" is the template, the others are named variants, as are
+// additional_chat_templates/NAME.jinja files beside the config).
 //
 // Mapping (see hf_tokenizer.cpp for the details):
 //  - model: type "BPE"; model.vocab + added_tokens give ids 0..n-1 without gaps; added tokens are

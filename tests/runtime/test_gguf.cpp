@@ -13,6 +13,7 @@
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
 #include "runtime/loaders/gguf.h"
+#include "runtime/loaders/gguf_vocab.h"
 #include "tests/runtime/gguf_writer.h"
 #include "tests/temp_dir.h"
 
@@ -596,4 +597,19 @@ TEST_CASE("gguf: the committed fuzz seed corpus parses as its names say", "[gguf
   }
   CHECK(valid >= 3);
   CHECK(invalid >= 3);
+}
+
+TEST_CASE("gguf: the chat template and its named variants", "[gguf]") {
+  GgufWriter w;
+  w.add_string("tokenizer.ggml.model", "gpt2")
+      .add_string_array("tokenizer.ggml.tokens", {"a", "b"})
+      .add_string("tokenizer.chat_template", "D")
+      .add_string("tokenizer.chat_template.tool_use", "T")
+      .add_string("tokenizer.chat_template.rag", "R")
+      .add_string_array("tokenizer.chat_templates", {"tool_use", "rag"});
+  const Bytes file = w.build();
+  const VocabData v = vocab_from_gguf(GgufFile::parse(file, "t.gguf"));
+  CHECK(v.chat_template == "D");
+  CHECK(v.chat_templates ==
+        std::vector<std::pair<std::string, std::string>>{{"rag", "R"}, {"tool_use", "T"}});
 }

@@ -248,6 +248,12 @@ TEST_CASE("BOS from the post-processor template and tokenizer_config", "[hf_toke
         {{"chat_template",
           {{{"name", "tool_use"}, {"template", "T"}}, {{"name", "default"}, {"template", "D"}}}}});
     CHECK(v.chat_template == "D");
+    CHECK(v.chat_templates == std::vector<std::pair<std::string, std::string>>{{"tool_use", "T"}});
+  }
+  SECTION("a list without \"default\" keeps the named templates") {
+    v = load(t, {{"chat_template", {{{"name", "tool_use"}, {"template", "T"}}}}});
+    CHECK(v.chat_template.empty());
+    CHECK(v.chat_templates == std::vector<std::pair<std::string, std::string>>{{"tool_use", "T"}});
   }
 }
 
@@ -421,8 +427,8 @@ TEST_CASE("tokenizer_config.json errors name the config", "[hf_tokenizer]") {
   require_input_error(t, {{"bos_token", 7}}, {"(tokenizer_config)", "bos_token"});
   require_input_error(t, {{"add_bos_token", true}}, {"(tokenizer_config)", "bos_token"});
   require_input_error(t, {{"add_bos_token", "yes"}}, {"(tokenizer_config)", "add_bos_token"});
-  require_input_error(t, {{"chat_template", {{{"name", "tool_use"}, {"template", "T"}}}}},
-                      {"(tokenizer_config)", "chat_template", "default"});
+  require_input_error(t, {{"chat_template", {{{"name", "tool_use"}}}}},
+                      {"(tokenizer_config)", "chat_template[0]", "template"});
   require_input_error(t, json::array(), {"(tokenizer_config)", "object"});
 }
 
@@ -435,6 +441,10 @@ TEST_CASE("files: chat_template.jinja beside tokenizer.json, missing files", "[h
   const VocabData v = vocab_from_hf_tokenizer((dir / "tokenizer.json").string(), "");
   CHECK(v.chat_template == "{{ bos_token }}");
   CHECK(v.tokens.size() == 261);
+  fs::create_directory(dir / "additional_chat_templates");
+  std::ofstream(dir / "additional_chat_templates" / "tool_use.jinja") << "{{ tools }}";
+  CHECK(vocab_from_hf_tokenizer((dir / "tokenizer.json").string(), "").chat_templates ==
+        std::vector<std::pair<std::string, std::string>>{{"tool_use", "{{ tools }}"}});
   try {
     vocab_from_hf_tokenizer((dir / "absent.json").string(), "");
     FAIL("no error");
