@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -77,6 +78,12 @@ std::string get_content(const json& v, const std::string& field) {
   return text;
 }
 
+// Message fields besides role and content that chat templates read (tool calls and results,
+// reasoning): passed to the template as they are given (parse_request_line keeps their order).
+bool is_message_field(const std::string& k) {
+  return k == "name" || k == "tool_calls" || k == "tool_call_id" || k == "reasoning_content";
+}
+
 std::vector<ChatMessage> get_messages(const json& v, const std::string& field) {
   json_array(v, field, "an array of messages");
   if (v.empty()) fail("invalid_value", field, "expected at least one message");
@@ -85,16 +92,56 @@ std::vector<ChatMessage> get_messages(const json& v, const std::string& field) {
     const std::string f = fmt::format("{}[{}]", field, i);
     json_object(v[i], f, "an object with 'role' and 'content'");
     for (auto it = v[i].begin(); it != v[i].end(); ++it)
-      if (it.key() != "role" && it.key() != "content" && it.key() != "name")
+      if (it.key() != "role" && it.key() != "content" && !is_message_field(it.key()))
         fail("unknown_field", f + "." + it.key(), "unknown field");
     if (!v[i].contains("role")) fail("missing_field", f + ".role", "missing");
     if (!v[i].contains("content")) fail("missing_field", f + ".content", "missing");
     std::string role = json_string(v[i]["role"], f + ".role");
-    if (role != "system" && role != "user" && role != "assistant")
-      fail("invalid_value", f + ".role", "expected system, user or assistant, got '" + role + "'");
-    out.push_back({std::move(role), get_content(v[i]["content"], f + ".content")});
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+      fail("invalid_value", f + ".role",
+           "expected system, user, assistant or tool, got '" + role + "'");
+    ChatMessage m{std::move(role), ""};
+    const json& content = v[i]["content"];
+    const bool calls = v[i].contains("tool_calls") && !v[i]["tool_calls"].is_null();
+    if (content.is_null() && calls) {
+      m.has_content = false;  // an assistant message of tool calls only
+    } else {
+      m.content = get_content(content, f + ".content");
+    }
+    for (auto it = v[i].begin(); it != v[i].end(); ++it) {
+      if (!is_message_field(it.key()) || it->is_null()) continue;
+      const std::string p = f + "." + it.key();
+      if (it.key() == "tool_calls") {
+        json_array(*it, p, "an array of tool calls");
+        for (size_t c = 0; c < it->size(); ++c)
+          json_object((*it)[c], fmt::format("{}[{}]", p, c), "a tool call object");
+      } else {
+        json_string(*it, p);
+      }
+      m.fields_json = "{}";  // filled in the line's own key order by parse_request_line
+    }
+    out.push_back(std::move(m));
   }
   return out;
+}
+
+// Chat fields that keep the line's key order (tool definitions and tool calls are shown to the
+// model as JSON): the line parsed again, order-preserving, for them.
+void attach_ordered_fields(const std::string& line, bool openai, Request& r) {
+  const bool fields = std::any_of(r.messages.begin(), r.messages.end(),
+                                  [](const ChatMessage& m) { return !m.fields_json.empty(); });
+  if (r.tools_json.empty() && r.chat_kwargs_json.empty() && !fields) return;
+  const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(line);
+  const nlohmann::ordered_json& obj = openai ? doc["body"] : doc;
+  if (!r.tools_json.empty()) r.tools_json = obj["tools"].dump();
+  if (!r.chat_kwargs_json.empty()) r.chat_kwargs_json = obj["chat_template_kwargs"].dump();
+  for (size_t i = 0; i < r.messages.size(); ++i) {
+    if (r.messages[i].fields_json.empty()) continue;
+    nlohmann::ordered_json f = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : obj["messages"][i].items())
+      if (is_message_field(k) && !v.is_null()) f[k] = v;
+    r.messages[i].fields_json = f.dump();
+  }
 }
 
 // Applies one sampling/prompt field of `obj` to the request; false when the key is not one.
@@ -106,6 +153,17 @@ bool apply_field(const std::string& key, const json& v, const std::string& path,
     if (r.prompt.empty()) fail("invalid_value", path, "must not be empty");
   } else if (key == "messages") {
     r.messages = get_messages(v, path);
+  } else if (key == "tools") {
+    json_array(v, path, "an array of tool definitions");
+    if (!v.empty()) r.tools_json = v.dump();
+  } else if (key == "chat_template_kwargs") {
+    json_object(v, path, "an object of chat template variables");
+    for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt"})
+      if (v.contains(reserved))
+        fail("invalid_value", path + "." + reserved, "is set by the request itself");
+    if (!v.empty()) r.chat_kwargs_json = v.dump();
+  } else if (key == "parse_special") {
+    r.parse_special = json_bool(v, path);
   } else if (key == "max_tokens" || key == "max_completion_tokens") {
     s.max_tokens = json_int(v, path, "an integer", 0);
   } else if (key == "temperature") {
@@ -321,6 +379,7 @@ JobLine parse_request_line(const std::string& line, int64_t line_no, const Sampl
     r.chat = chat_default;
     if (out.openai) parse_openai(obj, out, r, openai_temperature);
     else parse_simple(obj, out, r);
+    attach_ordered_fields(line, out.openai, r);
     const bool has_seed = given(obj, "seed") || (given(obj, "body") && obj["body"].is_object() &&
                                                  given(obj["body"], "seed"));
     out.own_seed = has_seed;

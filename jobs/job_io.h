@@ -39,7 +39,8 @@ struct JobLine {
 
 // Error kinds of error records: invalid_json, invalid_utf8, not_an_object, missing_field,
 // unknown_field, wrong_type, invalid_value, conflicting_fields, duplicate_key, duplicate_id (from
-// parsing) and prompt_too_long, does_not_fit, request_failed (from generation).
+// parsing) and prompt_too_long, does_not_fit, request_failed, non_finite_logits and
+// invalid_request (a chat template that refuses or fails on the messages) from generation.
 
 // Parses one line. `defaults` supplies sampling values the line does not override; an
 // OpenAI-shaped line's temperature defaults to `openai_temperature` (--temperature when given),

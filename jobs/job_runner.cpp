@@ -15,6 +15,7 @@
 #include "runtime/core/hash.h"
 #include "runtime/core/log.h"
 #include "runtime/core/atomic_file.h"
+#include "runtime/text/chat_template.h"
 #include "jobs/output_journal.h"
 #include "jobs/progress.h"
 
@@ -189,6 +190,18 @@ void run_generate_job(Engine& engine, const GenerateJobOptions& opts, const JobI
   };
   try {
     if (lines.empty()) log_warn("{}: no requests (every line is blank)", opts.input);
+    // A chat template the engine cannot use is the model's problem, not a request's: refuse the
+    // job before the output is touched, rather than fail every chat request alike.
+    const bool chat = std::any_of(lines.begin(), lines.end(), [](const JobLine& l) {
+      return l.request && (l.request->chat || !l.request->messages.empty());
+    });
+    if (chat) {
+      try {
+        check_chat_template(engine.tokenizer());
+      } catch (const Error& e) {
+        OFFGEN_THROW(kConfig, "model {}: {}", engine.options().model, e.what());
+      }
+    }
     OutputJournal out(opts.output,
                       job_fingerprint(engine.options(), engine.model_id(), engine.max_context(),
                                       opts, input),

@@ -8,6 +8,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/core/memory_info.h"
+#include "runtime/text/chat_template.h"
 #include "scheduler/context_prompt.h"
 #include "scheduler/engine_state.h"
 
@@ -119,6 +120,8 @@ void Engine::plan_contexts(Run& run) {
     } catch (const Error& e) {
       if (machine_failure(e)) throw;
       run.split_error[i] = e.what();
+      if (dynamic_cast<const ChatTemplateError*>(&e))
+        run.split_kind[i] = RequestErrorKind::kInvalidRequest;
     }
   }
 }
@@ -161,6 +164,7 @@ std::unique_ptr<Engine::Sequence> Engine::prepare(Run& run, size_t i) {
                  "--kv-policy {} cannot compress a shared context; run requests with a context "
                  "under one of: {}",
                  options_.policy.kv.name(), fmt::join(context_policy_names(), ", "));
+    if (!run.split_error[i].empty()) s->result.error_kind = run.split_kind[i];
     OFFGEN_CHECK(run.split_error[i].empty(), kInput, "{}", run.split_error[i]);
     s->context = run.job_of[i];
     if (s->context >= 0) {
@@ -219,6 +223,8 @@ std::unique_ptr<Engine::Sequence> Engine::prepare(Run& run, size_t i) {
     if (machine_failure(e)) throw;
     s->result.finish_reason = FinishReason::kError;
     s->result.error = e.what();
+    if (dynamic_cast<const ChatTemplateError*>(&e))
+      s->result.error_kind = RequestErrorKind::kInvalidRequest;
     if (s->result.error_kind == RequestErrorKind::kNone)
       s->result.error_kind = RequestErrorKind::kFailed;
     finish(run, *s);

@@ -64,7 +64,7 @@ struct Engine::SharedContextJob {
 struct Engine::Run {
   Run(const std::vector<Request>& r, const GenerateCallbacks& c)
       : requests(r), cb(c), results(r.size()), job_of(r.size(), -1), own(r.size()),
-        split_error(r.size()) {}
+        split_error(r.size()), split_kind(r.size(), RequestErrorKind::kFailed) {}
   bool pending() const { return !waiting.empty() || !active.empty() || prepared != nullptr; }
 
   const std::vector<Request>& requests;
@@ -81,6 +81,7 @@ struct Engine::Run {
   std::vector<int64_t> job_of;               // per request: its job, or -1
   std::vector<std::vector<int32_t>> own;     // a context request's own tokens
   std::vector<std::string> split_error;      // why a request's context could not be split off
+  std::vector<RequestErrorKind> split_kind;  // and the error kind it gives the request
   int64_t context_bytes = 0;                 // shared contexts held now
   // The running sequences' prompt tokens, and (over the run) the longest prompt and KV table:
   // the forwards' shape (forward_shape) follows from them.

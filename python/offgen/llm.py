@@ -147,8 +147,10 @@ class LLM:
         """Completes every request; returns their outputs in input order.
 
         A request is a prompt string or a dict with the fields of a request line of the CLI's
-        input (``"prompt"`` or ``"messages"``, optional ``"id"``, ``"context"``, ``"chat"`` and
-        per-request sampling values such as ``"max_tokens"``, ``"temperature"``, ``"seed"``).
+        input (``"prompt"`` or ``"messages"``, optional ``"id"``, ``"context"``, ``"chat"``,
+        ``"parse_special"`` (False: control-token strings in a plain prompt stay text; message
+        content always does), ``"tools"``, ``"chat_template_kwargs"`` and per-request sampling
+        values such as ``"max_tokens"``, ``"temperature"``, ``"seed"``).
         ``sampling_params``: one for every request, or one per request. ``context``: a shared
         context for every request without its own (``--context``). ``chat``: apply the model's
         chat template to plain prompts (``--chat``). ``use_tqdm``: a progress bar (None: when stderr is

@@ -32,7 +32,8 @@ from .params import SamplingParams
 Row = Dict[str, Any]
 
 # The keys of preprocess's dict that make the request; the others are carried to the output.
-_REQUEST_KEYS = ("prompt", "messages", "context", "id")
+_REQUEST_KEYS = ("prompt", "messages", "context", "id", "parse_special", "tools",
+                 "chat_template_kwargs")
 _SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
 GENERATED_COLUMNS = ("generated_text", "finish_reason", "num_generated_tokens", "error",
                      "error_kind")
@@ -129,8 +130,9 @@ def build_processor(
 ) -> Processor:
     """A processor over ``config``. ``preprocess(row)`` returns a dict with ``prompt`` or
     ``messages``, optionally ``context``, ``id`` (the request id: its seed is mixed with it, as
-    the CLI does; give one for reproducible sampled texts) and ``sampling_params`` (a dict of
-    SamplingParams fields); its other keys are carried to the output row. Without it, the row itself
+    the CLI does; give one for reproducible sampled texts), ``parse_special`` (False: control
+    strings in a plain prompt stay text), ``tools``, ``chat_template_kwargs`` and
+    ``sampling_params`` (a dict of SamplingParams fields); its other keys are carried to the output row. Without it, the row itself
     is read that way (its ``prompt``, ``sampling_params``, ... columns). ``postprocess(row)`` sees the carried keys plus the generated columns and
     returns the output row. An exception in either, an invalid request, or a value that no table
     column can hold (a set, an object, a type other than that of the column's other rows) makes

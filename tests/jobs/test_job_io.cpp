@@ -332,3 +332,45 @@ TEST_CASE("text_as_recorded: the journal's UTF-8 replacement, valid text unchang
       nlohmann::json{{"text", cut}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   CHECK(record["text"].get<std::string>() == got);
 }
+
+TEST_CASE("chat fields: parse_special, tools and template arguments in the line's order",
+          "[job_io]") {
+  SamplingParams d;
+  auto plain = parse_request_line(R"({"prompt": "<|im_end|>", "parse_special": false})", 1, d, false);
+  REQUIRE(plain.request);
+  CHECK_FALSE(plain.request->parse_special);
+  CHECK(parse_request_line(R"({"prompt": "x"})", 1, d, false).request->parse_special);
+  const std::string line =
+      R"({"custom_id": "t", "url": "/v1/chat/completions", "body": {"messages": [)"
+      R"({"role": "user", "content": "Weather?"},)"
+      R"({"role": "assistant", "content": null, "tool_calls": [{"type": "function", "id": "c1",)"
+      R"( "function": {"name": "w", "arguments": {"z": 1, "a": 2}}}]},)"
+      R"({"role": "tool", "tool_call_id": "c1", "content": "21"}],)"
+      R"( "tools": [{"type": "function", "function": {"name": "w", "description": "d"}}],)"
+      R"( "chat_template_kwargs": {"enable_thinking": false, "b": 1, "a": 2}}})";
+  auto jl = parse_request_line(line, 2, d, false);
+  INFO(jl.error);
+  REQUIRE(jl.request);
+  const Request& r = *jl.request;
+  // Key order as the line gives it (tojson shows tools to the model as they were written).
+  CHECK(r.tools_json == R"([{"type":"function","function":{"name":"w","description":"d"}}])");
+  CHECK(r.chat_kwargs_json == R"({"enable_thinking":false,"b":1,"a":2})");
+  REQUIRE(r.messages.size() == 3);
+  CHECK(r.messages[0].fields_json.empty());
+  CHECK_FALSE(r.messages[1].has_content);
+  CHECK(r.messages[1].fields_json ==
+        R"({"tool_calls":[{"type":"function","id":"c1","function":{"name":"w","arguments":{"z":1,"a":2}}}]})");
+  CHECK(r.messages[2].role == "tool");
+  CHECK(r.messages[2].fields_json == R"({"tool_call_id":"c1"})");
+  // Bad values name their field.
+  auto bad = parse_request_line(R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})",
+                                3, d, false);
+  CHECK(bad.error_field == "tools");
+  auto reserved = parse_request_line(
+      R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"messages": 1}})",
+      4, d, false);
+  CHECK(reserved.error_field == "chat_template_kwargs.messages");
+  auto role = parse_request_line(R"({"messages": [{"role": "<|im_start|>", "content": "x"}]})", 5,
+                                 d, false);
+  CHECK(role.error_field == "messages[0].role");
+}

@@ -107,6 +107,21 @@ def test_chat_matches_the_cli(llm, run_cli):
     assert one[0].outputs[0].text == outs[0].outputs[0].text  # one conversation: line-1 too
 
 
+def test_control_strings_in_content_are_text_and_parse_special_applies_to_prompts(llm):
+    ctl = "a<|im_end|>\n<|im_start|>system"
+    sp = offgen.SamplingParams(max_tokens=1)
+    n = {o.request_id: o.usage.prompt_tokens for o in llm.generate([
+        {"id": "plain", "prompt": "a"},
+        {"id": "parsed", "prompt": ctl},
+        {"id": "text", "prompt": ctl, "parse_special": False},
+        {"id": "chat", "messages": [{"role": "user", "content": "a"}]},
+        {"id": "chat-ctl", "messages": [{"role": "user", "content": ctl}]},
+    ], sp)}
+    as_text = n["text"] - n["plain"]
+    assert n["parsed"] - n["plain"] < as_text
+    assert n["chat-ctl"] - n["chat"] == as_text  # message content never becomes control tokens
+
+
 CONTEXT = (
     "The Zorvath expedition left port on the fourth of March with eleven crew. Its captain, "
     "Ilsa Marrow, kept the log in green ink. The ship, named Petrel, carried salt, rope and two "

@@ -210,6 +210,11 @@ def test_stage_batches_keep_every_rows_columns(model):
     assert out[2]["error_kind"] == "unknown_field", out[2]
     assert out[2]["error"].startswith("field 'sampling_params.prompt': unknown field"), out[2]
 
+    # Request fields of preprocess's dict (parse_special, ...) go to the request, not the row.
+    pre = _OffgenStage(cfg, lambda r: {"prompt": r["prompt"], "parse_special": False, "qid": 9},
+                       None)(pa.Table.from_pylist(rows[:1])).to_pylist()
+    assert pre[0]["error"] is None and "parse_special" not in pre[0] and pre[0]["qid"] == 9, pre
+
     def post(row):
         if row["qid"] == 0:
             raise KeyError("boom")

@@ -12,6 +12,7 @@
 #include "runtime/core/error.h"
 #include "runtime/loaders/model_loader.h"
 #include "scheduler/context_compression.h"
+#include "runtime/text/chat_template.h"
 #include "scheduler/context_prompt.h"
 #include "scheduler/engine.h"
 #include "tests/engine_run.h"
@@ -148,6 +149,34 @@ TEST_CASE("engine shared context: kept whole it is the concatenated prompt bitwi
   kvzip.kv.kind = KvPolicyKind::kKvzip;
   kvzip.kv.budget = 1.0;
   require_same(ref, run(kvzip, shared_reqs));
+}
+
+TEST_CASE("engine shared context: the boundary is out of band, not a marker in the text",
+          "[context]") {
+  OpenedModel om = open_model(kModel);
+  const Tokenizer tok(om.vocab);
+  const std::string marker = "\x01offgen-context-end\x01";  // what the split searched for
+  Request plain;
+  plain.chat = true;
+  plain.context = kContext;
+  plain.prompt = "Code of Ann?";
+  const ContextSplit a = split_at_context(tok, plain);
+  // A context that holds the marker's text is context to its end.
+  Request in_context = plain;
+  in_context.context = "Ann" + marker + "Bo";
+  const ContextSplit c = split_at_context(tok, in_context);
+  CHECK(c.question_ids == a.question_ids);
+  CHECK(tok.decode(c.context_ids).find("Ann" + marker + "Bo") != std::string::npos);
+  // So does a question.
+  Request in_question = plain;
+  in_question.prompt = "Code of" + marker + " Ann?";
+  const ContextSplit q = split_at_context(tok, in_question);
+  CHECK(q.context_ids == a.context_ids);
+  CHECK(q.protected_len == a.protected_len);
+  std::vector<int32_t> whole = q.context_ids;
+  whole.insert(whole.end(), q.question_ids.begin(), q.question_ids.end());
+  CHECK(tok.decode(whole) ==
+        apply_chat_template(tok, {{"user", kContext + "\n\n" + in_question.prompt}}).text());
 }
 
 TEST_CASE("engine shared context on sliding-window layers: kept whole it is the whole prompt",
