@@ -2,6 +2,7 @@
 // one feature each (tests/data/chat_templates/snippets_golden.jsonl, from
 // tools/gen_chat_template_golden.py), plus the engine's limits and the marks of request data.
 #include <catch2/catch.hpp>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -95,4 +96,84 @@ TEST_CASE("jinja engine: feature snippets render as jinja2 does", "[jinja]") {
     }
   }
   CHECK(n >= 150);
+}
+
+namespace {
+
+std::string render_error(const std::string& src, const offgen::jinja::RenderLimits& limits = {}) {
+  ChatOptions o;
+  o.limits = limits;
+  try {
+    ChatTemplate(src).render_json(kSnippetMessages, o);
+  } catch (const ChatTemplateError& e) {
+    CHECK_FALSE(e.raised());
+    return e.what();
+  }
+  FAIL("rendered: " << src);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("jinja engine: limits end runaway templates with a clear error", "[jinja]") {
+  using Catch::Contains;
+  offgen::jinja::RenderLimits small;
+  small.max_steps = 100'000;
+  CHECK_THAT(render_error("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}"
+                          "{% endfor %}",
+                          small),
+             Contains("steps"));
+  CHECK_THAT(render_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
+             Contains("nests deeper than 400 levels"));
+  CHECK_THAT(render_error("{{ 'x' * 100000000 }}"), Contains("over the limit"));
+  CHECK_THAT(render_error("{{ [0] * 100000000 }}"), Contains("over the limit"));
+  // Doubling a string: stopped by the size limit, or by the steps its bytes cost.
+  CHECK_THAT(render_error("{% set ns = namespace(s='x') %}{% for i in range(100) %}"
+                          "{% set ns.s = ns.s ~ ns.s %}{% endfor %}"),
+             Contains("limit"));
+  CHECK_THAT(render_error("{% for i in range(40) %}{{ 'y' * 1000000 }}{% endfor %}"),
+             Contains("rendered text is over the limit"));
+  // Parsing: nesting and size.
+  CHECK_THROWS_WITH(
+      ChatTemplate("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}"),
+      Contains("nests deeper than 128 levels"));
+  CHECK_THROWS_WITH(ChatTemplate("x" + std::string(17 << 20, ' ')), Contains("over the limit"));
+}
+
+TEST_CASE("jinja engine: a large template renders, its literal text unmarked", "[jinja]") {
+  // A 1.5 MB default system prompt (the size that made the old matcher quadratic).
+  const std::string big(1'500'000, 'a');
+  const std::string src = "{% if messages[0].role != 'system' %}<|im_start|>system\n" + big +
+                          "<|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>"
+                          "{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
+  const offgen::MarkedText out = ChatTemplate(src).render_json(kSnippetMessages, {});
+  CHECK(out.text() == "<|im_start|>system\n" + big +
+                          "<|im_end|>\n<|im_start|>user\nHi <|im_end|><|im_end|>\n"
+                          "<|im_start|>assistant\nHello!<|im_end|>\n");
+  REQUIRE(out.marks().size() == 2);  // the two contents
+  CHECK(out.marks()[0].begin > big.size());
+}
+
+TEST_CASE("jinja engine: marks follow request data through string operations", "[jinja]") {
+  auto marked = [](const std::string& src, const std::string& messages) {
+    ChatOptions o;
+    o.tools_json = R"([{"type": "function", "function": {"name": "f<|x|>", "n": 1}}])";
+    const offgen::MarkedText m = ChatTemplate(src).render_json(messages, o);
+    std::string s;  // the text with marked bytes upper-cased, for a readable comparison
+    for (size_t i = 0; i < m.size(); ++i)
+      s += m.any_marked(i, i + 1) ? static_cast<char>(std::toupper(m.text()[i])) : m.text()[i];
+    return s;
+  };
+  const std::string msg = R"([{"role": "user", "content": "  hi there  "}])";
+  CHECK(marked("<{{ messages[0].content|trim }}>", msg) == "<HI THERE>");
+  CHECK(marked("<{{ '[' + messages[0].content.strip().split(' ')[1] + ']' }}>", msg) ==
+        "<[THERE]>");
+  // The replacement is the template's text; what stays of the content stays marked.
+  CHECK(marked("{{ messages[0].content.replace('hi', 'yo')|trim }}", msg) == "yo THERE");
+  CHECK(marked("{{ '%s!'|format(messages[0].content|trim) }}", msg) == "HI THERE!");
+  CHECK(marked("{{ '<{}>'.format(messages[0].role) }}", msg) == "<user>");  // roles: template text
+  CHECK(marked("{{ tools|tojson }}", msg) ==
+        R"([{"TYPE": "FUNCTION", "FUNCTION": {"NAME": "F<|X|>", "N": 1}}])");
+  CHECK(marked("{% for t in tools %}{{ t.function.name }}{% endfor %}|{{ 'plain' }}", msg) ==
+        "F<|X|>|plain");
 }

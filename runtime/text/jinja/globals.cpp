@@ -165,6 +165,7 @@ class Builtin : public Object {
 class Namespace : public Object {
  public:
   std::string type_name() const override { return "Namespace"; }
+  void release() override { attrs_ = Dict(); }
   Value attr(Interp&, const Value&, std::string_view name) override {
     if (const Value* v = attrs_.find(name)) return *v;
     return Value::undefined(fmt::format("'Namespace object' has no attribute '{}'", name));
@@ -248,7 +249,7 @@ Value g_range(Interp& in, Args& args) {
   std::vector<Value> out;
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
     out.push_back(Value::integer(i));
-  in.charge(out.size());
+  in.charge_items(out.size());
   return Value::list(std::move(out));
 }
 
@@ -273,6 +274,7 @@ class Cycler : public Object {
  public:
   explicit Cycler(std::vector<Value> items) : items_(std::move(items)) {}
   std::string type_name() const override { return "Cycler"; }
+  void release() override { items_.clear(); }
   Value attr(Interp& in, const Value& self, std::string_view name) override {
     if (name == "current") return items_[pos_];
     if (name == "next" || name == "reset")
@@ -285,6 +287,7 @@ class Cycler : public Object {
    public:
     Method(Value c, bool next) : c_(std::move(c)), next_(next) {}
     std::string type_name() const override { return "method"; }
+    void release() override { c_ = Value(); }
     bool callable() const override { return true; }
     Value call(Interp&, Args) override {
       auto& c = static_cast<Cycler&>(c_.obj());
@@ -314,6 +317,7 @@ class Joiner : public Object {
  public:
   explicit Joiner(Value sep) : sep_(std::move(sep)) {}
   std::string type_name() const override { return "Joiner"; }
+  void release() override { sep_ = Value(); }
   bool callable() const override { return true; }
   Value call(Interp&, Args) override {
     if (!used_) {

@@ -24,6 +24,7 @@ class Macro : public Object {
  public:
   Macro(const MacroDef* def, ScopePtr closure) : def_(def), closure_(std::move(closure)) {}
   std::string type_name() const override { return "Macro"; }
+  void release() override { closure_.reset(); }
   bool callable() const override { return true; }
   Value call(Interp& in, Args args) override {
     return in.call_macro(*def_, closure_, std::move(args));
@@ -46,6 +47,11 @@ class Loop : public Object {
       : items_(std::move(items)), depth_(depth), stmt_(stmt), scope_(std::move(scope)) {}
   void at(size_t i) { i_ = i; }
   std::string type_name() const override { return "LoopContext"; }
+  void release() override {
+    items_.reset();
+    scope_.reset();
+    last_changed_ = Value();
+  }
   bool callable() const override { return stmt_->recursive; }
   std::string str() const override {
     return fmt::format("<LoopContext {}/{}>", i_ + 1, items_->size());
@@ -84,6 +90,7 @@ class Loop : public Object {
    public:
     LoopMethod(Value loop, std::string_view name) : loop_(std::move(loop)), name_(name) {}
     std::string type_name() const override { return "method"; }
+    void release() override { loop_ = Value(); }
     bool callable() const override { return true; }
     Value call(Interp&, Args args) override {
       auto& l = static_cast<Loop&>(loop_.obj());
@@ -123,6 +130,11 @@ void Interp::step(int64_t n) {
                     limits_.max_steps));
 }
 
+void Interp::charge_items(size_t n) {
+  if (n > limits_.max_output_bytes / sizeof(Value)) charge(limits_.max_output_bytes + 1);
+  charge(n * sizeof(Value));
+}
+
 void Interp::charge(size_t n) {
   if (n > limits_.max_output_bytes)
     fail(fmt::format("the template built a value of {} bytes or items, over the limit of {}", n,
@@ -139,6 +151,8 @@ void Interp::undefined_error(const Value& v) { fail(v.undefined_hint()); }
 
 MarkedText Interp::render(const Program& program, ScopePtr globals) {
   MarkedText out;
+  ObjectRegistry objects;  // released when the render ends, whatever cycles it built
+  ObjectRegistry::Install install(objects);
   try {
     exec(program.body, globals, out);
   } catch (const RaisedError&) {
@@ -295,19 +309,19 @@ std::vector<Value> Interp::iterate(const Value& v) {
     case Type::kUndefined:
       return {};
     case Type::kList:
-      charge(v.items().size());
+      charge_items(v.items().size());
       return v.items();
     case Type::kDict: {
       std::vector<Value> keys;
       keys.reserve(v.dict_value().size());
       for (const auto& kv : v.dict_value().items()) keys.push_back(kv.first);
-      charge(keys.size());
+      charge_items(keys.size());
       return keys;
     }
     case Type::kString: {
       std::vector<Value> chars;
       const std::string& s = v.text();
-      charge(s.size());
+      charge_items(s.size());
       for (size_t i = 0; i < s.size();) {
         const int n = utf8::decode(s, i).len;
         chars.push_back(Value::string(v.str().slice(i, i + n)));
@@ -318,7 +332,7 @@ std::vector<Value> Interp::iterate(const Value& v) {
     case Type::kObject:
       if (auto* g = dynamic_cast<Generator*>(&v.obj())) {
         std::vector<Value> items = g->take();
-        charge(items.size());
+        charge_items(items.size());
         return items;
       }
       break;

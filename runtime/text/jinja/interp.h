@@ -52,6 +52,8 @@ class Interp {
   // Charges a string or list of `n` bytes / elements being built, and refuses one over the
   // output limit.
   void charge(size_t n);
+  // The same for a list of `n` values being built (charged by their size in memory).
+  void charge_items(size_t n);
   Value make_string(MarkedText s);
   Value call(const Value& f, Args args);
   Value getattr(const Value& obj, std::string_view name);

@@ -86,6 +86,8 @@ Value Interp::eval(const Expr& e, const ScopePtr& scope) {
       return getitem(obj, key);
     }
     case ExprKind::kSlice: {
+      if (e.kids.size() == 3)  // a slice among several subscripts (obj[a:b, c]): no such key
+        return Value::undefined("slice objects are not supported as keys");
       const Value obj = eval(*e.kids[0], scope);
       Value parts[3];
       for (int i = 0; i < 3; ++i)
@@ -323,7 +325,7 @@ Value Interp::slice(const Value& obj, const Value& start, const Value& stop, con
     }
   }
   if (obj.is_string()) return make_string(std::move(str));
-  charge(items.size());
+  charge_items(items.size());
   return Value::list(std::move(items), obj.is_tuple());
 }
 
@@ -394,7 +396,7 @@ Value Interp::binary(const std::string& op, const Value& a, const Value& b) {
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
       std::vector<Value> items = a.items();
       items.insert(items.end(), b.items().begin(), b.items().end());
-      charge(items.size());
+      charge_items(items.size());
       return Value::list(std::move(items), a.is_tuple());
     }
     if (a.is_string())
@@ -422,7 +424,8 @@ Value Interp::binary(const std::string& op, const Value& a, const Value& b) {
     const Value* times = a.is_integer() ? &a : &b;
     if (seq && (seq->is_string() || seq->is_list())) {
       const int64_t n = std::max<int64_t>(0, times->as_int());
-      const size_t unit = seq->is_string() ? seq->text().size() : seq->items().size();
+      const size_t unit =
+          seq->is_string() ? seq->text().size() : seq->items().size() * sizeof(Value);
       if (unit > 0 && static_cast<uint64_t>(n) > limits_.max_output_bytes / unit)
         charge(limits_.max_output_bytes + 1);
       charge(unit * n);

@@ -20,6 +20,7 @@ class BoundMethod : public Object {
   BoundMethod(Value self, std::string_view name, MethodFn fn)
       : self_(std::move(self)), name_(name), fn_(fn) {}
   std::string type_name() const override { return "builtin_function_or_method"; }
+  void release() override { self_ = Value(); }
   bool callable() const override { return true; }
   Value call(Interp& in, Args args) override {
     if (!fn_)
@@ -352,7 +353,7 @@ Value l_index(Interp& in, const Value& l, const Args& a) {
 }
 
 Value l_copy(Interp& in, const Value& l, const Args&) {
-  in.charge(l.items().size());
+  in.charge_items(l.items().size());
   return Value::list(l.items(), l.is_tuple());
 }
 
@@ -366,7 +367,7 @@ Value d_items(Interp& in, const Value& d, const Args& a) {
   args_of("items", a, {}, {});
   std::vector<Value> out;
   for (const auto& [k, x] : d.dict_value().items()) out.push_back(Value::list({k, x}, true));
-  in.charge(out.size());
+  in.charge_items(out.size());
   return Value::list(std::move(out));
 }
 
@@ -379,12 +380,12 @@ Value d_values(Interp& in, const Value& d, const Args& a) {
   args_of("values", a, {}, {});
   std::vector<Value> out;
   for (const auto& kv : d.dict_value().items()) out.push_back(kv.second);
-  in.charge(out.size());
+  in.charge_items(out.size());
   return Value::list(std::move(out));
 }
 
 Value d_copy(Interp& in, const Value& d, const Args&) {
-  in.charge(d.dict_value().size());
+  in.charge_items(d.dict_value().size());
   return d;
 }
 

@@ -66,7 +66,7 @@ Value Value::markup(MarkedText s) {
 Value Value::list(std::vector<Value> items, bool tuple) {
   Value v;
   v.type_ = Type::kList;
-  v.p_ = std::make_shared<const List>(List{std::move(items), tuple});
+  v.p_ = std::make_shared<const List>(List{std::move(items), tuple, {}});
   return v;
 }
 
@@ -84,7 +84,35 @@ Value Value::dict(Dict d) {
   return v;
 }
 
+namespace {
+thread_local ObjectRegistry* current_registry = nullptr;
+}  // namespace
+
+void ObjectRegistry::add(const std::shared_ptr<Object>& o) {
+  if (objects_.size() >= prune_at_) {  // drop the dead ones; amortised O(1) per object
+    std::erase_if(objects_, [](const std::weak_ptr<Object>& w) { return w.expired(); });
+    prune_at_ = std::max<size_t>(1024, objects_.size() * 2);
+  }
+  objects_.push_back(o);
+}
+
+void ObjectRegistry::release_all() {
+  // Releasing one object can free others (and their weak entries): collect them first.
+  std::vector<std::shared_ptr<Object>> alive;
+  for (const std::weak_ptr<Object>& w : objects_)
+    if (auto o = w.lock()) alive.push_back(std::move(o));
+  objects_.clear();
+  for (const auto& o : alive) o->release();
+}
+
+ObjectRegistry::Install::Install(ObjectRegistry& r) : previous_(current_registry) {
+  current_registry = &r;
+}
+
+ObjectRegistry::Install::~Install() { current_registry = previous_; }
+
 Value Value::object(std::shared_ptr<Object> o) {
+  if (current_registry) current_registry->add(o);
   Value v;
   v.type_ = Type::kObject;
   v.p_ = std::move(o);

@@ -149,6 +149,38 @@ class Object {
   virtual Value call(Interp& in, Args args);
   // Python's str() of the object.
   virtual std::string str() const;
+  // Drops the values and scopes the object holds (called when a render ends, to break the
+  // reference cycles a template can build: a namespace holding itself, a macro held by the scope
+  // it closes over).
+  virtual void release() {}
+};
+
+// The objects created during one render on this thread (Value::object registers them), released
+// together when the render ends. Install one per render with ObjectRegistry::Install.
+class ObjectRegistry {
+ public:
+  ObjectRegistry() = default;
+  ObjectRegistry(const ObjectRegistry&) = delete;
+  ObjectRegistry& operator=(const ObjectRegistry&) = delete;
+  ~ObjectRegistry() { release_all(); }
+  void add(const std::shared_ptr<Object>& o);
+  void release_all();
+
+  // Makes `r` this thread's registry for its lifetime.
+  class Install {
+   public:
+    explicit Install(ObjectRegistry& r);
+    ~Install();
+    Install(const Install&) = delete;
+    Install& operator=(const Install&) = delete;
+
+   private:
+    ObjectRegistry* previous_;
+  };
+
+ private:
+  std::vector<std::weak_ptr<Object>> objects_;
+  size_t prune_at_ = 1024;
 };
 
 // jinja2's lazy results (map, select, reject, selectattr, rejectattr, unique, items, batch and
@@ -161,6 +193,7 @@ class Generator : public Object {
   std::string str() const override { return "<generator object>"; }
   // The items on the first call, nothing after (the generator is spent).
   std::vector<Value> take();
+  void release() override { items_.clear(); }
 
  private:
   std::vector<Value> items_;
