@@ -210,10 +210,15 @@ def test_stage_batches_keep_every_rows_columns(model):
     assert out[2]["error_kind"] == "unknown_field", out[2]
     assert out[2]["error"].startswith("field 'sampling_params.prompt': unknown field"), out[2]
 
-    # Request fields of preprocess's dict (parse_special, ...) go to the request, not the row.
-    pre = _OffgenStage(cfg, lambda r: {"prompt": r["prompt"], "parse_special": False, "qid": 9},
-                       None)(pa.Table.from_pylist(rows[:1])).to_pylist()
-    assert pre[0]["error"] is None and "parse_special" not in pre[0] and pre[0]["qid"] == 9, pre
+    # parse_special (like tools and chat_template_kwargs) reaches the request: a wrong type is
+    # that row's request error.
+    def pre_fn(r):
+        return {"prompt": r["prompt"]} if r["qid"] == 0 else \
+            {"prompt": r["prompt"], "parse_special": "no"}
+
+    pre = _OffgenStage(cfg, pre_fn, None)(pa.Table.from_pylist(rows[:2])).to_pylist()
+    assert pre[0]["error"] is None, pre
+    assert "parse_special" in (pre[1]["error"] or ""), pre
 
     def post(row):
         if row["qid"] == 0:
