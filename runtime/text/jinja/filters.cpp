@@ -548,7 +548,7 @@ Value f_rejectattr(Interp& in, const Value& v, const Args& a) {
 // jinja2's attr: a Python attribute only (never an item of a dict).
 Value f_attr(Interp& in, const Value& v, const Args& args) {
   const auto a = args_of("attr", args, {"name"}, {});
-  const std::string& name = to_str(a[0]).text();
+  const std::string name = to_str(a[0]).text();
   if (v.is_undefined()) return Value::undefined(v.undefined_hint());
   if (name.starts_with("__"))
     return Value::undefined(

@@ -376,7 +376,8 @@ class Lexer {
     bool is_float = false;
     if (!after_dot && pos_ + 1 < s_.size() && s_[pos_] == '.' && is_digit(s_[pos_ + 1])) {
       ++pos_;
-      lit += "." + digits(is_digit);
+      lit += '.';
+      lit += digits(is_digit);
       is_float = true;
     }
     if (!after_dot && pos_ < s_.size() && (s_[pos_] | 0x20) == 'e') {

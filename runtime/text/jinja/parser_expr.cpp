@@ -422,7 +422,10 @@ ExprPtr Parser::parse_filter_expr(ExprPtr e) {
 
 std::string Parser::dotted_name() {
   std::string name = expect_name();
-  while (skip_op(".")) name += "." + expect_name();
+  while (skip_op(".")) {
+    name += '.';
+    name += expect_name();
+  }
   return name;
 }
 

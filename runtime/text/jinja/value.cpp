@@ -173,18 +173,29 @@ std::string Value::type_name() const {
 
 // ---- dict ---------------------------------------------------------------------------------
 
+namespace {
+
+// prefix + text, built by appending (GCC 12's -Wrestrict misfires on "x" + std::string).
+std::string tagged(char prefix, std::string_view text) {
+  std::string k(1, prefix);
+  k.append(text);
+  return k;
+}
+
+}  // namespace
+
 std::string hash_key(const Value& v) {
   switch (v.type()) {
     case Type::kString:
-      return "s" + v.text();
+      return tagged('s', v.text());
     case Type::kBool:
     case Type::kInt:
-      return "n" + std::to_string(v.as_int());
+      return tagged('n', std::to_string(v.as_int()));
     case Type::kFloat: {
       const double f = v.as_float();
       if (std::isfinite(f) && f == std::floor(f) && std::fabs(f) < 9.2e18)
-        return "n" + std::to_string(static_cast<int64_t>(f));
-      return "f" + py_float_repr(f);
+        return tagged('n', std::to_string(static_cast<int64_t>(f)));
+      return tagged('f', py_float_repr(f));
     }
     case Type::kNone:
       return "N";
@@ -193,7 +204,9 @@ std::string hash_key(const Value& v) {
         std::string k = "t";
         for (const Value& e : v.items()) {
           const std::string part = hash_key(e);
-          k += std::to_string(part.size()) + ":" + part;
+          k += std::to_string(part.size());
+          k += ':';
+          k += part;
         }
         return k;
       }
