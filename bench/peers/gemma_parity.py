@@ -116,6 +116,7 @@ def main() -> None:
     ap.add_argument("--ctx", default="1024,2048", help="perplexity contexts (llama-perplexity -c), comma-separated")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--offgen-bin", default=str(REPO / "build"))
+    ap.add_argument("--kv-dtype", default="f32", help="offgen's KV cache storage (default f32)")
     ap.add_argument("--skip-ppl", action="store_true")
     ap.add_argument("--hf-reference", action="store_true",
                     help="also compare both systems against transformers loading the same GGUF")
@@ -153,7 +154,7 @@ def main() -> None:
         logits = work / f"offgen-{tag}.f32"
         r = sh([Path(args.offgen_bin) / "bench/bench_offgen_logits", "--model", model, "--ids", ids,
                 "--logits", logits, "--steps", args.steps, "--threads", args.threads,
-                "--weight-dtype", dtype])
+                "--weight-dtype", dtype, "--kv-dtype", args.kv_dtype])
         return (np.fromfile(logits, dtype=np.float32).reshape(len(prompts), -1),
                 [list(map(int, l.split())) for l in r.stdout.splitlines()])
 
@@ -258,6 +259,7 @@ def main() -> None:
             sh([Path(args.offgen_bin) / "offgen", "eval", "ppl", "--model", args.model,
                 "--weight-dtype", "native", "--text", args.text, "--tokens", ctx,
                 "--prefix", ctx // 2 + 1, "--kv-policy", "full", "--kv-budget", "1",
+                "--kv-dtype", args.kv_dtype,
                 "--threads", args.threads, "--json", jp])
             full = [x for x in json.loads(jp.read_text())
                     if x["policy"] == "full" and x["metric"] == "ppl" and x["text"] == "all"][0]

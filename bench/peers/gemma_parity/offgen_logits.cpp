@@ -10,11 +10,12 @@
 #include <vector>
 
 #include "runtime/core/error.h"
+#include "runtime/core/kv_format.h"
 #include "scheduler/engine.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"offgen next-token logits and greedy continuations for pre-tokenised prompts"};
-  std::string model, ids_path, logits_path, weight_dtype = "native";
+  std::string model, ids_path, logits_path, weight_dtype = "native", kv_dtype = "f32";
   int64_t steps = 32;
   int threads = 0;
   app.add_option("--model", model)->required();
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "greedy tokens per prompt");
   app.add_option("--weight-dtype", weight_dtype);
   app.add_option("--threads", threads);
+  app.add_option("--kv-dtype", kv_dtype, "KV cache storage (default f32, as llama.cpp's fp32 K/V)");
   CLI11_PARSE(app, argc, argv);
   try {
     std::vector<offgen::Request> reqs;
@@ -43,6 +45,7 @@ int main(int argc, char** argv) {
     eo.model = model;
     eo.weight_dtype = offgen::WeightMode::parse(weight_dtype);
     eo.threads = threads;
+    eo.policy.kv_dtype = offgen::parse_kv_dtype(kv_dtype);
     offgen::Engine engine(eo);
     std::vector<std::vector<float>> first(reqs.size());
     offgen::GenerateCallbacks cb;
