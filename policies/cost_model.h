@@ -25,6 +25,10 @@ struct ModelFacts {
   int64_t window_layers = 0, window = 0;  // sliding-window layers and their window (0: none)
   std::vector<uint8_t> sliding;           // per layer: a sliding-window layer (empty: none)
   std::vector<int64_t> unit_bytes;   // blob bytes per unit: attention 2l, MLP 2l+1
+  // Multiply-adds of the matmuls per row (token): the attention unit's projections, the MLP's
+  // matrices; the output head's per sequence; and the attention core's per (query row x key
+  // slot) of one layer (Q.K and the weighted sum of V over every head). 0: unknown.
+  int64_t attn_unit_macs = 0, mlp_unit_macs = 0, output_macs = 0, attn_pair_macs = 0;
   int64_t resident_bytes = 0;        // embedding, output head, norms (always in RAM)
   int64_t head_dim = 0;
   // The backend's: device memory is host memory (the CPU), and its KV dtype by default.

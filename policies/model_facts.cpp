@@ -18,6 +18,11 @@ ModelFacts model_facts(const DecoderModel& model, const std::string& weight_dtyp
   for (int64_t u = 0; u < model.num_units(); ++u) m.unit_bytes.push_back(model.unit_bytes(u));
   m.resident_bytes = model.resident_bytes();
   m.head_dim = c.head_dim;
+  m.attn_unit_macs = c.d_model * (2 * c.q_dim() + 2 * c.kv_dim());  // Q, K, V and O
+  const int64_t ffn_mats = c.ffn == FfnKind::kSwiGlu || c.ffn == FfnKind::kGeGlu ? 3 : 2;
+  m.mlp_unit_macs = ffn_mats * c.d_model * c.ffn_dim;
+  m.output_macs = c.d_model * c.vocab_size;
+  m.attn_pair_macs = 2 * c.q_dim();
   m.device_is_host = model.backend().device_is_host();
   m.default_kv_dtype = model.backend().caps().default_kv_dtype;
   m.forward = model.forward_layout();

@@ -130,6 +130,7 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
   }
   out.policy = best.policy;
   out.prediction = best.prediction;
+  if (m.mlp_unit_macs > 0) out.roofline = roofline(m, c, hw, best.policy, w);
 
   // Why not bigger: probe the next larger block and the next RAM share of weights and cache.
   const Policy& b = best.policy;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "policies/cost_model.h"
+#include "policies/roofline.h"
 #include "runtime/core/stop.h"
 
 namespace offgen {
@@ -29,6 +30,7 @@ struct PlanOptions {
 struct PlanResult {
   Policy policy;
   Prediction prediction;          // over the whole workload (predict_workload)
+  Roofline roofline;              // its bounds (roofline.h; none when the facts lack MAC counts)
   std::string binding;            // why not bigger: a tier capacity, the request count, ...
   bool memory_bound = false;      // a tier capacity is among the reasons
   int64_t evaluated = 0;          // candidate policies predicted

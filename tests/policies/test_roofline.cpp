@@ -1,0 +1,164 @@
+// Roofline bounds: bytes, FLOPs and each resource's time per step by hand on a made-up one-layer
+// model and profile, the binding resource, blocks of a workload, and the JSON the reports read.
+#include <catch2/catch.hpp>
+
+#include "policies/roofline.h"
+#include "runtime/core/error.h"
+
+using namespace offgen;
+
+namespace {
+
+// One layer: attention unit 4 KiB, MLP unit 8 KiB; K/V rows of 1 KiB; made-up MAC counts.
+ModelFacts tiny_model() {
+  ModelFacts m;
+  m.key = "tiny";
+  m.n_layers = 1;
+  m.d_model = 256;
+  m.n_kv_heads = 2;
+  m.context_length = 4096;
+  m.unit_bytes = {4096, 8192};
+  m.resident_bytes = 1 << 20;
+  m.kv_row_bytes = 1024;
+  m.attn_unit_macs = 1000;
+  m.mlp_unit_macs = 2000;
+  m.output_macs = 500;
+  m.attn_pair_macs = 10;
+  return m;
+}
+
+// GEMM 4e6 FLOP/s (the MLP unit: 2 x 2000 MACs per row in 1 ms), disk 4.096e6 B/s, memory
+// 8.192e9 B/s (8 KiB copied in 2 us: read and written).
+HardwareProfile tiny_hw() {
+  HardwareProfile hw;
+  hw.disk_read = TimeCurve{{4096, 8192}, {1e-3, 2e-3}};
+  hw.disk_write = hw.disk_read;
+  hw.ram_copy = TimeCurve{{4096, 8192}, {1e-6, 2e-6}};
+  ComputeProfile c;
+  c.model_key = "tiny";
+  c.threads = 1;
+  c.mlp = TimeCurve{{1, 1024}, {1e-3, 1.024}};
+  hw.compute.push_back(c);
+  return hw;
+}
+
+Policy block_of(int64_t n) {
+  Policy p;
+  p.gpu_batch_size = n;
+  p.num_gpu_batches = 1;
+  p.batch_given = true;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("roofline: rates from the profile", "[roofline]") {
+  const ResourceRates r = resource_rates(tiny_model(), tiny_hw().compute[0], tiny_hw());
+  CHECK(r.flops_per_second == Approx(4e6));
+  CHECK(r.disk_bytes_per_second == Approx(4.096e6));
+  CHECK(r.memory_bytes_per_second == Approx(8.192e9));
+  ModelFacts unknown = tiny_model();
+  unknown.mlp_unit_macs = 0;
+  CHECK_THROWS_AS(resource_rates(unknown, tiny_hw().compute[0], tiny_hw()), Error);
+}
+
+TEST_CASE("roofline: all in RAM, FLOPs and bytes per step by hand; compute binds", "[roofline]") {
+  const ModelFacts m = tiny_model();
+  const HardwareProfile hw = tiny_hw();
+  Workload w;
+  w.prompt_len = 4;
+  w.gen_len = 3;
+  const Roofline r = roofline(m, hw.compute[0], hw, block_of(2), w);
+  CHECK(r.block == 2);
+  CHECK(r.blocks == 1);
+  CHECK(r.prefill_forwards == 1);
+  CHECK(r.decode_steps == 2);
+  // Prefill: 8 rows x 3000 MACs, 2 output heads x 500, 2 x 10 pairs x 10 MACs; x2 FLOPs.
+  CHECK(r.prefill_forward.flops == Approx(2 * (8 * 3000 + 2 * 500 + 20 * 10)));
+  CHECK(r.prefill_forward.disk_bytes == 0);
+  // The weights and resident tensors read, 8 K and 8 V rows written.
+  const double weights = 4096 + 8192 + (1 << 20);
+  CHECK(r.prefill_forward.memory_bytes == Approx(weights + 2 * 8 * 1024));
+  // Decode steps over 4 and 5 used slots: 2 rows, 2 heads, 2 x 5 and 2 x 6 pairs.
+  const double d0 = 2 * (2 * 3000 + 2 * 500 + 10 * 10), d1 = 2 * (2 * 3000 + 2 * 500 + 12 * 10);
+  CHECK(r.decode_step.flops == Approx((d0 + d1) / 2));
+  CHECK(r.decode_step.memory_bytes ==
+        Approx(weights + 2 * ((2 * 4 + 2) + (2 * 5 + 2)) * 1024 / 2.0));
+  CHECK(r.decode_step.compute_seconds == Approx((d0 + d1) / 2 / 4e6));
+  CHECK(r.decode_step.binding() == "compute");
+  CHECK(r.binding == "compute");
+  const double seconds = (2 * (8 * 3000 + 2 * 500 + 20 * 10) + d0 + d1) / 4e6;
+  CHECK(r.bound_seconds == Approx(seconds));
+  CHECK(r.bound_total_throughput == Approx(2 * 3 / seconds));
+}
+
+TEST_CASE("roofline: weights on disk are read every forward; the disk binds", "[roofline]") {
+  const ModelFacts m = tiny_model();
+  const HardwareProfile hw = tiny_hw();
+  Workload w;
+  w.prompt_len = 1;
+  w.gen_len = 2;
+  Policy p = block_of(1);
+  p.weight_gpu_percent = 0;  // weights wholly on disk: 12 KiB a forward, 3 ms
+  const Roofline r = roofline(m, hw.compute[0], hw, p, w);
+  CHECK(r.prefill_forward.disk_bytes == 12288);
+  CHECK(r.decode_step.disk_bytes == 12288);
+  CHECK(r.decode_step.disk_seconds == Approx(0.003));
+  CHECK(r.decode_step.binding() == "disk");
+  CHECK(r.binding == "disk");
+  CHECK(r.bound_seconds == Approx(0.006));
+  // Staging: each blob's disk part written to RAM besides the matmul's read of it.
+  CHECK(r.decode_step.memory_bytes == Approx(2 * 12288 + (1 << 20) + 2 * 2 * 1024));
+}
+
+TEST_CASE("roofline: KV on disk reads the used pages and writes the new row's page", "[roofline]") {
+  const ModelFacts m = tiny_model();
+  const HardwareProfile hw = tiny_hw();
+  Workload w;
+  w.prompt_len = 8;
+  w.gen_len = 2;
+  Policy p = block_of(1);
+  p.cache_gpu_percent = 0;  // K and V wholly on disk
+  const Roofline r = roofline(m, hw.compute[0], hw, p, w);
+  // Prefill writes 8 rows (2 pages) of K and of V; the decode step reads them and writes slot 8.
+  CHECK(r.prefill_forward.disk_bytes == 2 * 8192);
+  CHECK(r.decode_step.disk_bytes == 2 * 8192 + 2 * 4096);
+}
+
+TEST_CASE("roofline: a workload in blocks, the last one partial", "[roofline]") {
+  const ModelFacts m = tiny_model();
+  const HardwareProfile hw = tiny_hw();
+  Workload w;
+  w.prompt_len = 4;
+  w.gen_len = 3;
+  w.num_requests = 5;
+  const Roofline all = roofline(m, hw.compute[0], hw, block_of(2), w);
+  Workload one = w;
+  one.num_requests = 2;
+  const Roofline two = roofline(m, hw.compute[0], hw, block_of(2), one);
+  one.num_requests = 1;
+  const Roofline last = roofline(m, hw.compute[0], hw, block_of(2), one);
+  CHECK(all.blocks == 3);
+  CHECK(all.block == 2);
+  CHECK(all.bound_seconds == Approx(2 * two.bound_seconds + last.bound_seconds));
+  CHECK(all.bound_total_throughput == Approx(5 * 3 / all.bound_seconds));
+  // A block larger than the workload is the workload.
+  CHECK(roofline(m, hw.compute[0], hw, block_of(8), one).block == 1);
+}
+
+TEST_CASE("roofline: JSON and text name each resource and the binding one", "[roofline]") {
+  const ModelFacts m = tiny_model();
+  const HardwareProfile hw = tiny_hw();
+  Workload w;
+  w.prompt_len = 4;
+  w.gen_len = 3;
+  const Roofline r = roofline(m, hw.compute[0], hw, block_of(2), w);
+  const nlohmann::json j = r.to_json();
+  for (const char* k : {"disk_bytes_per_second", "flops_per_second", "memory_bytes_per_second"})
+    CHECK(j["rates"][k].get<double>() > 0);
+  CHECK(j["decode_step"]["binding"] == "compute");
+  CHECK(j["bound_total_throughput"].get<double>() == Approx(r.bound_total_throughput));
+  const std::string text = r.describe(r.bound_total_throughput / 2);
+  CHECK_THAT(text, Catch::Contains("decode step (2 per block): disk"));
+  CHECK_THAT(text, Catch::Contains("= 50% of the bound"));
+}
