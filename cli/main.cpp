@@ -126,9 +126,10 @@ void install_stop_handlers() {
 }
 
 // `generate --policy auto`: plans for the job's longest prompt and largest max_tokens (every
-// sequence then fits the planned block) over its valid requests.
+// sequence then fits the planned block) over its valid requests. `report` gets the plan's
+// figures (prediction, roofline, the profile's provenance) for --report.
 Policy plan_for_job(const CommonFlags& f, const std::vector<JobLine>& lines, const Policy& base,
-                    int64_t max_context, const StopToken& stop) {
+                    int64_t max_context, const StopToken& stop, nlohmann::json& report) {
   std::vector<Request> requests;
   for (const JobLine& l : lines)
     if (l.request) requests.push_back(*l.request);
@@ -146,7 +147,14 @@ Policy plan_for_job(const CommonFlags& f, const std::vector<JobLine>& lines, con
                         stop.check("plan");  // between calibration steps
                       },
                       planning_kv_dtypes(base)};
-  return auto_plan(planning_inputs(ctx.limits_of(base)), w, base, stop).policy;
+  const PlanningInputs in = planning_inputs(ctx.limits_of(base));
+  const PlanResult r = auto_plan(in, w, base, stop);
+  report = prediction_json(r.prediction);
+  report["policy_toml"] = policy_toml(r.policy);
+  report["binding"] = r.binding;
+  report["roofline"] = r.roofline.to_json();
+  report["profile"] = in.profile_json();
+  return r.policy;
 }
 
 // A failure as the command reports it: one line, the exit status (2: the configuration; 1: the
@@ -215,7 +223,7 @@ int cmd_generate(const CommonFlags& f, GenerateJobOptions& job, const PolicyFlag
                  "--context: --kv-policy {} cannot compress a shared context; use one of: {}",
                  policy.kv.name(), fmt::join(context_policy_names(), ", "));
     check_auto_backend(f, pf);
-    if (pf.auto_policy()) policy = plan_for_job(f, input.lines, policy, max_context, stop);
+    if (pf.auto_policy()) policy = plan_for_job(f, input.lines, policy, max_context, stop, end.plan);
     phase = "load";
     engine = std::make_unique<Engine>(engine_options(f, policy, max_context), stop);
     end.load_seconds = since_start();
@@ -293,10 +301,18 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
       j.update(prediction_json(pr));
       j["policy_source"] = pf.auto_policy() ? "auto" : "given";
       j["policy_toml"] = policy_toml(p);
+      const Roofline rl = roofline(in->facts, in->compute, in->hw, p, ran,
+                                   std::min(r.batch_size, engine.max_active()));
+      j["roofline"] = rl.to_json();
+      j["bound_fraction"] = r.total_throughput / rl.bound_total_throughput;
+      j["profile"] = in->profile_json();
       std::printf("  predicted: prefill %.1f, decode %.1f, total %.1f tok/s (measured/predicted "
                   "total %.2f)\n",
                   pr.prefill_throughput, pr.decode_throughput, pr.total_throughput,
                   r.total_throughput / pr.total_throughput);
+      std::printf("  bound: %.3g tok/s total, %s binds; measured %.0f%% of it\n",
+                  rl.bound_total_throughput, rl.binding.c_str(),
+                  100 * r.total_throughput / rl.bound_total_throughput);
     }
     std::fflush(stdout);
     runs.push_back(std::move(j));

@@ -1,7 +1,9 @@
 // The calibrate and plan commands.
 #include "cli/plan_command.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <ctime>
 
 #include <fmt/format.h>
 
@@ -56,6 +58,12 @@ void CalibrateCommand::add_to(CLI::App* app) {
   cmd_->add_option("--threads", threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
   cmd_->add_flag("--quick", quick, "Fewer sizes and repetitions (rougher; for smoke tests)");
   add_kv_dtype(cmd_, kv_dtype, false);
+  cmd_->add_option("--rounds", rounds,
+                   "Rounds of every measurement; the best of them is kept (default 3, --quick 2)")
+      ->check(CLI::Range(1, 100));
+  cmd_->add_flag("--allow-busy", allow_busy,
+                 "Keep figures measured while other processes load the machine (marked as such; "
+                 "every plan from them warns)");
 }
 
 int CalibrateCommand::run() const {
@@ -63,7 +71,21 @@ int CalibrateCommand::run() const {
   CalibrateOptions co;
   co.offload_dir = offload_dir;
   co.quick = quick;
+  co.rounds = rounds;
   co.on_step = progress;
+  // Refused before any measurement when the machine is busy now, and after when it was meanwhile.
+  auto quiet = [&](const ProfileProvenance& p, const std::string& what) {
+    if (!allow_busy) check_quiet(p, "the " + what + " were measured");
+    else if (measured_busy(p))
+      std::fprintf(stderr, "offgen: warning: the %s are measured on a busy machine (other "
+                   "processes %.0f%% of the CPU): kept, marked as such (--allow-busy)\n",
+                   what.c_str(), std::max(0.0, p.others_cpu) * 100);
+    if (p.spread > kSpreadLimit)
+      std::fprintf(stderr, "offgen: warning: the %s moved by %.0f%% between rounds (%s): the "
+                   "machine's speed was not stable; the best of each point is kept\n",
+                   what.c_str(), p.spread * 100, p.spread_at.c_str());
+  };
+  if (!allow_busy) check_quiet(probe_machine(1.0), "probed for a second before measuring");
   // Keeps the compute entries of other models already in the file.
   HardwareProfile base;
   if (std::FILE* f = std::fopen(path.c_str(), "r")) {
@@ -75,6 +97,9 @@ int CalibrateCommand::run() const {
     }
   }
   HardwareProfile hw = measure_transfers(co, std::move(base));
+  quiet(hw.provenance, "disk and RAM figures");
+  const auto now = static_cast<int64_t>(std::time(nullptr));
+  std::printf("disk and RAM figures %s\n", provenance_line(hw.provenance, now).c_str());
   std::printf("offload dir %s (O_DIRECT %s)\n", hw.offload_dir.c_str(), hw.direct_io ? "yes" : "no");
   print_curve("disk read", hw.disk_read);
   print_curve("disk write", hw.disk_write);
@@ -85,8 +110,10 @@ int CalibrateCommand::run() const {
     DecoderModel m(*opened.source, *backend);
     const DType kv = kv_dtype.empty() ? backend->caps().default_kv_dtype : parse_kv_dtype(kv_dtype);
     const ComputeProfile c = measure_compute(m, weight_dtype, kv, co);
+    quiet(c.provenance, "compute figures");
     hw.put_compute(c);
-    std::printf("compute %s, %d threads:\n", c.model_key.c_str(), c.threads);
+    std::printf("compute %s, %d threads, %s:\n", c.model_key.c_str(), c.threads,
+                provenance_line(c.provenance, now).c_str());
     for (size_t i = 0; i < c.mlp.x.size(); ++i)
       std::printf("  %5.0f rows: MLP unit %.3f ms, attention unit %.3f ms\n", c.mlp.x[i],
                   c.mlp.seconds[i] * 1e3, c.attn_base.seconds[i] * 1e3);
@@ -145,8 +172,15 @@ int PlanCommand::run() const {
               format_bytes(pr.need.device).c_str(), format_bytes(pr.need.host).c_str(),
               format_bytes(pr.need.disk).c_str(), static_cast<long long>(pr.kv_slots),
               std::string(dtype_name(in.facts.kv_dtype(r.policy))).c_str());
+  if (base.ram_mem() == 0 && r.policy.cpu_mem > 0)
+    std::printf("# RAM: planned within %s, 90%% of what is available now (--cpu-mem sets the "
+                "limit)\n",
+                format_bytes(r.policy.cpu_mem).c_str());
   std::printf("# binding constraint: %s\n# %lld candidate policies evaluated\n", r.binding.c_str(),
               static_cast<long long>(r.evaluated));
+  if (r.roofline.known()) std::printf("%s", r.roofline.describe(pr.total_throughput).c_str());
+  std::printf("# profile %s\n", in.profile_path.c_str());
+  for (const std::string& w : in.warnings) std::printf("# warning: %s\n", w.c_str());
   std::printf("%s", policy_toml(r.policy).c_str());
   if (!json.empty()) {
     const Policy& p = r.policy;
@@ -165,6 +199,8 @@ int PlanCommand::run() const {
     j["binding"] = r.binding;
     j["evaluated"] = r.evaluated;
     j["policy_toml"] = policy_toml(p);
+    j["roofline"] = r.roofline.to_json();
+    j["profile"] = in.profile_json();
     write_json_atomically(json, j);
   }
   return 0;

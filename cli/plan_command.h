@@ -24,7 +24,8 @@ class CalibrateCommand {
   CLI::App* cmd_ = nullptr;
   std::string offload_dir, json, model, weight_dtype = "native", kv_dtype;
   int threads = 0;
-  bool quick = false;
+  int rounds = 0;  // 0: CalibrateOptions' default
+  bool quick = false, allow_busy = false;
 };
 
 class PlanCommand {

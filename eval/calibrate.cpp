@@ -7,6 +7,7 @@
 #include <cstring>
 #include <ctime>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -18,6 +19,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/log.h"
 #include "runtime/core/memory_info.h"
+#include "runtime/core/machine_info.h"
 #include "runtime/text/sampler.h"
 
 namespace offgen {
@@ -95,7 +97,8 @@ struct Tables {
 
 }  // namespace
 
-HardwareProfile measure_transfers(const CalibrateOptions& o, HardwareProfile p) {
+// One round of each measurement; the public functions keep the best of o.rounds.
+static HardwareProfile transfers_once(const CalibrateOptions& o, HardwareProfile p) {
   p.created = today();
   NvmeStoreOptions no;
   no.dir = o.offload_dir;
@@ -159,8 +162,8 @@ HardwareProfile measure_transfers(const CalibrateOptions& o, HardwareProfile p) 
   return p;
 }
 
-ComputeProfile measure_compute(const DecoderModel& model, const std::string& weight_dtype,
-                               DType kv_dtype, const CalibrateOptions& o) {
+static ComputeProfile compute_once(const DecoderModel& model, const std::string& weight_dtype,
+                                   DType kv_dtype, const CalibrateOptions& o) {
   const ModelConfig& c = model.config();
   ComputeProfile out;
   out.model_key = compute_key(model_key(c, weight_dtype), kv_dtype);
@@ -321,6 +324,151 @@ ComputeProfile measure_compute(const DecoderModel& model, const std::string& wei
         reps, budget));
   }
   return out;
+}
+
+namespace {
+
+// Several rounds of one figure: the best (least disturbed: interference only slows a measurement)
+// of directly measured times, the median of derived ones (differences of two times, where the
+// least is the noisiest), and the largest spread between rounds of a measured point (of those
+// taking a millisecond or more).
+constexpr double kSpreadFloor = 1e-3;
+
+struct Rounds {
+  double spread = 0;
+  std::string at;
+  // Each point's seconds over the rounds (the rounds measure the same x).
+  static std::vector<std::vector<double>> points(const std::vector<TimeCurve>& all) {
+    std::vector<std::vector<double>> v(all.front().x.size());
+    for (const TimeCurve& c : all)
+      for (size_t i = 0; i < v.size() && i < c.seconds.size(); ++i) v[i].push_back(c.seconds[i]);
+    return v;
+  }
+  // The best of each point; `name(x)` describes a point for the spread.
+  template <typename Name>
+  TimeCurve best(const std::vector<TimeCurve>& all, Name&& name) {
+    TimeCurve out = all.front();
+    const auto v = points(all);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const auto [lo, hi] = std::minmax_element(v[i].begin(), v[i].end());
+      out.seconds[i] = *lo;
+      // Points under a millisecond are left out: their spread is timer and scheduler noise.
+      const double s = *lo >= kSpreadFloor ? *hi / *lo - 1 : 0;
+      if (s > spread) spread = s, at = name(out.x[i]);
+    }
+    return out;
+  }
+  static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  }
+  static TimeCurve median(const std::vector<TimeCurve>& all) {
+    TimeCurve out = all.front();
+    const auto v = points(all);
+    for (size_t i = 0; i < v.size(); ++i) out.seconds[i] = median(v[i]);
+    return out;
+  }
+};
+
+template <typename T, typename F>
+std::vector<TimeCurve> each(const std::vector<T>& all, F&& field) {
+  std::vector<TimeCurve> out;
+  for (const T& x : all) out.push_back(field(x));
+  return out;
+}
+
+std::string bytes_point(const char* what, double x) {
+  return fmt::format("{} {}", what, format_bytes(static_cast<int64_t>(x)));
+}
+std::function<std::string(double)> rows_point(const char* unit) {
+  return [unit](double x) { return fmt::format("{} at {:.0f} rows", unit, x); };
+}
+
+// Provenance of a measurement: the machine as it started, the other processes' CPU share over it.
+struct Witness {
+  MachineInfo machine = machine_info();
+  OthersCpuProbe others;
+  ProfileProvenance finish(int rounds, const Rounds& r) const {
+    ProfileProvenance p;
+    p.measured_at = utc_timestamp(static_cast<int64_t>(std::time(nullptr)));
+    p.cpu_model = machine.cpu_model;
+    p.kernel = machine.kernel;
+    p.cpus = machine.cpus;
+    p.loadavg = machine.loadavg;
+    p.others_cpu = others.fraction();
+    p.rounds = rounds;
+    p.spread = r.spread;
+    p.spread_at = r.at;
+    return p;
+  }
+};
+
+}  // namespace
+
+int CalibrateOptions::round_count() const { return rounds > 0 ? rounds : quick ? 2 : 3; }
+
+HardwareProfile measure_transfers(const CalibrateOptions& o, HardwareProfile base) {
+  const Witness w;
+  const int n = o.round_count();
+  std::vector<HardwareProfile> all;
+  for (int r = 0; r < n; ++r) {
+    if (n > 1) step(o, fmt::format("disk and RAM, round {} of {}", r + 1, n));
+    all.push_back(transfers_once(o, base));
+  }
+  Rounds rounds;
+  HardwareProfile best = all.front();
+  best.disk_read = rounds.best(each(all, [](const auto& p) { return p.disk_read; }),
+                               [](double x) { return bytes_point("disk read", x); });
+  best.disk_write = rounds.best(each(all, [](const auto& p) { return p.disk_write; }),
+                                [](double x) { return bytes_point("disk write", x); });
+  best.ram_copy = rounds.best(each(all, [](const auto& p) { return p.ram_copy; }),
+                              [](double x) { return bytes_point("RAM copy", x); });
+  best.provenance = w.finish(n, rounds);
+  return best;
+}
+
+ComputeProfile measure_compute(const DecoderModel& model, const std::string& weight_dtype,
+                               DType kv_dtype, const CalibrateOptions& o) {
+  const Witness w;
+  const int n = o.round_count();
+  std::vector<ComputeProfile> all;
+  for (int r = 0; r < n; ++r) {
+    if (n > 1) step(o, fmt::format("compute, round {} of {}", r + 1, n));
+    all.push_back(compute_once(model, weight_dtype, kv_dtype, o));
+  }
+  Rounds rounds;
+  ComputeProfile best = all.front();
+  best.mlp = rounds.best(each(all, [](const auto& c) { return c.mlp; }), rows_point("MLP unit"));
+  best.attn_base = rounds.best(each(all, [](const auto& c) { return c.attn_base; }),
+                               rows_point("attention unit"));
+  best.output = rounds.best(each(all, [](const auto& c) { return c.output; }),
+                            rows_point("output head"));
+  std::vector<double> pair, pair_evict;
+  for (const ComputeProfile& c : all)
+    pair.push_back(c.decode_pair), pair_evict.push_back(c.decode_pair_evict);
+  best.decode_pair = Rounds::median(pair);
+  best.decode_pair_evict = Rounds::median(pair_evict);
+  best.prefill_pair = Rounds::median(each(all, [](const auto& c) { return c.prefill_pair; }));
+  best.prefill_pair_evict =
+      Rounds::median(each(all, [](const auto& c) { return c.prefill_pair_evict; }));
+  best.provenance = w.finish(n, rounds);
+  return best;
+}
+
+void check_quiet(const ProfileProvenance& p, const std::string& what) {
+  OFFGEN_CHECK(!measured_busy(p), kResource,
+               "calibrate: the machine is busy: other processes used {:.0f}% of the CPU time "
+               "while {} (load average {:.2f} on {} CPUs); figures measured so would be inflated, "
+               "so no profile is written. Run it when the machine is quiet, or give --allow-busy "
+               "to keep figures marked as measured under load",
+               std::max(0.0, p.others_cpu) * 100, what, p.loadavg, p.cpus);
+}
+
+ProfileProvenance probe_machine(double seconds) {
+  const Witness w;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  return w.finish(0, Rounds{});
 }
 
 }  // namespace offgen

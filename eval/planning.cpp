@@ -7,6 +7,9 @@
 #include <fstream>
 
 #include <algorithm>
+#include <ctime>
+
+#include <fmt/format.h>
 
 #include <fmt/format.h>
 
@@ -16,6 +19,8 @@
 #include "runtime/core/memory_info.h"
 #include "runtime/loaders/model_loader.h"
 #include "runtime/core/atomic_file.h"
+#include "runtime/core/machine_info.h"
+#include "runtime/core/memory_info.h"
 #include "scheduler/engine.h"
 
 namespace offgen {
@@ -61,6 +66,63 @@ const ComputeProfile& PlanningInputs::compute_for(DType t) const {
   OFFGEN_THROW(kInternal, "planning: no compute figures over a {} KV cache", dtype_name(t));
 }
 
+namespace {
+
+// Drops the parts of `hw` measured on a busy machine (so they are measured again) when the
+// machine is quiet now.
+void retire_busy_figures(const std::string& path, HardwareProfile& hw) {
+  bool busy = measured_busy(hw.provenance);
+  for (const ComputeProfile& c : hw.compute) busy = busy || measured_busy(c.provenance);
+  if (!busy || measured_busy(probe_machine(1.0))) return;
+  std::fprintf(stderr,
+               "offgen: %s: figures measured on a busy machine; this one is quiet now: measuring "
+               "them again\n",
+               path.c_str());
+  if (measured_busy(hw.provenance)) hw.disk_read = hw.disk_write = hw.ram_copy = TimeCurve{};
+  std::erase_if(hw.compute, [](const ComputeProfile& c) { return measured_busy(c.provenance); });
+}
+
+// Prints the provenance of the figures a plan uses and what makes them doubtful, and re-checks
+// those read from the cache against the machine now (one GEMM, one disk read; the compute figures
+// of the first KV dtype).
+void check_profile(const PlanningContext& ctx, const DecoderModel& model, PlanningInputs& in,
+                   bool fresh_transfers, bool fresh_compute) {
+  const MachineInfo now = machine_info();
+  const auto t = static_cast<int64_t>(std::time(nullptr));
+  const std::string transfers = "disk and RAM figures";
+  std::fprintf(stderr, "offgen: profile %s: %s %s\n", in.profile_path.c_str(), transfers.c_str(),
+               provenance_line(in.hw.provenance, t).c_str());
+  in.warnings = provenance_warnings(in.hw.provenance, transfers, now, t);
+  for (const ComputeProfile& c : in.compute) {
+    const std::string compute =
+        fmt::format("compute figures of {} at {} threads", c.model_key, c.threads);
+    std::fprintf(stderr, "offgen: profile %s: %s %s\n", in.profile_path.c_str(), compute.c_str(),
+                 provenance_line(c.provenance, t).c_str());
+    for (std::string& w : provenance_warnings(c.provenance, compute, now, t))
+      in.warnings.push_back(std::move(w));
+  }
+  if (ctx.recheck && (!fresh_transfers || !fresh_compute)) {
+    in.recheck = recheck_profile(model, fresh_compute ? nullptr : &in.compute.front(),
+                                 fresh_transfers ? nullptr : &in.hw, ctx.offload_dir);
+    for (std::string& w : in.recheck.warnings()) in.warnings.push_back(std::move(w));
+    for (const std::string& n : in.recheck.notes)
+      std::fprintf(stderr, "offgen: profile re-check: %s\n", n.c_str());
+  }
+  for (const std::string& w : in.warnings)
+    std::fprintf(stderr, "offgen: warning: %s\n", w.c_str());
+}
+
+}  // namespace
+
+nlohmann::json PlanningInputs::profile_json() const {
+  nlohmann::json compute_prov = compute.empty() ? nlohmann::json() : compute.front().provenance.to_json();
+  return {{"path", profile_path},
+          {"transfers", hw.provenance.to_json()},
+          {"compute", compute_prov},
+          {"recheck", recheck.to_json()},
+          {"warnings", warnings}};
+}
+
 PlanningInputs planning_inputs(const PlanningContext& ctx) {
   trim_free_memory();  // what reading the requests freed: a calibration below keeps to a limit
   const std::string path = ctx.profile_path.empty() ? default_profile_path() : ctx.profile_path;
@@ -86,6 +148,9 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
     return ctx.ram_limit > 0 ? fmt::format(", within {} of RAM", format_bytes(ctx.ram_limit))
                              : std::string();
   };
+  // Figures of the cache measured on a busy machine are measured again when it is quiet now.
+  if (have && ctx.profile_path.empty()) retire_busy_figures(path, in.hw);
+  bool fresh_transfers = false, fresh_compute = false;
   if (!have || in.hw.disk_read.empty() || in.hw.ram_copy.empty()) {
     std::fprintf(stderr,
                  "offgen: %s has no disk and RAM figures of this machine: measuring them once "
@@ -95,7 +160,7 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
                                                             int64_t{16} << 20)
                                         : 0;
     in.hw = measure_transfers(co, std::move(in.hw));
-    changed = true;
+    changed = fresh_transfers = true;
   }
   auto backend = make_cpu_backend(ctx.threads, ctx.weight_dtype);
   OpenedModel opened = open_model(ctx.model);
@@ -126,8 +191,11 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
     in.compute.push_back(measure_compute(model, storage, t, co));
     in.hw.put_compute(in.compute.back());
     changed = true;
+    if (in.compute.size() == 1) fresh_compute = true;
   }
   if (changed) save_profile(path, in.hw);
+  in.profile_path = path;
+  check_profile(ctx, model, in, fresh_transfers, fresh_compute);
   return in;
 }
 
@@ -136,7 +204,15 @@ PlanOptions calibrated_plan_options(const Workload& w, const Policy& base) {
   o.workload = w;
   o.base = base;
   o.device_is_host = backend_caps(BackendKind::kCpu).device_is_host;
+  o.base.cpu_mem = planning_ram_limit(base);
   return o;
+}
+
+int64_t planning_ram_limit(const Policy& base) {
+  if (base.ram_mem() > 0) return base.cpu_mem;
+  // As the engine admits without a limit: 90% of what is available now.
+  const int64_t avail = available_ram_bytes();
+  return avail > 0 ? avail / 10 * 9 : 0;
 }
 
 PlanResult plan_inputs(const PlanningInputs& in, const PlanOptions& o) {
@@ -159,6 +235,21 @@ PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& 
                p.cache_gpu_percent + p.cache_cpu_percent,
                std::string(dtype_name(in.facts.kv_dtype(p))).c_str(), p.overlap ? "on" : "off",
                r.prediction.total_throughput, r.binding.c_str());
+  if (base.ram_mem() == 0 && p.cpu_mem > 0)
+    std::fprintf(stderr,
+                 "offgen: policy auto: planned within %s of RAM, 90%% of what is available now "
+                 "(--cpu-mem sets the limit)\n",
+                 format_bytes(p.cpu_mem).c_str());
+  const Roofline& b = r.roofline;
+  if (b.known())
+    std::fprintf(stderr,
+                 "offgen: policy auto: bound %.3g tok/s total (%s binds the job; a decode step of "
+                 "%lld sequences: disk %.3g s, compute %.3g s, memory %.3g s, %s binds); predicted "
+                 "%.0f%% of the bound\n",
+                 b.bound_total_throughput, b.binding.c_str(), static_cast<long long>(b.block),
+                 b.decode_step.disk_seconds, b.decode_step.compute_seconds,
+                 b.decode_step.memory_seconds, b.decode_step.binding().c_str(),
+                 100 * r.prediction.total_throughput / b.bound_total_throughput);
   return r;
 }
 

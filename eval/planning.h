@@ -10,6 +10,7 @@
 #include "runtime/core/backend_caps.h"
 #include "runtime/core/stop.h"
 #include "eval/calibrate.h"
+#include "eval/profile_check.h"
 #include "runtime/text/tokenizer.h"
 #include "scheduler/request.h"
 
@@ -39,6 +40,8 @@ struct PlanningContext {
     disk_limit = p.disk_mem;
     return *this;
   }
+  // Re-check figures read from the profile against the machine now (eval/profile_check.h).
+  bool recheck = true;
 };
 
 // The KV dtypes a plan of `base` may use: its kv_dtype (or the CPU backend's default), or with
@@ -49,7 +52,11 @@ std::vector<DType> planning_kv_dtypes(const Policy& base);
 // disk and RAM figures, and this model's compute at this thread count over each KV dtype (again
 // when the cached figures were measured within a smaller RAM limit). A measurement says so on
 // stderr first, and keeps to ctx's limits: what it holds beside the model stays within ram_limit
-// less the model's resident tensors and kPlanningOverhead.
+// less the model's resident tensors and kPlanningOverhead. Figures of the default cache measured
+// on a busy machine are measured again when the machine is quiet now. Prints on stderr the
+// provenance of the figures used (when, on what, under what load) and warnings: a busy machine,
+// an unstable spread, another CPU or kernel, an old profile, and figures read from the profile
+// that a quick re-check now (one GEMM, one disk read) finds off by more than 25%.
 struct PlanningInputs {
   ModelFacts facts;
   HardwareProfile hw;
@@ -59,17 +66,28 @@ struct PlanningInputs {
   const ComputeProfile& compute_for(DType t) const;
   // Those of the KV dtype a policy stores (facts.kv_dtype(p)).
   const ComputeProfile& compute_for(const Policy& p) const { return compute_for(facts.kv_dtype(p)); }
+  std::string profile_path;
+  ProfileRecheck recheck;
+  std::vector<std::string> warnings;  // as printed
+  // {"path", "transfers", "compute" (provenances; compute: the first KV dtype's), "recheck",
+  // "warnings"}: for reports.
+  nlohmann::json profile_json() const;
 };
 PlanningInputs planning_inputs(const PlanningContext& ctx);
 // What a calibration leaves out of its RAM limit beside the model's resident tensors: the
 // model's tokenizer and the file's metadata while it is open.
 inline constexpr int64_t kPlanningOverhead = int64_t{32} << 20;
 
-// The planner's options for the backend the calibrated profile describes (the CPU's).
+// The planner's options for the backend the calibrated profile describes (the CPU's). Without a
+// RAM limit (--gpu-mem, --cpu-mem) the plan keeps within planning_ram_limit(), so a model larger
+// than RAM is planned onto disk instead of into memory the machine does not have.
 PlanOptions calibrated_plan_options(const Workload& w, const Policy& base);
 // The planner over the inputs: plan() with the figures of the policy's KV dtype, or with
 // kv_dtype_auto plan_kv_dtype() over each candidate's.
 PlanResult plan_inputs(const PlanningInputs& in, const PlanOptions& o);
+// The --cpu-mem a plan keeps to: base's when a RAM limit is given (Policy::ram_mem() > 0), else
+// 90% of the RAM available now (0: unknown).
+int64_t planning_ram_limit(const Policy& base);
 // Plans `base` (capacities, KV policy) for the workload; prints a one-line summary to stderr.
 // `--policy auto` of generate and bench, and the Python API's policy="auto".
 // Checks `stop` ("plan") between the candidates it predicts.

@@ -100,6 +100,12 @@ nlohmann::json job_report(const Engine* engine, const GenerateJobOptions& job,
                    {"kv_policy", nullptr},
                    {"retained", s.context_retained()},
                    {"peak_bytes", s.context_peak_bytes}};
+  json plan = end.plan;
+  if (!plan.is_null()) {  // the achieved fraction of the plan's bound (0: no bound)
+    const double bound = plan["roofline"].value("bound_total_throughput", 0.0);
+    plan["bound_fraction"] = bound > 0 ? r["total_throughput"].get<double>() / bound : 0.0;
+  }
+  r["plan"] = plan;
   if (!engine) {  // ended before the model was loaded: no stores to read
     r["shared_contexts"] = contexts;
     for (const char* k : {"peak_bytes", "weight_bytes", "kv_peak_bytes", "disk_io"}) r[k] = nullptr;

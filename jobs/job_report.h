@@ -23,6 +23,9 @@ struct JobEnd {
   std::string error;             // a failed job: the message of the error it stopped on
   std::string error_category;    // its category (error_category_name), "" when not an Error
   int exit_code = 0;             // the command's exit status
+  // --policy auto: the plan's figures (prediction, roofline, profile); null otherwise. The report
+  // adds the achieved fraction of the roofline bound (bound_fraction).
+  nlohmann::json plan;
 };
 
 // The report of a job that ended: ran to its end, was interrupted (summary.interrupted, in the

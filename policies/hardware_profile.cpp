@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "runtime/core/error.h"
 
 namespace offgen {
@@ -98,7 +100,8 @@ nlohmann::json HardwareProfile::to_json() const {
                       {"disk_read", curve_json(disk_read)},
                       {"disk_write", curve_json(disk_write)},
                       {"ram_copy", curve_json(ram_copy)},
-                      {"has_gpu", has_gpu}};
+                      {"has_gpu", has_gpu},
+                      {"provenance", provenance.to_json()}};
   nlohmann::json cs = nlohmann::json::array();
   for (const ComputeProfile& c : compute)
     cs.push_back({{"model_key", c.model_key},
@@ -110,7 +113,8 @@ nlohmann::json HardwareProfile::to_json() const {
                   {"decode_pair_evict", c.decode_pair_evict},
                   {"prefill_pair", curve_json(c.prefill_pair)},
                   {"prefill_pair_evict", curve_json(c.prefill_pair_evict)},
-                  {"memory_limit", c.memory_limit}});
+                  {"memory_limit", c.memory_limit},
+                  {"provenance", c.provenance.to_json()}});
   j["compute"] = cs;
   return j;
 }
@@ -132,6 +136,7 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::s
   p.disk_read = r.curve(j, "disk_read", "");
   p.disk_write = r.curve(j, "disk_write", "");
   p.ram_copy = r.curve(j, "ram_copy", "");
+  if (j.contains("provenance")) p.provenance = ProfileProvenance::from_json(j["provenance"], source);
   const auto& cs = r.at(j, "compute", "");
   OFFGEN_CHECK(cs.is_array(), kInput, "{}: 'compute' must be an array", source);
   for (size_t i = 0; i < cs.size(); ++i) {
@@ -149,6 +154,10 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::s
     // Absent in profiles measured before limits were recorded: measured without one.
     if (cs[i].contains("memory_limit"))
       c.memory_limit = static_cast<int64_t>(r.number(cs[i], "memory_limit", where));
+    // Absent in profiles written before provenance was recorded.
+    if (cs[i].contains("provenance"))
+      c.provenance = ProfileProvenance::from_json(
+          cs[i]["provenance"], fmt::format("{} ({})", source, where.substr(0, where.size() - 1)));
     p.compute.push_back(std::move(c));
   }
   return p;

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "policies/profile_provenance.h"
+
 namespace offgen {
 
 // Measured (x, seconds) points, x ascending; time at any x by piecewise-linear interpolation and
@@ -38,6 +40,7 @@ struct ComputeProfile {
   bool covers(int64_t limit) const {
     return memory_limit == 0 || (limit > 0 && limit <= memory_limit);
   }
+  ProfileProvenance provenance;
 };
 
 struct HardwareProfile {
@@ -50,6 +53,7 @@ struct HardwareProfile {
   TimeCurve disk_write;       // blocking NvmeStore::write, x = bytes
   TimeCurve ram_copy;         // memcpy on one thread, x = bytes
   bool has_gpu = false;       // host<->device figures exist only with a GPU backend
+  ProfileProvenance provenance;  // of the disk and RAM figures
   std::vector<ComputeProfile> compute;
 
   const ComputeProfile* find_compute(const std::string& model_key, int threads) const;

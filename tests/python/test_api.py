@@ -337,11 +337,13 @@ def test_ctrl_c_stops_generate_and_the_engine_stays_usable(llm):
 
 @pytest.fixture(scope="module")
 def profile(model, offgen_bin, tmp_path_factory):
-    """A quick hardware profile with this model's compute at 1 thread (`offgen calibrate`)."""
+    """A quick hardware profile with this model's compute at 1 thread (`offgen calibrate`; the
+    machine's load does not matter to these tests: --allow-busy)."""
     d = tmp_path_factory.mktemp("profile")
     path = d / "profile.json"
-    subprocess.run([offgen_bin, "calibrate", "--quick", "--offload-dir", str(d), "--model", model,
-                    "--threads", "1", "--json", str(path)], check=True, capture_output=True)
+    subprocess.run([offgen_bin, "calibrate", "--quick", "--allow-busy", "--offload-dir", str(d),
+                    "--model", model, "--threads", "1", "--json", str(path)], check=True,
+                   capture_output=True)
     return path
 
 
