@@ -257,7 +257,9 @@ void run_generate_job(Engine& engine, const GenerateJobOptions& opts, const JobI
       log_info("{} of {} requests have no context: --kv-policy {} compresses shared contexts "
                "only, so they run with the full cache",
                without, requests.size(), engine.options().policy.kv.name());
-    ProgressReporter progress(opts.progress);
+    // The job's block: the sequences that run at once (unknown when capacities alone decide).
+    const int64_t block = engine.max_active() < (int64_t{1} << 20) ? engine.max_active() : 0;
+    ProgressReporter progress(opts.progress, 5.0, block);
     const std::string model_name = engine.config().name.empty() ? engine.options().model
                                                                 : engine.config().name;
     GenerateCallbacks cb;

@@ -129,6 +129,12 @@ struct Progress {
   int64_t total = 0;
   int64_t completion_tokens = 0;
   double elapsed_seconds = 0;
+  // The sequences running now (a block: they step together), and the most tokens any of them
+  // may still generate (max_tokens less what it has, plus one while its prompt is fed; an
+  // end-of-sequence token or a stop string ends one sooner): the steps left in the block at most.
+  int64_t running = 0;
+  int64_t steps_left = 0;
+  double decode_step_seconds = 0;  // the last decode step's wall time (0: none yet)
 };
 
 struct GenerateCallbacks {
@@ -228,6 +234,7 @@ class Engine {
   struct Run;
   // generate()'s steps (engine_generate.cpp).
   void plan_contexts(Run& run);
+  Progress progress(const Run& run) const;
   std::unique_ptr<Sequence> prepare(Run& run, size_t i);  // null: finished with an error
   void admit(Run& run);
   void step(Run& run);

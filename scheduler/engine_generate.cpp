@@ -68,9 +68,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
       if (run.active.empty()) continue;
       step(run);
       sample_anon_peak();
-      if (cb.on_progress)
-        cb.on_progress(Progress{run.done, static_cast<int64_t>(requests.size()),
-                                stats_.completion_tokens, seconds_since(run.t0)});
+      if (cb.on_progress) cb.on_progress(progress(run));
     }
   } catch (const Stopped& e) {
     stats_.interrupted = true;
@@ -94,6 +92,18 @@ void Engine::checkpoint(bool between_steps) const {
   if (cb == nullptr) return;
   cb->stop.check(phase_);
   if (between_steps && cb->should_stop && cb->should_stop()) throw Stopped(phase_);
+}
+
+Progress Engine::progress(const Run& run) const {
+  Progress p{run.done, static_cast<int64_t>(run.requests.size()), stats_.completion_tokens,
+             seconds_since(run.t0)};
+  p.running = static_cast<int64_t>(run.active.size());
+  for (const auto& s : run.active)
+    p.steps_left = std::max(p.steps_left, s->max_tokens -
+                                              static_cast<int64_t>(s->result.tokens.size()) +
+                                              (s->prefilling() ? 1 : 0));
+  p.decode_step_seconds = run.decode_step_seconds;
+  return p;
 }
 
 void Engine::plan_contexts(Run& run) {
@@ -300,7 +310,9 @@ void Engine::step(Run& run) {
   }
   if (!dec.empty()) {
     phase_ = "decode";
+    const auto t0 = EngineClock::now();
     run_decode(dec);
+    run.decode_step_seconds = seconds_since(t0);
   }
   for (auto& s : run.active)
     if (s->finished) {

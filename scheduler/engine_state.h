@@ -87,6 +87,7 @@ struct Engine::Run {
   // the forwards' shape (forward_shape) follows from them.
   int64_t prompt_tokens = 0, longest_prompt = 0, max_capacity = 0;
   int64_t samplers = 0;  // running sequences that sample on the host (Sequence::samples)
+  double decode_step_seconds = 0;            // the last decode step's (Progress)
 };
 
 }  // namespace offgen

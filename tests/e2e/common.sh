@@ -1,10 +1,11 @@
-# Shared set-up of the end-to-end scripts (sourced): arguments OFFGEN_BINARY MODEL_PATH, exit 77
-# (CTest "skipped") with the reason when the model is absent, a scratch dir removed at exit,
-# check DESCRIPTION COMMAND... which records a failure in $fail, and same_records CLEAN OUT.
+# Shared set-up of the end-to-end scripts (sourced): arguments OFFGEN_BINARY MODEL_PATH (or a
+# dummy:PRESET model, always present), exit 77 (CTest "skipped") with the reason when the model is
+# absent, a scratch dir removed at exit, check DESCRIPTION COMMAND... which records a failure in
+# $fail, and same_records CLEAN OUT.
 set -uo pipefail
 bin=$1
 model=${2:-}
-if [[ -z "$model" || ! -f "$model" ]]; then
+if [[ "$model" != dummy:* && ( -z "$model" || ! -f "$model" ) ]]; then
   echo "SKIP: default model not found (run tools/get-model, or set OFFGEN_MODEL)"
   exit 77
 fi
