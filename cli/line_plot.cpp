@@ -401,12 +401,14 @@ void write_line_plot_png(const LinePlot& plot, const std::string& path, int widt
   for (size_t s = 0; s < plot.series.size(); ++s) {
     bool open = false;
     for (auto [x, y] : plot.series[s].points) {
-      const bool ok = std::isfinite(x) && std::isfinite(y) && (!plot.log_y || y > 0);
+      const bool ok = std::isfinite(x) && std::isfinite(y) && (!plot.log_y || y > 0) &&
+                      (!plot.log_x || x > 0);
       if (!ok) {
         open = false;
         continue;
       }
       if (plot.log_y) y = std::log10(y);
+      if (plot.log_x) x = std::log10(x);
       if (!open) segs[s].emplace_back();
       open = true;
       segs[s].back().pts.emplace_back(x, y);
@@ -416,7 +418,8 @@ void write_line_plot_png(const LinePlot& plot, const std::string& path, int widt
   }
   OFFGEN_CHECK(n_points > 0, kInput,
                "plot '{}' for '{}' has no drawable points ({} series; NaN/inf{} are skipped)",
-               plot.title, path, plot.series.size(), plot.log_y ? " and y <= 0 on a log axis" : "");
+               plot.title, path, plot.series.size(),
+               plot.log_x || plot.log_y ? " and values <= 0 on a log axis" : "");
 
   OFFGEN_CHECK(std::isfinite(x1 - x0) && std::isfinite(y1 - y0), kInput,
                "plot '{}' for '{}': data range x [{}, {}], y [{}, {}] is too wide to draw",
@@ -485,12 +488,19 @@ void write_line_plot_png(const LinePlot& plot, const std::string& path, int widt
   const double left = pad + (y_label.empty() ? 0 : f_label + pad) + y_tick_w + pad + tick_len;
   const double right = legend ? legend_w + pad : 3 * pad;
   const double plot_w = std::max(10.0, width - left - right);
-  Axis ax;
-  for (int m = std::clamp(static_cast<int>(plot_w / (6 * f_tick)), 3, 12); m >= 3; --m) {
-    ax = linear_axis(x0, x1, m);
+  // The x tick labels fit side by side with room between them.
+  auto fits_x = [&](const Axis& a) {
     double w = 0;
-    for (const auto& t : ax.major) w = std::max(w, text.width(t.label));
-    if ((w + 2 * f_tick) * static_cast<double>(ax.major.size() - 1) <= plot_w) break;
+    for (const auto& t : a.major) w = std::max(w, text.width(t.label));
+    return (w + 2 * f_tick) * static_cast<double>(a.major.size() - 1) <= plot_w;
+  };
+  const int max_x = std::clamp(static_cast<int>(plot_w / (6 * f_tick)), 3, 12);
+  Axis ax;
+  if (plot.log_x) {
+    ax = log_axis(x0, x1, max_x, fits_x);
+  } else {
+    for (int m = max_x; m >= 3; --m)
+      if (ax = linear_axis(x0, x1, m); fits_x(ax)) break;
   }
   auto px = [&](double x) { return left + (x - ax.lo) / (ax.hi - ax.lo) * plot_w; };
   auto py = [&](double y) { return top + plot_h - (y - ay.lo) / (ay.hi - ay.lo) * plot_h; };
@@ -504,6 +514,10 @@ void write_line_plot_png(const LinePlot& plot, const std::string& path, int widt
   for (double m : ay.minor) {
     cairo_move_to(cr, left, crisp(py(m)));
     cairo_line_to(cr, left + plot_w, crisp(py(m)));
+  }
+  for (double m : ax.minor) {
+    cairo_move_to(cr, crisp(px(m)), top);
+    cairo_line_to(cr, crisp(px(m)), top + plot_h);
   }
   cairo_stroke(cr);
   cairo_set_source_rgb(cr, 0.86, 0.86, 0.86);

@@ -17,6 +17,7 @@ struct LinePlot {
   std::string title, x_label, y_label;
   std::vector<PlotSeries> series;
   bool log_y = false;  // base-10 y axis; points with y <= 0 are skipped like NaN
+  bool log_x = false;  // base-10 x axis; points with x <= 0 are skipped like NaN
 };
 
 // Renders the chart and writes it as a PNG of width × height pixels to `path` (overwritten).

@@ -195,6 +195,27 @@ TEST_CASE("line plot: edge cases render", "[plot]") {
     p.series = {{"one", {{1, 100}}}};
     write_line_plot_png(p, path);
   }
+  SECTION("log x (prompts per job), both axes log, x <= 0 skipped") {
+    LinePlot p{"tok/s against prompts", "prompts", "tok/s", {}, false};
+    p.log_x = true;
+    for (int k = 0; k < 3; ++k) {
+      PlotSeries s{fmt::format("size {}", k), {}};
+      for (double n : {16.0, 64.0, 256.0, 1024.0}) s.points.emplace_back(n, (k + 1) * std::log2(n));
+      s.points.emplace_back(0.0, 5.0);
+      s.points.emplace_back(-3.0, 5.0);
+      p.series.push_back(s);
+    }
+    write_line_plot_png(p, path);
+    const Census c = census(path);
+    CHECK(c.dark > 200);
+    CHECK(c.hue_buckets >= 3);
+    p.log_y = true;
+    write_line_plot_png(p, path);
+    p.series = {{"one", {{100, 1}}}};
+    write_line_plot_png(p, path);
+    p.series = {{"none", {{0, 1}, {-1, 2}}}};
+    CHECK_THROWS_WITH(write_line_plot_png(p, path), Catch::Contains("values <= 0 on a log axis"));
+  }
   SECTION("single points, flat lines, gaps, large and tiny values") {
     LinePlot p{"t", "x", "y", {}, false};
     p.series.push_back({"single", {{0.5, 12.25}}});
