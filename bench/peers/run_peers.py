@@ -204,10 +204,12 @@ def llama_build(args) -> dict:
 ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|" + r"\s*([\d.]+)\s*\|" * 6)
 
 
-def run_llama(exe: str, args, batch: int) -> dict:
+def run_llama(exe: str, args, batch: int, prefix: tuple = ()) -> dict:
+    """`prefix`: a command the run goes through (e.g. /usr/bin/time -v); its output is in
+    raw["output_tail"]."""
     ntg = args.gen_len - 1  # see README: the prefill yields token 1, then G-1 decode steps
     ctx = batch * (args.prompt_len + args.gen_len)
-    cmd = [exe, "-m", args.model, "-c", ctx, "-b", 2048, "-ub", 512, "-npp", args.prompt_len,
+    cmd = [*prefix, exe, "-m", args.model, "-c", ctx, "-b", 2048, "-ub", 512, "-npp", args.prompt_len,
            "-ntg", ntg, "-npl", batch, "-t", args.threads, "-tb", args.threads]
     t0, c0 = time.time(), children_cpu()
     r = run(cmd)
@@ -223,7 +225,8 @@ def run_llama(exe: str, args, batch: int) -> dict:
     hdr = next((l.strip() for l in out.splitlines() if "n_kv_max" in l and "flash_attn" in l), "")
     return {"prefill_s": float(t_pp), "decode_s": float(t_tg), "wall_s": wall, "cores": cpu / wall,
             "raw": {"table_row": rows[-1].group(0).strip(), "S_PP": float(s_pp), "S_TG": float(s_tg),
-                    "S": float(s), "header": hdr, "cmd": " ".join(map(str, cmd))}}
+                    "S": float(s), "header": hdr, "cmd": " ".join(map(str, cmd)),
+                    "output_tail": out[-3000:] if prefix else ""}}
 
 
 # --------------------------------------------------------------------------------------------
