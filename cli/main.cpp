@@ -304,7 +304,7 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
       const Roofline rl = roofline(in->facts, in->compute, in->hw, p, ran,
                                    std::min(r.batch_size, engine.max_active()));
       j["roofline"] = rl.to_json();
-      j["bound_fraction"] = r.total_throughput / rl.bound_total_throughput;
+      j["bound_fraction"] = rl.known() ? r.total_throughput / rl.bound_total_throughput : 0.0;
       j["profile"] = in->profile_json();
       std::printf("  predicted: prefill %.1f, decode %.1f, total %.1f tok/s (measured/predicted "
                   "total %.2f)\n",

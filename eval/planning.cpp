@@ -115,10 +115,9 @@ void check_profile(const PlanningContext& ctx, const DecoderModel& model, Planni
 }  // namespace
 
 nlohmann::json PlanningInputs::profile_json() const {
-  nlohmann::json compute_prov = compute.empty() ? nlohmann::json() : compute.front().provenance.to_json();
   return {{"path", profile_path},
           {"transfers", hw.provenance.to_json()},
-          {"compute", compute_prov},
+          {"compute", compute.empty() ? nlohmann::json() : compute.front().provenance.to_json()},
           {"recheck", recheck.to_json()},
           {"warnings", warnings}};
 }

@@ -2,6 +2,7 @@
 // model and profile, the binding resource, blocks of a workload, and the JSON the reports read.
 #include <catch2/catch.hpp>
 
+#include "policies/planner.h"
 #include "policies/roofline.h"
 #include "runtime/core/error.h"
 
@@ -161,4 +162,87 @@ TEST_CASE("roofline: JSON and text name each resource and the binding one", "[ro
   const std::string text = r.describe(r.bound_total_throughput / 2);
   CHECK_THAT(text, Catch::Contains("decode step (2 per block): disk"));
   CHECK_THAT(text, Catch::Contains("= 50% of the bound"));
+}
+
+namespace {
+
+// A 70B-class Llama shape in Q4_K (4.5 bits per weight) with a made-up but proportionate
+// profile: disk 1.1 GB/s, GEMM 800 GFLOP/s with each unit's weights read from RAM at 20 GB/s.
+ModelFacts big_model() {
+  ModelFacts m;
+  m.key = "big";
+  m.n_layers = 80;
+  m.d_model = 8192;
+  m.n_kv_heads = 8;
+  m.context_length = 4096;
+  m.attn_unit_macs = 8192 * (2 * 8192 + 2 * 1024);
+  m.mlp_unit_macs = 3 * 8192 * 28672;
+  m.output_macs = 8192 * 32000;
+  m.attn_pair_macs = 2 * 8192;
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    m.unit_bytes.push_back((m.attn_unit_macs * 9 / 16 + 4095) / 4096 * 4096);
+    m.unit_bytes.push_back((m.mlp_unit_macs * 9 / 16 + 4095) / 4096 * 4096);
+  }
+  m.resident_bytes = int64_t{300} << 20;
+  m.kv_row_bytes = 8 * 128 * 4;
+  return m;
+}
+
+HardwareProfile big_hw(const ModelFacts& m) {
+  HardwareProfile hw;
+  auto rate = [](double per_second) {
+    return TimeCurve{{4096, 16 << 20}, {20e-6 + 4096 / per_second, 20e-6 + (16 << 20) / per_second}};
+  };
+  hw.disk_read = hw.disk_write = rate(1.1e9);
+  hw.ram_copy = rate(10e9);
+  ComputeProfile c;
+  c.model_key = "big";
+  c.threads = 2;
+  auto unit = [](int64_t bytes, int64_t macs) {
+    TimeCurve t;
+    for (double rows : {1.0, 16.0, 256.0, 2048.0}) {
+      t.x.push_back(rows);
+      t.seconds.push_back(static_cast<double>(bytes) / 20e9 + 2 * static_cast<double>(macs) * rows / 800e9);
+    }
+    return t;
+  };
+  c.mlp = unit(m.unit_bytes[1], m.mlp_unit_macs);
+  c.attn_base = unit(m.unit_bytes[0], m.attn_unit_macs);
+  c.output = unit(int64_t{150} << 20, m.output_macs);
+  c.decode_pair = c.decode_pair_evict = 1e-7;
+  c.prefill_pair = c.prefill_pair_evict = TimeCurve{{1, 2048}, {5e-8, 5e-8}};
+  hw.compute.push_back(c);
+  return hw;
+}
+
+}  // namespace
+
+TEST_CASE("planner: a model beyond RAM streams its weights from disk in blocks of hundreds",
+          "[roofline][plan]") {
+  const ModelFacts m = big_model();
+  const HardwareProfile hw = big_hw(m);
+  PlanOptions o;
+  o.workload.prompt_len = 32;
+  o.workload.gen_len = 32;
+  o.workload.num_requests = 1000;
+  o.base.cpu_mem = int64_t{16} << 30;  // the weights alone take 37 GiB
+  o.percent_step = 25;
+  const PlanResult r = plan(m, hw.compute[0], hw, o);
+  const Policy& p = r.policy;
+  INFO(r.binding << "; block " << p.block_size() << ", weights " << p.weight_cpu_percent << "% in RAM");
+  CHECK(p.weight_cpu_percent + p.weight_gpu_percent < 50);
+  CHECK(p.block_size() >= 100);
+  // The KV cache of a block that does not fit in RAM beside the weights goes to disk too.
+  CHECK(p.cache_cpu_percent + p.cache_gpu_percent < 100);
+  CHECK(r.prediction.need.device + r.prediction.need.host <= o.base.cpu_mem);
+  CHECK(r.prediction.total_throughput <= r.roofline.bound_total_throughput);
+  // Weights read once per step serve the whole block: at this block the GEMM binds, not the disk.
+  CHECK(r.roofline.decode_step.binding() == "compute");
+  CHECK(r.roofline.block == p.block_size());
+  // The same plan at 16 prompts is bound by the disk and far slower per token.
+  PlanOptions small = o;
+  small.workload.num_requests = 16;
+  const PlanResult s = plan(m, hw.compute[0], hw, small);
+  CHECK(s.roofline.decode_step.binding() == "disk");
+  CHECK(s.prediction.total_throughput * 3 < r.prediction.total_throughput);
 }
