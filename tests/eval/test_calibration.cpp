@@ -4,9 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include "eval/calibrate.h"
+#include "eval/planning.h"
 #include "eval/profile_check.h"
 #include "runtime/backend/backend.h"
 #include "runtime/core/error.h"
+#include "runtime/core/memory_info.h"
 #include "runtime/loaders/model_loader.h"
 #include "tests/temp_dir.h"
 
@@ -91,4 +93,21 @@ TEST_CASE("re-check: a profile a hundred times faster than this machine is flagg
   CHECK(r.warnings().size() == 2);
   // Only what is asked for is re-checked.
   CHECK(recheck_profile(model, &c, nullptr, dir.path()).points.size() == 1);
+}
+
+TEST_CASE("planning: without a RAM limit a plan keeps to the RAM available now", "[plan]") {
+  Policy base;
+  base.cpu_mem = int64_t{3} << 30;
+  CHECK(planning_ram_limit(base) == base.cpu_mem);
+  CHECK(calibrated_plan_options(Workload{}, base).base.cpu_mem == base.cpu_mem);
+  base.cpu_mem = 0;
+  base.gpu_mem = int64_t{1} << 30;  // a RAM limit on the CPU backend too: kept as given
+  CHECK(planning_ram_limit(base) == 0);
+  base.gpu_mem = 0;
+  const int64_t avail = available_ram_bytes();
+  if (avail > 0) {
+    const int64_t limit = calibrated_plan_options(Workload{}, base).base.cpu_mem;
+    CHECK(limit > 0);
+    CHECK(limit <= avail);
+  }
 }
