@@ -301,7 +301,7 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
       j.update(prediction_json(pr));
       j["policy_source"] = pf.auto_policy() ? "auto" : "given";
       j["policy_toml"] = policy_toml(p);
-      const Roofline rl = roofline(in->facts, in->compute, in->hw, p, ran,
+      const Roofline rl = roofline(in->facts, in->compute_for(p), in->hw, p, ran,
                                    std::min(r.batch_size, engine.max_active()));
       j["roofline"] = rl.to_json();
       j["bound_fraction"] = rl.known() ? r.total_throughput / rl.bound_total_throughput : 0.0;

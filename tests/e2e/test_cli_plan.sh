@@ -50,7 +50,7 @@ expect(len(j["percent"]) == 6, "percent fields")
 PY
 # --kv-dtype auto: with room for every block the planner keeps the 16-bit default (q8_0 only when
 # memory forces it: tests/policies); it plans over both dtypes' calibrated attention.
-"$bin" calibrate --quick --offload-dir "$work" --model "$model" --threads 1 --kv-dtype q8_0 \
+"$bin" calibrate --quick --offload-dir "$work" --model "$model" --threads 1 --kv-dtype q8_0 --allow-busy \
   > /dev/null 2>&1
 check "calibrate --kv-dtype q8_0 exits 0" test $? -eq 0
 "$bin" plan --model "$model" --threads 1 --prompt-len 128 --gen-len 32 --num-requests 24 \

@@ -78,7 +78,7 @@ TEST_CASE("re-check: a profile a hundred times faster than this machine is flagg
   o.quick = true;
   o.rounds = 1;
   HardwareProfile hw = measure_transfers(o);
-  ComputeProfile c = measure_compute(model, "native", o);
+  ComputeProfile c = measure_compute(model, "native", backend->caps().default_kv_dtype, o);
   // Load only slows a measurement, but it may have slowed these: a hundredth of them stays
   // beyond the tolerance of what this machine does now, loaded or not.
   for (double& s : hw.disk_read.seconds) s /= 100;

@@ -20,7 +20,8 @@ ModelFacts tiny_model() {
   m.context_length = 4096;
   m.unit_bytes = {4096, 8192};
   m.resident_bytes = 1 << 20;
-  m.kv_row_bytes = 1024;
+  m.head_dim = 128;  // fp32 rows: 2 heads x 128 x 4 bytes
+  m.default_kv_dtype = DType::kF32;
   m.attn_unit_macs = 1000;
   m.mlp_unit_macs = 2000;
   m.output_macs = 500;
@@ -184,7 +185,8 @@ ModelFacts big_model() {
     m.unit_bytes.push_back((m.mlp_unit_macs * 9 / 16 + 4095) / 4096 * 4096);
   }
   m.resident_bytes = int64_t{300} << 20;
-  m.kv_row_bytes = 8 * 128 * 4;
+  m.head_dim = 128;  // fp32 rows: 8 heads x 128 x 4 bytes
+  m.default_kv_dtype = DType::kF32;
   return m;
 }
 
