@@ -167,7 +167,8 @@ void run(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
       const int64_t pp = p + slot;
       const uint8_t* codes = c.packed + pp * c.panel_bytes;
       const uint8_t* scales = codes + c.nb * F::kCodeBytes;
-      uint8_t* u = ubase + slot * ubytes;
+      // Direct formats read the codes in place: no scratch (and no offset from its null data).
+      uint8_t* u = F::kDirect ? nullptr : ubase + slot * ubytes;
       if (!F::kDirect && !stream && i < np)
         for (int64_t b = 0; b < c.nb; ++b)
           for (int h = 0; h < kHalves; ++h)
