@@ -1,3 +1,4 @@
 // Catch2 main for unit tests that need nothing outside the repository.
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+#include "tests/catch_session.h"
+
+int main(int argc, char** argv) { return offgen::test::run_catch_session(argc, argv); }

@@ -1,7 +1,6 @@
 // Catch2 main for tests that need the default model: exits 77 (CTest "skipped") with the reason
 // when the model file cannot be found, instead of passing silently.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "tests/catch_session.h"
 
 #include <cstdio>
 
@@ -13,5 +12,5 @@ int main(int argc, char** argv) {
     std::printf("SKIP: default model not found (run tools/get-model, or set OFFGEN_MODEL)\n");
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return offgen::test::run_catch_session(argc, argv);
 }

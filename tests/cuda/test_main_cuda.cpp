@@ -1,7 +1,6 @@
 // Catch2 main for the [cuda] tests: exits 77 (CTest "skipped") and prints why when this build
 // has no CUDA backend or no usable GPU is present, instead of passing silently.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "tests/catch_session.h"
 
 #include <cstdio>
 #include <string>
@@ -14,5 +13,5 @@ int main(int argc, char** argv) {
     std::printf("SKIP: %s\n", why.c_str());
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return offgen::test::run_catch_session(argc, argv);
 }

@@ -1,7 +1,6 @@
 // Catch2 main for io_uring-only NVMe tests: exits 77 (CTest "skipped") with the reason when the
 // kernel or environment refuses io_uring, instead of passing silently.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "tests/catch_session.h"
 #include <cstdio>
 #include <cstring>
 
@@ -18,5 +17,5 @@ int main(int argc, char** argv) {
     std::printf("SKIP: io_uring unavailable (io_uring_queue_init: %s)\n", std::strerror(-r));
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return offgen::test::run_catch_session(argc, argv);
 }

@@ -3,7 +3,6 @@
 // conversations must equal, byte for byte, what Hugging Face's own chat-template code renders
 // (tests/data/chat_templates/golden.jsonl, tools/gen_chat_template_golden.py), errors included.
 // Exits 77 (CTest: skipped) with the reason when the templates are absent.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +13,7 @@
 #include <sstream>
 
 #include "runtime/text/chat_template.h"
+#include "tests/catch_session.h"
 
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
@@ -174,5 +174,5 @@ int main(int argc, char** argv) {
         dir.string().c_str());
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return offgen::test::run_catch_session(argc, argv);
 }

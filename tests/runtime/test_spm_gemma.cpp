@@ -6,7 +6,6 @@
 // writes for that GGUF, when the generator left it in the model cache, loads and gives the plain
 // transformers tokenizer's ids.
 // Exits 77 (CTest: skipped) with the reason when the model is absent (tools/get-model gemma3-270m).
-#define CATCH_CONFIG_RUNNER
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -19,6 +18,7 @@
 #include "runtime/loaders/hf_tokenizer.h"
 #include "runtime/text/chat_template.h"
 #include "runtime/text/tokenizer.h"
+#include "tests/catch_session.h"
 #include "tests/model_path.h"
 
 using namespace offgen;
@@ -191,5 +191,5 @@ int main(int argc, char** argv) {
         "SKIP: gemma-3-270m-q4_k_m.gguf not in the model cache (tools/get-model gemma3-270m)\n");
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return test::run_catch_session(argc, argv);
 }
