@@ -3,7 +3,9 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <thread>
 
 // ThreadSanitizer cannot see the synchronisation inside libtbb.so (not instrumented), so it would
@@ -39,9 +41,16 @@ inline void happens_after(void* sync) {
 
 }  // namespace
 
+struct ThreadContext::Arena {
+  explicit Arena(int threads) : arena(threads) {}
+  tbb::task_arena arena;
+};
+
 ThreadContext::ThreadContext(int threads)
     : threads_(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
-      arena_(std::make_unique<tbb::task_arena>(threads_)) {}
+      arena_(std::make_unique<Arena>(threads_)) {}
+
+ThreadContext::~ThreadContext() = default;
 
 void ThreadContext::parallel_for(int64_t n, int64_t grain,
                                  const std::function<void(int64_t, int64_t)>& fn) {
@@ -52,7 +61,7 @@ void ThreadContext::parallel_for(int64_t n, int64_t grain,
   }
   char started = 0, finished = 0;  // sync addresses for the TSan annotations
   happens_before(&started);
-  arena_->execute([&] {
+  arena_->arena.execute([&] {
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, std::max<int64_t>(1, grain)),
                       [&](const tbb::blocked_range<int64_t>& r) {
                         happens_after(&started);
