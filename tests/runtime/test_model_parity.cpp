@@ -94,8 +94,6 @@ TEST_CASE("logits are bitwise identical for a sequence alone and inside a ragged
   // All four as one ragged prefill batch.
   std::vector<int32_t> ids, pos;
   std::vector<SeqSpan> spans;
-  int64_t total = 0;
-  for (const auto& p : prompts) total += static_cast<int64_t>(p.size());
   std::vector<std::vector<float>> kv(prompts.size());
   std::vector<KvSeqView> views(c.n_layers * prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
