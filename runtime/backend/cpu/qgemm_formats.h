@@ -1,8 +1,9 @@
 // Packed layouts of the GGML block formats for the integer GEMM: 16 weight rows (a panel) per
 // block, codes interleaved so that one 64-byte vector holds 4 consecutive codes of each of the 16
 // rows (the VNNI / AMX operand layout), and the scales as per-row vectors. One policy struct per
-// format: pack (GGML blocks -> tile, lossless), unpack_rows (the inverse), expand (tile -> unsigned
-// code bytes, one 64-byte row per 4 elements, on any ISA from qgemm_isa.h) and the scale readers.
+// format: pack (GGML blocks -> tile, lossless), unpack_rows (the inverse), group (the unsigned code
+// bytes of 4 consecutive elements of every column, in a register, on any ISA from qgemm_isa.h;
+// expand below writes a whole block of them) and the scale readers.
 #pragma once
 
 #include <cstdint>
@@ -57,21 +58,17 @@ inline constexpr int8_t kIq4U[16] = {1,           24,          45,          63,
                                      (int8_t)129, (int8_t)141, (int8_t)153, (int8_t)166,
                                      (int8_t)181, (int8_t)197, (int8_t)217, (int8_t)241};
 
-// Byte-lane bit moves: (x >> from) & 1 placed at bit `to` (from, to < 8), keeping other bits 0.
+// Byte-lane bit moves without branches (the kernels call them with run-time positions): bits
+// from..from+width-1 of each byte placed at to..to+width-1, other bits 0 (from + width <= 8 and
+// to + width <= 8: what the 16-bit shifts carry across the byte boundary is masked off).
 template <class V>
-typename V::I bit_to(typename V::I x, int from, int to, int width = 1) {
-  const int mask = ((1 << width) - 1) << to;
-  if (from < to) return V::and_(V::slli16(x, to - from), V::set1_8(mask));
-  if (from > to) return V::and_(V::srli16(x, from - to), V::set1_8(mask));
-  return V::and_(x, V::set1_8(mask));
+typename V::I bits_at(typename V::I x, int from, int to, int width) {
+  return V::and_(V::slli16(V::srli16(x, from), to), V::set1_8(((1 << width) - 1) << to));
 }
+// The low (hi = 0) or high (hi = 1) nibble of each byte.
 template <class V>
-typename V::I low4(typename V::I x) {
-  return V::and_(x, V::set1_8(0x0f));
-}
-template <class V>
-typename V::I high4(typename V::I x) {
-  return V::and_(V::srli16(x, 4), V::set1_8(0x0f));
+typename V::I nib(typename V::I x, int hi) {
+  return V::and_(V::srli16(x, 4 * hi), V::set1_8(0x0f));
 }
 
 // Common parts of a policy: Kb elements per block, Ks per sub-block, codes (u8) offset, minimum
@@ -91,15 +88,11 @@ struct Q4_0 {
     scatter16(scales, rows, 0);
     unw4(codes, 16, rows, 2);
   }
-  // Expanded groups g (4 elements each) of one block, 64 bytes apart, at byte offset `at` (the
-  // column half: V::kCols columns x 4 bytes).
+  // Group g (elements 4g..4g+3) of one block at byte offset `at` (the column half: V::kCols
+  // columns x 4 bytes): low nibbles of vector g, then the high nibbles of vectors 0..3.
   template <class V>
-  static void expand(const uint8_t* codes, int at, uint8_t* out) {
-    for (int v = 0; v < 4; ++v) {
-      const auto x = V::loadu(codes + 64 * v + at);
-      V::storeu(out + 64 * v + at, low4<V>(x));
-      V::storeu(out + 64 * (v + 4) + at, high4<V>(x));
-    }
+  static typename V::I group(const uint8_t* codes, int g, int at) {
+    return nib<V>(V::loadu(codes + 64 * (g % 4) + at), g / 4);
   }
   template <class V>
   static typename V::F scale(const uint8_t* s, int col) {
@@ -111,12 +104,8 @@ struct IQ4_NL : Q4_0 {
   static constexpr DType kType = DType::kIQ4_NL;
   static constexpr int kOffset = 128, kMaxCode = 241;
   template <class V>
-  static void expand(const uint8_t* codes, int at, uint8_t* out) {
-    for (int v = 0; v < 4; ++v) {
-      const auto x = V::loadu(codes + 64 * v + at);
-      V::storeu(out + 64 * v + at, V::lookup16(kIq4U, low4<V>(x)));
-      V::storeu(out + 64 * (v + 4) + at, V::lookup16(kIq4U, high4<V>(x)));
-    }
+  static typename V::I group(const uint8_t* codes, int g, int at) {
+    return V::lookup16(kIq4U, Q4_0::group<V>(codes, g, at));
   }
 };
 
@@ -170,20 +159,16 @@ struct Q5Codes {
     }
   }
   template <class V>
-  static void expand(const uint8_t* codes, int at, uint8_t* out) {
-    const auto hb = V::loadu(codes + 256 + at);
-    for (int v = 0; v < 4; ++v) {
-      const auto x = V::loadu(codes + 64 * v + at);
-      V::storeu(out + 64 * v + at, V::or_(low4<V>(x), bit_to<V>(hb, v, 4)));
-      V::storeu(out + 64 * (v + 4) + at, V::or_(high4<V>(x), bit_to<V>(hb, v + 4, 4)));
-    }
+  static typename V::I group(const uint8_t* codes, int g, int at) {
+    return V::or_(nib<V>(V::loadu(codes + 64 * (g % 4) + at), g / 4),
+                  bits_at<V>(V::loadu(codes + 256 + at), g, 4, 1));
   }
 };
 
 struct Q5_0 : Q4_0, Q5Codes<DType::kQ5_0, 2, 6> {
   static constexpr DType kType = DType::kQ5_0;
   static constexpr int kOffset = 16, kMaxCode = 31;
-  using Q5Codes::expand;
+  using Q5Codes::group;
   using Q5Codes::kCodeBytes;
   static void pack(const uint8_t* const* rows, uint8_t* codes, uint8_t* scales) {
     gather16(rows, 0, scales);
@@ -198,7 +183,7 @@ struct Q5_0 : Q4_0, Q5Codes<DType::kQ5_0, 2, 6> {
 struct Q5_1 : Q4_1, Q5Codes<DType::kQ5_1, 4, 8> {
   static constexpr DType kType = DType::kQ5_1;
   static constexpr int kMaxCode = 31;
-  using Q5Codes::expand;
+  using Q5Codes::group;
   using Q5Codes::kCodeBytes;
   static void pack(const uint8_t* const* rows, uint8_t* codes, uint8_t* scales) {
     gather16(rows, 0, scales);
@@ -234,7 +219,9 @@ struct Q8_0 : Q4_0 {
         for (int i = 2; i < 34; ++i) rows[c][i] ^= 0x80u;
   }
   template <class V>
-  static void expand(const uint8_t*, int, uint8_t*) {}
+  static typename V::I group(const uint8_t* codes, int g, int at) {
+    return V::loadu(codes + 64 * g + at);
+  }
 };
 
 // ---- K-quants (256-element super-blocks) ----
@@ -306,13 +293,8 @@ struct Q4_K : K4Scales {
   }
   // Code vector 8c + t: low nibbles = group 16c + t (sub-block 2c), high = group 16c + 8 + t.
   template <class V>
-  static void expand(const uint8_t* codes, int at, uint8_t* out) {
-    for (int c = 0; c < 4; ++c)
-      for (int t = 0; t < 8; ++t) {
-        const auto x = V::loadu(codes + 64 * (8 * c + t) + at);
-        V::storeu(out + 64 * (16 * c + t) + at, low4<V>(x));
-        V::storeu(out + 64 * (16 * c + 8 + t) + at, high4<V>(x));
-      }
+  static typename V::I group(const uint8_t* codes, int g, int at) {
+    return nib<V>(V::loadu(codes + 64 * (8 * (g / 16) + g % 8) + at), g / 8 % 2);
   }
 };
 
@@ -331,16 +313,11 @@ struct Q5_K : Q4_K {
     unw4(codes, 128, rows, 48);
     unw4(codes + 2048, 32, rows, 16);
   }
+  // Fifth bits: vector t holds at bit j the fifth bit of group 8j + t.
   template <class V>
-  static void expand(const uint8_t* codes, int at, uint8_t* out) {
-    for (int c = 0; c < 4; ++c)
-      for (int t = 0; t < 8; ++t) {
-        const auto x = V::loadu(codes + 64 * (8 * c + t) + at);
-        const auto h = V::loadu(codes + 2048 + 64 * t + at);
-        V::storeu(out + 64 * (16 * c + t) + at, V::or_(low4<V>(x), bit_to<V>(h, 2 * c, 4)));
-        V::storeu(out + 64 * (16 * c + 8 + t) + at,
-                  V::or_(high4<V>(x), bit_to<V>(h, 2 * c + 1, 4)));
-      }
+  static typename V::I group(const uint8_t* codes, int g, int at) {
+    const auto h = V::loadu(codes + 2048 + 64 * (g % 8) + at);
+    return V::or_(Q4_K::group<V>(codes, g, at), bits_at<V>(h, g / 8, 4, 1));
   }
 };
 
@@ -387,17 +364,11 @@ struct Q6_K : SignedScales<16> {
     unw4(codes + 2048, 64, rows, 128);
   }
   template <class V>
-  static void expand(const uint8_t* codes, int at, uint8_t* out) {
-    for (int h = 0; h < 2; ++h)
-      for (int w = 0; w < 16; ++w) {
-        const auto l = V::loadu(codes + 64 * (16 * h + w) + at);
-        for (int hi = 0; hi < 2; ++hi) {
-          const int x = 16 * hi + w;
-          const auto q = V::loadu(codes + 2048 + 64 * (8 * h + x % 8) + at);
-          const auto nib = hi ? high4<V>(l) : low4<V>(l);
-          V::storeu(out + 64 * (32 * h + x) + at, V::or_(nib, bit_to<V>(q, 2 * (x / 8), 4, 2)));
-        }
-      }
+  static typename V::I group(const uint8_t* codes, int g, int at) {
+    const int h = g / 32, x = g % 32;
+    const auto l = V::loadu(codes + 64 * (16 * h + x % 16) + at);
+    const auto q = V::loadu(codes + 2048 + 64 * (8 * h + x % 8) + at);
+    return V::or_(nib<V>(l, x / 16), bits_at<V>(q, 2 * (x / 8), 4, 2));
   }
 };
 
@@ -439,16 +410,11 @@ struct Q3_K : SignedScales<16> {
     unw4(codes + 1024, 32, rows, 0);
   }
   template <class V>
-  static void expand(const uint8_t* codes, int at, uint8_t* out) {
-    for (int w = 0; w < 8; ++w) {
-      const auto hm = V::loadu(codes + 1024 + 64 * w + at);
-      for (int h = 0; h < 2; ++h) {
-        const auto q = V::loadu(codes + 64 * (8 * h + w) + at);
-        for (int s = 0; s < 4; ++s)
-          V::storeu(out + 64 * (32 * h + 8 * s + w) + at,
-                    V::or_(bit_to<V>(q, 2 * s, 0, 2), bit_to<V>(hm, 4 * h + s, 2)));
-      }
-    }
+  static typename V::I group(const uint8_t* codes, int g, int at) {
+    const int h = g / 32, s = g / 8 % 4, w = g % 8;
+    const auto q = V::loadu(codes + 64 * (8 * h + w) + at);
+    const auto hm = V::loadu(codes + 1024 + 64 * w + at);
+    return V::or_(bits_at<V>(q, 2 * s, 0, 2), bits_at<V>(hm, 4 * h + s, 2, 1));
   }
 };
 
@@ -485,13 +451,8 @@ struct IQ4_XS : SignedScales<8> {
     unw4(codes, 128, rows, 8);
   }
   template <class V>
-  static void expand(const uint8_t* codes, int at, uint8_t* out) {
-    for (int j = 0; j < 8; ++j)
-      for (int v = 0; v < 4; ++v) {
-        const auto x = V::loadu(codes + 64 * (4 * j + v) + at);
-        V::storeu(out + 64 * (8 * j + v) + at, V::lookup16(kIq4U, low4<V>(x)));
-        V::storeu(out + 64 * (8 * j + 4 + v) + at, V::lookup16(kIq4U, high4<V>(x)));
-      }
+  static typename V::I group(const uint8_t* codes, int g, int at) {
+    return V::lookup16(kIq4U, nib<V>(V::loadu(codes + 64 * (4 * (g / 8) + g % 4) + at), g / 4 % 2));
   }
 };
 
@@ -519,13 +480,8 @@ struct Q2_K {
     unw4(codes, 64, rows, 16);
   }
   template <class V>
-  static void expand(const uint8_t* codes, int at, uint8_t* out) {
-    for (int h = 0; h < 2; ++h)
-      for (int w = 0; w < 8; ++w) {
-        const auto q = V::loadu(codes + 64 * (8 * h + w) + at);
-        for (int s = 0; s < 4; ++s)
-          V::storeu(out + 64 * (32 * h + 8 * s + w) + at, bit_to<V>(q, 2 * s, 0, 2));
-      }
+  static typename V::I group(const uint8_t* codes, int g, int at) {
+    return bits_at<V>(V::loadu(codes + 64 * (8 * (g / 32) + g % 8) + at), 2 * (g / 8 % 4), 0, 2);
   }
   template <class V>
   static typename V::F scale(const uint8_t* s, int col) {
@@ -545,6 +501,13 @@ struct Q2_K {
     return V::and32(V::srli32(V::load_u8_pairs(s + 64 + 32 * t + 2 * col), 4), 0x000f000f);
   }
 };
+
+// A whole block of format F expanded: group g written 64 bytes apart at byte offset `at`.
+template <class V, class F>
+void expand(const uint8_t* codes, int at, uint8_t* out) {
+#pragma GCC unroll 8
+  for (int g = 0; g < F::kBlk / 4; ++g) V::storeu(out + 64 * g + at, F::template group<V>(codes, g, at));
+}
 
 // Every format with an integer kernel, for building the tables (qgemm.cpp and each ISA file).
 template <template <class> class Fn>
