@@ -72,8 +72,9 @@ BackendCaps cpu_backend_caps(bool emulate_device) {
   c.kv_split = c.kv_on_disk = c.activation_offload = !emulate_device;
   c.cpu_cache_compute = true;
   // Every KV dtype, attended in place (runtime/backend/cpu/attention.cpp); the emulated device
-  // stores those of the GPU backend. The default, bf16: AVX512-BF16 dot products where the CPU
-  // has them; the coordinator's measurement against f16 decides (bench/RESULTS.md).
+  // stores those of the GPU backend. The default, bf16: as fast as f16 here (AVX512-BF16 dot
+  // products where the CPU has them), within the 16-bit quality bound, and never overflows, where
+  // f16 turns values beyond 65504 into infinities (bench/RESULTS.md, "KV dtype: decode speed").
   for (DType t : kv_dtypes())
     if (!emulate_device || cuda_backend_caps().stores_kv(t)) c.kv_dtypes |= BackendCaps::storage_bit(t);
   c.default_kv_dtype = DType::kBF16;
