@@ -184,9 +184,9 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
     }
     std::fprintf(stderr,
                  "offgen: %s has no compute figures of %s at %d threads over a %s KV cache%s: "
-                 "measuring them once (about 30 s%s)\n",
+                 "measuring them once (best of %d rounds%s)\n",
                  path.c_str(), ctx.model.c_str(), threads, std::string(dtype_name(t)).c_str(),
-                 cached ? " measured with this much RAM" : "", limits().c_str());
+                 cached ? " measured with this much RAM" : "", co.round_count(), limits().c_str());
     in.compute.push_back(measure_compute(model, storage, t, co));
     in.hw.put_compute(in.compute.back());
     changed = true;
