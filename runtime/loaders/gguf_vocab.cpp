@@ -10,6 +10,7 @@ VocabData vocab_from_gguf(const GgufFile& f) {
   VocabData v;
   v.model = f.get_string("tokenizer.ggml.model");
   v.pre = f.get_string_opt("tokenizer.ggml.pre").value_or("default");
+  if (v.pre == "gpt-2") v.pre = "gpt2";  // llama.cpp's name for it (gguf_write.cpp writes that)
   const auto* tokens = f.find("tokenizer.ggml.tokens");
   OFFGEN_CHECK(tokens && tokens->type == GgufType::kArray && tokens->elem_type == GgufType::kString,
                kInput, "{}: tokenizer.ggml.tokens missing or not a string array", f.path());

@@ -69,7 +69,8 @@ void GgufMetadata::bools(const std::string& k, const std::vector<uint8_t>& v) {
 void add_tokenizer_metadata(GgufMetadata& kv, const VocabData& v) {
   const bool spm = v.model == "llama";
   kv.str("tokenizer.ggml.model", v.model);
-  if (!spm && !v.pre.empty()) kv.str("tokenizer.ggml.pre", v.pre);
+  // llama.cpp names GPT-2's pre-tokenizer "gpt-2" (and refuses "gpt2", offgen's name for it).
+  if (!spm && !v.pre.empty()) kv.str("tokenizer.ggml.pre", v.pre == "gpt2" ? "gpt-2" : v.pre);
   kv.strings("tokenizer.ggml.tokens", v.tokens);
   std::vector<int32_t> types = v.token_types;
   types.resize(v.tokens.size(), static_cast<int32_t>(TokenType::kNormal));
@@ -79,7 +80,8 @@ void add_tokenizer_metadata(GgufMetadata& kv, const VocabData& v) {
     scores.resize(v.tokens.size(), 0.0f);
     kv.f32s("tokenizer.ggml.scores", scores);
   }
-  if (!v.merges.empty()) kv.strings("tokenizer.ggml.merges", v.merges);
+  // A BPE vocabulary always has the merges key (llama.cpp refuses one without it), even empty.
+  if (!spm || !v.merges.empty()) kv.strings("tokenizer.ggml.merges", v.merges);
   auto id = [&kv](const char* key, int32_t value) {
     if (value >= 0) kv.u32(key, static_cast<uint32_t>(value));
   };
