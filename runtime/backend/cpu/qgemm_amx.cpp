@@ -58,9 +58,10 @@ void expand_signed(const uint8_t* codes, int64_t nb, uint8_t* out) {
   constexpr int64_t kBlkBytes = F::kBlk / 4 * 64;
   const __m512i off = _mm512_set1_epi8(static_cast<char>(F::kOffset));
   for (int64_t b = 0; b < nb; ++b)
-    for (int g = 0; g < F::kBlk / 4; ++g)
-      _mm512_storeu_si512(out + b * kBlkBytes + 64 * g,
-                          _mm512_sub_epi8(F::template group<V>(codes + b * F::kCodeBytes, g, 0), off));
+    for (int g = 0; g < F::kBlk / 4; ++g) {
+      const __m512i u = F::template group<V>(codes + b * F::kCodeBytes, g, 0);
+      _mm512_storeu_si512(out + b * kBlkBytes + 64 * g, _mm512_sub_epi8(u, off));
+    }
 }
 
 #define OFFGEN_INLINE inline __attribute__((always_inline))

@@ -506,7 +506,8 @@ struct Q2_K {
 template <class V, class F>
 void expand(const uint8_t* codes, int at, uint8_t* out) {
 #pragma GCC unroll 8
-  for (int g = 0; g < F::kBlk / 4; ++g) V::storeu(out + 64 * g + at, F::template group<V>(codes, g, at));
+  for (int g = 0; g < F::kBlk / 4; ++g)
+    V::storeu(out + 64 * g + at, F::template group<V>(codes, g, at));
 }
 
 // Every format with an integer kernel, for building the tables (qgemm.cpp and each ISA file).
