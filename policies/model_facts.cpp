@@ -21,6 +21,10 @@ ModelFacts model_facts(const DecoderModel& model, const std::string& weight_dtyp
   m.attn_unit_macs = c.d_model * (2 * c.q_dim() + 2 * c.kv_dim());  // Q, K, V and O
   const int64_t ffn_mats = c.ffn == FfnKind::kSwiGlu || c.ffn == FfnKind::kGeGlu ? 3 : 2;
   m.mlp_unit_macs = ffn_mats * c.d_model * c.ffn_dim;
+  // A mixture of experts: per token, the router, its chosen experts and the shared expert.
+  if (c.moe())
+    m.mlp_unit_macs = c.d_model * (c.n_experts + 3 * c.n_experts_used * c.ffn_dim +
+                                   (c.shared_ffn_dim > 0 ? 1 + 3 * c.shared_ffn_dim : 0));
   m.output_macs = c.d_model * c.vocab_size;
   m.attn_pair_macs = 2 * c.q_dim();
   m.device_is_host = model.backend().device_is_host();

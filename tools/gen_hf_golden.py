@@ -139,6 +139,8 @@ from transformers import (  # noqa: E402
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    MixtralConfig,
+    MixtralForCausalLM,
     OPTConfig,
     OPTForCausalLM,
     Phi3Config,
@@ -146,8 +148,12 @@ from transformers import (  # noqa: E402
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen2MoeConfig,
+    Qwen2MoeForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
 )
 
 VOCAB_SIZE = 320
@@ -390,12 +396,79 @@ MODELS += [
         ),
     ),
 ]
+# Mixtures of experts (every layer sparse; expert widths differ from d so that a transposed expert
+# matrix cannot pass): Mixtral (top-2 of 4, renormalised), Qwen2-MoE (top-2 of 6, not
+# renormalised, plus a shared expert of width 48 behind its sigmoid gate) and Qwen3-MoE (top-3 of
+# 8, renormalised, QK-norm).
+MODELS += [
+    (
+        "mixtral",
+        MixtralConfig,
+        MixtralForCausalLM,
+        torch.float32,
+        12000,
+        dict(
+            COMMON_LLAMA,
+            intermediate_size=24,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            sliding_window=None,
+            tie_word_embeddings=False,
+        ),
+    ),
+    (
+        "qwen2_moe",
+        Qwen2MoeConfig,
+        Qwen2MoeForCausalLM,
+        torch.float16,
+        13000,
+        dict(
+            COMMON_LLAMA,
+            num_experts=6,
+            num_experts_per_tok=2,
+            moe_intermediate_size=40,
+            shared_expert_intermediate_size=48,
+            norm_topk_prob=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            use_sliding_window=False,
+            tie_word_embeddings=False,
+        ),
+    ),
+    (
+        "qwen3_moe",
+        Qwen3MoeConfig,
+        Qwen3MoeForCausalLM,
+        torch.bfloat16,
+        14000,
+        dict(
+            COMMON_LLAMA,
+            head_dim=16,
+            num_experts=8,
+            num_experts_per_tok=3,
+            moe_intermediate_size=24,
+            norm_topk_prob=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            attention_bias=False,
+            use_sliding_window=False,
+            tie_word_embeddings=True,
+        ),
+    ),
+]
 # Written as GGUF by write_phi3_gguf (the gguf package), fp32.
 PHI3_GGUF = ("phi3", "phi3_longrope")
 # Converted to GGUF by llama.cpp's converter as well (see the module docstring), with the
 # checkpoint's own precision for matrices (bf16 -> bf16 is exact; the converter upcasts to fp32
 # before adding Gemma's 1 to the norms, which it writes in fp32).
-GGUF_MODELS = {"gemma3": "bf16", "qwen3": "bf16", "llama3": "f32", "qwen2": "f16"}
+GGUF_MODELS = {
+    "gemma3": "bf16",
+    "qwen3": "bf16",
+    "llama3": "f32",
+    "qwen2": "f16",
+    "mixtral": "f32",
+    "qwen2_moe": "f16",
+    "qwen3_moe": "bf16",
+}
 # Gemma's RMSNorm multiplies by (1 + w): random gains are drawn around 0 instead of 1.
 NORM_MEAN = {"gemma3": 0.0, "gemma2": 0.0}
 DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -469,6 +542,8 @@ def randomize(model: torch.nn.Module, seed: int, tied: bool, norm_mean: float = 
         elif leaf == "bias":
             std, mean = 0.1, 0.0
         elif leaf == "weight" and p.dim() == 2:
+            std, mean = 0.15, 0.0
+        elif leaf in ("gate_up_proj", "down_proj") and p.dim() == 3:  # experts, stacked
             std, mean = 0.15, 0.0
         else:
             raise RuntimeError(f"unexpected parameter {name} {tuple(p.shape)}")

@@ -264,6 +264,12 @@ class Backend {
   virtual void gelu(float* x, int64_t n) = 0;
   // y[i] += x[i]
   virtual void add(float* y, const float* x, int64_t n) = 0;
+  // x[i] = 0 for i < n.
+  virtual void zero(float* x, int64_t n) = 0;
+  // Row rows[i] of y += scales[i] * row i of x, for fp32 rows of `width` (rows distinct; index
+  // and scale lists in host memory): the experts' outputs combined into the tokens' rows.
+  virtual void add_rows_scaled(float* y, const float* x, std::span<const int64_t> rows,
+                               std::span<const float> scales, int64_t width) = 0;
   // x[i] *= s (embedding scale).
   virtual void scale(float* x, float s, int64_t n) = 0;
   // x[i] = cap * tanh(x[i] / cap) (logit soft-capping; cap > 0).

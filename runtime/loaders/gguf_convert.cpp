@@ -77,6 +77,10 @@ std::vector<std::string> config_mismatches(const ModelConfig& a, const ModelConf
   same("n_kv_heads", a.n_kv_heads, b.n_kv_heads);
   same("head_dim", a.head_dim, b.head_dim);
   same("ffn_dim", a.ffn_dim, b.ffn_dim);
+  same("n_experts", a.n_experts, b.n_experts);
+  same("n_experts_used", a.n_experts_used, b.n_experts_used);
+  same("shared_ffn_dim", a.shared_ffn_dim, b.shared_ffn_dim);
+  if (a.moe()) same("moe_norm_topk", a.moe_norm_topk, b.moe_norm_topk);
   same("vocab_size", a.vocab_size, b.vocab_size);
   same("context_length", a.context_length, b.context_length);
   close("norm_eps", a.norm_eps, b.norm_eps);
@@ -161,6 +165,14 @@ void add_model_metadata(GgufMetadata& kv, const ModelConfig& c, const std::strin
   kv.u32(a + "embedding_length", static_cast<uint32_t>(c.d_model));
   kv.u32(a + "block_count", static_cast<uint32_t>(c.n_layers));
   kv.u32(a + "feed_forward_length", static_cast<uint32_t>(c.ffn_dim));
+  if (c.moe()) {
+    kv.u32(a + "expert_count", static_cast<uint32_t>(c.n_experts));
+    kv.u32(a + "expert_used_count", static_cast<uint32_t>(c.n_experts_used));
+    kv.u32(a + "expert_feed_forward_length", static_cast<uint32_t>(c.ffn_dim));
+    if (c.shared_ffn_dim > 0)
+      kv.u32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(c.shared_ffn_dim));
+    kv.boolean(a + "expert_weights_norm", c.moe_norm_topk);
+  }
   kv.u32(a + "attention.head_count", static_cast<uint32_t>(c.n_heads));
   kv.u32(a + "attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
   if (c.d_model % c.n_heads != 0 || c.head_dim != c.d_model / c.n_heads) {
@@ -259,6 +271,13 @@ ConvertStats convert_to_gguf(const WeightSource& src, const VocabData& vocab,
       for (std::string_view p : s->fused->parts) parts.push_back(fmt::format("blk.{}.{}", s->layer, p));
       name = fmt::format("blk.{}.{}", s->layer, s->fused->gguf);
       dims = {spec.dims[0], s->total_rows};
+    }
+    if (const std::optional<ExpertSlice> e = expert_slice(c, spec.name)) {  // stacked experts
+      if (e->expert > 0) continue;  // written with expert 0
+      parts.clear();
+      for (int64_t x = 0; x < c.n_experts; ++x) parts.push_back(expert_tensor(e->layer, e->matrix, x));
+      name = e->merged;
+      dims = {spec.dims[0], spec.dims[1], c.n_experts};
     }
     if (dims.size() == 1) {  // norm gains and biases: f32, shifted and permuted as GGUF holds them
       const bool gain = c.norm == NormKind::kRms && ends_with(name, "norm.weight");

@@ -81,6 +81,44 @@ void gguf_rope(const GgufFile& f, const std::string& a, ModelConfig& c) {
       static_cast<float>(f.get_float_opt(a + "rope.scaling.attn_factor").value_or(dflt));
 }
 
+// Mixtures of experts: expert_count experts per layer of expert_feed_forward_length each (Mixtral's
+// "llama" files: feed_forward_length), expert_used_count of them per token, a shared expert where
+// the file has one (Qwen2-MoE: expert_shared_feed_forward_length, else its tensor's size), and
+// the top-k renormalised as expert_weights_norm says (absent: the architecture's default, as in
+// llama.cpp).
+void gguf_experts(const GgufFile& f, const std::string& a, const Architecture& row,
+                  ModelConfig& c) {
+  const int64_t experts = f.get_int_opt(a + "expert_count").value_or(0);
+  bool allowed = !row.hf_experts.empty();
+  for (const Architecture& r : architectures())
+    allowed = allowed || (!r.hf_experts.empty() && r.gguf_as == row.name);
+  OFFGEN_CHECK(experts >= 0 && experts <= 4096, kInput, "{}: {}expert_count {} is out of range",
+               f.path(), a, experts);
+  if (experts == 0) {
+    OFFGEN_CHECK(row.hf_experts.empty(), kInput,
+                 "{}: {} files need {}expert_count (a mixture of experts)", f.path(), row.name, a);
+    return;
+  }
+  OFFGEN_CHECK(allowed, kConfig, "{}: {} with experts (expert_count {}) is not supported", f.path(),
+               row.name, experts);
+  c.n_experts = experts;
+  c.n_experts_used = f.get_int(a + "expert_used_count");
+  OFFGEN_CHECK(c.n_experts_used >= 1 && c.n_experts_used <= experts, kInput,
+               "{}: {}expert_used_count {} is out of range (1 to expert_count {})", f.path(), a,
+               c.n_experts_used, experts);
+  c.ffn_dim = f.get_int_opt(a + "expert_feed_forward_length").value_or(c.ffn_dim);
+  if (const GgufTensor* sh = f.find_tensor("blk.0.ffn_gate_shexp.weight")) {
+    OFFGEN_CHECK(sh->dims.size() == 2, kInput, "{}: {} must be a matrix", f.path(), sh->name);
+    c.shared_ffn_dim =
+        f.get_int_opt(a + "expert_shared_feed_forward_length").value_or(sh->dims[1]);
+  }
+  if (const GgufValue* v = f.find(a + "expert_weights_norm")) {
+    OFFGEN_CHECK(v->type == GgufType::kBool, kInput, "{}: {}expert_weights_norm must be a bool",
+                 f.path(), a);
+    c.moe_norm_topk = v->num != 0;
+  }
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const GgufFile& f) {
@@ -97,6 +135,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.n_heads = f.get_int(a + "attention.head_count");
   c.n_kv_heads = f.get_int_opt(a + "attention.head_count_kv").value_or(c.n_heads);
   c.ffn_dim = f.get_int(a + "feed_forward_length");
+  gguf_experts(f, a, *row, c);
   c.context_length = f.get_int(a + "context_length");
   c.rope_theta = static_cast<float>(f.get_float_opt(a + "rope.freq_base").value_or(10000.0));
   c.norm_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon"));
@@ -169,6 +208,17 @@ GgufWeightSource::GgufWeightSource(GgufFile file)
 
 const GgufTensor* GgufWeightSource::fused(const std::string& name, int64_t& row0,
                                           int64_t& rows) const {
+  if (const std::optional<ExpertSlice> e = expert_slice(config_, name)) {
+    // An expert of the stacked tensor {cols, rows, n_experts} (files that store experts one by
+    // one under their own names are read as they are).
+    const GgufTensor* t = file_.find_tensor(e->merged);
+    if (t == nullptr || t->dims.size() != 3 || t->dims[1] * t->dims[2] != e->total_rows ||
+        t->dims[2] != config_.n_experts)
+      return nullptr;
+    row0 = e->row0;
+    rows = e->rows;
+    return t;
+  }
   const std::optional<FusedSlice> s = fused_slice(config_, name);
   if (!s) return nullptr;
   const GgufTensor* t = file_.find_tensor(fmt::format("blk.{}.{}", s->layer, s->fused->gguf));

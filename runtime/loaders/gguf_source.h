@@ -23,8 +23,9 @@ class GgufWeightSource final : public WeightSource {
   GgufFile& file() { return file_; }
 
  private:
-  // The file's fused tensor holding `name` (Phi-3's attn_qkv, ffn_up of 2 x ffn_dim rows) and the
-  // part's rows in it; nullptr when the file stores the tensor on its own.
+  // The file's fused tensor holding `name` (Phi-3's attn_qkv, ffn_up of 2 x ffn_dim rows; the
+  // experts' stacked ffn_*_exps seen as 2-D) and the part's rows in it; nullptr when the file
+  // stores the tensor on its own.
   const GgufTensor* fused(const std::string& name, int64_t& row0, int64_t& rows) const;
 
   GgufFile file_;

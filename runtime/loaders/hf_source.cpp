@@ -166,6 +166,26 @@ Rope read_rope(const Fields& f, double default_theta) {
   return r;
 }
 
+// A mixture of experts' fields: num_experts (or num_local_experts, as Mixtral and transformers 5
+// write it), num_experts_per_tok, the expert width's field of the architecture, norm_topk_prob
+// (absent: the architecture's transformers default) and, for an architecture with one, the shared
+// expert's width. Layers that stay dense (mlp_only_layers, decoder_sparse_step > 1) are refused.
+void read_experts(const Fields& f, const Architecture& arch, ModelConfig& c) {
+  c.n_experts =
+      f.get_count(f.find("num_experts") != nullptr ? "num_experts" : "num_local_experts", 4096);
+  c.n_experts_used = f.get_count("num_experts_per_tok", c.n_experts);
+  c.ffn_dim = f.get_count(std::string(arch.hf_expert_width).c_str());
+  c.moe_norm_topk = f.get_bool_or("norm_topk_prob", arch.hf_norm_topk);
+  if (arch.shared_expert) c.shared_ffn_dim = f.get_count("shared_expert_intermediate_size");
+  OFFGEN_CHECK(f.get_int_or("decoder_sparse_step", 1) == 1, kConfig,
+               "{}: decoder_sparse_step {} (dense layers between the sparse ones) is not supported",
+               f.name, f.get_int_or("decoder_sparse_step", 1));
+  if (const json* dense = f.find("mlp_only_layers"))
+    OFFGEN_CHECK(dense->is_array() && dense->empty(), kConfig,
+                 "{}: mlp_only_layers {} (dense layers in a mixture of experts) is not supported",
+                 f.name, dense->dump());
+}
+
 ModelConfig llama_family(const Fields& f, const Architecture& arch) {
   ModelConfig c = architecture_config(arch.name);
   c.n_layers = f.get_count("num_hidden_layers", kMaxLayers);
@@ -217,6 +237,8 @@ ModelConfig llama_family(const Fields& f, const Architecture& arch) {
   // Optional switches of the family's configs (absent: the architecture's own features).
   if (f.find("attention_bias") != nullptr)
     c.qkv_bias = c.out_bias = f.get_bool_or("attention_bias", false);
+  c.qkv_bias = f.get_bool_or("qkv_bias", c.qkv_bias);  // Qwen2-MoE
+  if (!arch.hf_experts.empty()) read_experts(f, arch, c);
   OFFGEN_CHECK(!f.get_bool_or("mlp_bias", false), kConfig,
                "{}: mlp_bias (biases on the gated MLP) is not supported", f.name);
   // Sliding-window attention equals full attention up to the window: cap the context there.
@@ -438,6 +460,12 @@ std::string HfWeightSource::hf_name(const std::string& name) const {
   if (const std::optional<FusedSlice> s = fused_slice(config_, name))
     return fmt::format("{}layers.{}.{}", prefix_, s->layer, s->fused->hf);
   if (const char* top = lookup(arch_->hf_top, name)) return prefix_ + top;
+  if (const std::optional<ExpertSlice> e = expert_slice(config_, name)) {
+    const char* t = lookup(arch_->hf_experts, std::string(e->matrix));
+    return t ? fmt::format("{}layers.{}.{}", prefix_, e->layer,
+                           fmt::format(fmt::runtime(t), e->expert))
+             : "";
+  }
   int layer = -1;
   char what[64] = {};
   if (std::sscanf(name.c_str(), "blk.%d.%63s", &layer, what) != 2 || layer < 0) return "";

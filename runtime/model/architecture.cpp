@@ -101,6 +101,46 @@ constexpr FusedTensor kPhi3Fused[] = {
     {"attn_qkv.weight", "self_attn.qkv_proj.weight", kQkvParts},
     {"ffn_up.weight", "mlp.gate_up_proj.weight", kGateUpParts},
 };
+// Mixtral: Llama's attention, a router and eight experts in block_sparse_moe.
+constexpr Pair kMixtralLayer[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate_inp.weight", "block_sparse_moe.gate.weight"},
+};
+constexpr Pair kMixtralExperts[] = {
+    {"ffn_gate", "block_sparse_moe.experts.{}.w1.weight"},
+    {"ffn_up", "block_sparse_moe.experts.{}.w3.weight"},
+    {"ffn_down", "block_sparse_moe.experts.{}.w2.weight"},
+};
+// Qwen2-MoE and Qwen3-MoE: their dense relatives' attention (Q/K/V biases; QK-norm), a router,
+// the experts and (Qwen2-MoE) a shared expert with its sigmoid gate, in mlp.
+constexpr Pair kQwenMoeLayer[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate_inp.weight", "mlp.gate.weight"},
+    {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
+    {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+};
+constexpr Pair kQwenMoeExperts[] = {
+    {"ffn_gate", "mlp.experts.{}.gate_proj.weight"},
+    {"ffn_up", "mlp.experts.{}.up_proj.weight"},
+    {"ffn_down", "mlp.experts.{}.down_proj.weight"},
+};
 constexpr std::string_view kLlamaPrefixes[] = {"model.", ""};
 constexpr std::string_view kOptPrefixes[] = {"model.decoder.", "decoder.", ""};
 
@@ -123,6 +163,20 @@ void qwen3_features(ModelConfig& c) {
   llama_features(c);
   c.qk_norm = true;
   c.rope_style = RopeStyle::kHalf;
+}
+// The mixtures of experts: their dense relatives plus the router's top-k renormalised (Mixtral,
+// Qwen3-MoE; a Qwen config's norm_topk_prob says) or not (Qwen2-MoE).
+void mixtral_features(ModelConfig& c) {
+  llama_features(c);
+  c.moe_norm_topk = true;
+}
+void qwen2moe_features(ModelConfig& c) {
+  qwen2_features(c);
+  c.moe_norm_topk = false;
+}
+void qwen3moe_features(ModelConfig& c) {
+  qwen3_features(c);
+  c.moe_norm_topk = true;
 }
 // Phi-3: Llama's norms and SwiGLU, rotate-half RoPE (GGUF keeps HF's order), possibly partial
 // (partial_rotary_factor / rope.dimension_count) and LongRoPE-scaled (the 128K models).
@@ -171,10 +225,16 @@ constexpr std::string_view kGemma3Classes[] = {"Gemma3ForCausalLM"};
 constexpr std::string_view kGemma3Types[] = {"gemma3_text"};
 constexpr std::string_view kPhi3Classes[] = {"Phi3ForCausalLM"};
 constexpr std::string_view kPhi3Types[] = {"phi3"};
+constexpr std::string_view kMixtralClasses[] = {"MixtralForCausalLM"};
+constexpr std::string_view kMixtralTypes[] = {"mixtral"};
+constexpr std::string_view kQwen2MoeClasses[] = {"Qwen2MoeForCausalLM"};
+constexpr std::string_view kQwen2MoeTypes[] = {"qwen2_moe"};
+constexpr std::string_view kQwen3MoeClasses[] = {"Qwen3MoeForCausalLM"};
+constexpr std::string_view kQwen3MoeTypes[] = {"qwen3_moe"};
 constexpr std::string_view kOptClasses[] = {"OPTForCausalLM"};
 constexpr std::string_view kOptTypes[] = {"opt"};
 
-const std::array<Architecture, 8> kArchitectures = {{
+const std::array<Architecture, 11> kArchitectures = {{
     {"llama", kLlamaClasses, kLlamaTypes, true, HfConfigFamily::kLlama, kLlamaTop, kLlamaLayer,
      kLlamaPrefixes, llama_features},
     {"mistral", kMistralClasses, kMistralTypes, false, HfConfigFamily::kLlama, kLlamaTop,
@@ -191,6 +251,16 @@ const std::array<Architecture, 8> kArchitectures = {{
      kLlamaPrefixes, phi3_features, nullptr, 0, 0.0f, 0, kPhi3Fused},
     {"opt", kOptClasses, kOptTypes, false, HfConfigFamily::kOpt, kOptTop, kOptLayer, kOptPrefixes,
      opt_features},
+    // Mixtral's GGUF files are "llama" files with experts (the llama row reads them).
+    {"mixtral", kMixtralClasses, kMixtralTypes, false, HfConfigFamily::kLlama, kLlamaTop,
+     kMixtralLayer, kLlamaPrefixes, mixtral_features, nullptr, 0, 0.0f, 0, {}, "llama",
+     kMixtralExperts, "intermediate_size", true},
+    {"qwen2moe", kQwen2MoeClasses, kQwen2MoeTypes, true, HfConfigFamily::kLlama, kLlamaTop,
+     kQwenMoeLayer, kLlamaPrefixes, qwen2moe_features, nullptr, 0, 0.0f, 0, {}, {},
+     kQwenMoeExperts, "moe_intermediate_size", false, true},
+    {"qwen3moe", kQwen3MoeClasses, kQwen3MoeTypes, true, HfConfigFamily::kLlama, kLlamaTop,
+     kQwenMoeLayer, kLlamaPrefixes, qwen3moe_features, nullptr, 0, 0.0f, 0, {}, {},
+     kQwenMoeExperts, "moe_intermediate_size", false},
 }};
 
 template <class Pred>

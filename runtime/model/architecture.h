@@ -58,6 +58,18 @@ struct Architecture {
   // The GGUF architecture `offgen convert` writes this one as when it has none of its own (gguf
   // false): a row whose features cover it (Mistral as Llama); empty: none.
   std::string_view gguf_as = {};
+  // Mixture-of-experts checkpoints: offgen's expert matrix (kExpertMatrices of tensor_table.h:
+  // "ffn_gate", "ffn_up", "ffn_down") -> the checkpoint's tensor, relative to "layers.N.", with
+  // {} standing for the expert's index; empty: no experts. The router and the shared expert are
+  // ordinary layer tensors (hf_layer).
+  NamePairs hf_experts = {};
+  // Their config.json: the field of an expert's width, whether a config without norm_topk_prob
+  // renormalises the top-k (the transformers class's default), and whether layers have a shared
+  // expert beside the routed ones (Qwen2-MoE: of shared_expert_intermediate_size, with a sigmoid
+  // gate).
+  std::string_view hf_expert_width = {};
+  bool hf_norm_topk = false;
+  bool shared_expert = false;
 };
 
 // The fused tensor of `a` that holds layer tensor `part` ("attn_q.weight"), with the part's index

@@ -25,6 +25,20 @@ void ModelConfig::validate() const {
   in_range(ffn_dim, "ffn_dim", int64_t{1} << 24);
   in_range(vocab_size, "vocab_size", INT32_MAX);
   in_range(context_length, "context_length", INT32_MAX);
+  if (moe()) {
+    in_range(n_experts, "n_experts", 4096);
+    in_range(n_experts_used, "n_experts_used", n_experts);
+    OFFGEN_CHECK(shared_ffn_dim >= 0 && shared_ffn_dim <= (int64_t{1} << 24), kInput,
+                 "model config: shared_ffn_dim = {} is out of range (0 to {})", shared_ffn_dim,
+                 int64_t{1} << 24);
+    OFFGEN_CHECK(ffn == FfnKind::kSwiGlu && !ffn_bias, kInput,
+                 "model config: experts must be gated SiLU MLPs without biases");
+  } else {
+    OFFGEN_CHECK(n_experts == 0 && n_experts_used == 0 && shared_ffn_dim == 0, kInput,
+                 "model config: n_experts = {} with n_experts_used = {} and shared_ffn_dim = {} "
+                 "(experts need n_experts >= 1)",
+                 n_experts, n_experts_used, shared_ffn_dim);
+  }
   OFFGEN_CHECK(n_heads % n_kv_heads == 0, kInput,
                "model config: n_heads {} is not a multiple of n_kv_heads {}", n_heads, n_kv_heads);
   OFFGEN_CHECK(learned_pos || head_dim % 2 == 0, kInput,

@@ -70,6 +70,13 @@ struct ModelConfig {
   std::vector<uint8_t> sliding_layers;
   int64_t sliding_window = 0;
   float rope_local_theta = 0.0f;
+  // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): with n_experts > 0 every layer's MLP is
+  // n_experts gated experts of ffn_dim each, of which a router (ffn_gate_inp) picks
+  // n_experts_used per token: softmax over all experts in fp32, the largest (lower index first
+  // on ties), renormalised to sum 1 when moe_norm_topk. With shared_ffn_dim > 0 every token also
+  // runs a shared expert of that width, scaled by the sigmoid of its own gate (Qwen2-MoE).
+  int64_t n_experts = 0, n_experts_used = 0, shared_ffn_dim = 0;
+  bool moe_norm_topk = true;
 
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
@@ -83,6 +90,9 @@ struct ModelConfig {
     const int64_t window = context > 0 && context < context_length ? context : context_length;
     return long_rope() && window > rope_original_context;
   }
+  bool moe() const { return n_experts > 0; }
+  // The widest MLP a token runs (scratch sizes): ffn_dim, or the shared expert's.
+  int64_t ffn_width() const { return shared_ffn_dim > ffn_dim ? shared_ffn_dim : ffn_dim; }
   bool gated_ffn() const { return ffn == FfnKind::kSwiGlu || ffn == FfnKind::kGeGlu; }
   bool is_sliding(int64_t layer) const {
     return layer >= 0 && layer < static_cast<int64_t>(sliding_layers.size()) &&

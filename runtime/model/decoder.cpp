@@ -8,6 +8,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/model/quant_rules.h"
+#include "runtime/model/tensor_table.h"
 
 namespace offgen {
 namespace {
@@ -91,13 +92,15 @@ int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 }  // namespace
 
 int64_t DecoderScratch::row_floats(const ModelConfig& c) {
+  const int64_t moe = c.moe() ? c.n_experts + 1 + 2 * c.d_model : 0;
   return c.d_model + (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() + c.q_dim() + c.d_model +
-         2 * c.ffn_dim + c.ffn_dim + c.embed_width();
+         2 * c.ffn_width() + c.ffn_width() + c.embed_width() + moe;
 }
 
 int64_t DecoderScratch::bytes() const {
   int64_t b = 0;
-  for (const BackendArray<float>* a : {&x, &qkv, &q, &attn, &proj, &gate_up, &act, &emb})
+  for (const BackendArray<float>* a :
+       {&x, &qkv, &q, &attn, &proj, &gate_up, &act, &emb, &route, &moe_x, &moe_y})
     b += (a->capacity() * 4 + 4095) / 4096 * 4096;
   return b;
 }
@@ -111,9 +114,14 @@ void DecoderScratch::reserve(Backend& be, const ModelConfig& c, int64_t rows) {
   grow(q, c.q_dim());
   grow(attn, c.q_dim());
   grow(proj, c.d_model);
-  grow(gate_up, 2 * c.ffn_dim);
-  grow(act, c.ffn_dim);
+  grow(gate_up, 2 * c.ffn_width());
+  grow(act, c.ffn_width());
   grow(emb, c.embed_width());
+  if (c.moe()) {
+    grow(route, c.n_experts + 1);
+    grow(moe_x, c.d_model);
+    grow(moe_y, c.d_model);
+  }
 }
 
 DecoderModel::DecoderModel(const WeightSource& src, Backend& backend, int64_t context)
@@ -169,6 +177,10 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend, int64_t co
 }
 
 DType DecoderModel::storage_of(const std::string& name, DType src, int64_t cols) const {
+  // Routers stay unquantised (as llama-quantize leaves them): a flipped choice of expert costs
+  // more than the bytes saved.
+  if (name.ends_with(".ffn_gate_inp.weight") || name.ends_with(".ffn_gate_inp_shexp.weight"))
+    return backend_.matmul_storage_as(DType::kF32, cols);
   const WeightMode m = backend_.weight_mode();
   if (!m.quantises()) return backend_.matmul_storage(src, cols);
   return backend_.matmul_storage_as(quant_type(m, config_, quant_rule_name(config_, name), cols),
@@ -215,6 +227,14 @@ DecoderModel::Layout DecoderModel::make_layout(int64_t unit) const {
     r1 = {c.d_model};
     cols1 = c.q_dim();
     bias0 = c.qkv_bias, bias1 = c.out_bias;
+  } else if (c.moe()) {  // the shared expert in w0/w1 (none: empty)
+    if (c.shared_ffn_dim > 0) {
+      n0 = {layer_name(l, "ffn_gate_shexp.weight"), layer_name(l, "ffn_up_shexp.weight")};
+      r0 = {c.shared_ffn_dim, c.shared_ffn_dim};
+      n1 = {layer_name(l, "ffn_down_shexp.weight")};
+      r1 = {c.d_model};
+      cols1 = c.shared_ffn_dim;
+    }
   } else {
     if (c.gated_ffn()) {
       n0 = {layer_name(l, "ffn_gate.weight"), layer_name(l, "ffn_up.weight")};
@@ -249,6 +269,22 @@ DecoderModel::Layout DecoderModel::make_layout(int64_t unit) const {
   if (bias1) L.b1 = take(c.d_model);
   at = place_matrix(n0, r0, cols0, at, L.w0);
   at = place_matrix(n1, r1, cols1, at, L.w1);
+  if (c.moe() && !unit_has_cache(unit)) {
+    at = place_matrix({layer_name(l, "ffn_gate_inp.weight")}, {c.n_experts}, c.d_model, at,
+                      L.router);
+    if (c.shared_ffn_dim > 0)
+      at = place_matrix({layer_name(l, "ffn_gate_inp_shexp.weight")}, {1}, c.d_model, at,
+                        L.shared_gate);
+    L.experts.resize(static_cast<size_t>(c.n_experts));
+    for (int64_t e = 0; e < c.n_experts; ++e) {
+      Expert& x = L.experts[static_cast<size_t>(e)];
+      x.at = at = align_up(at, kBlobAlign);
+      at = place_matrix({expert_tensor(l, "ffn_gate", e), expert_tensor(l, "ffn_up", e)},
+                        {c.ffn_dim, c.ffn_dim}, c.d_model, at, x.w0);
+      at = place_matrix({expert_tensor(l, "ffn_down", e)}, {c.d_model}, c.ffn_dim, at, x.w1);
+      x.bytes = align_up(at, kBlobAlign) - x.at;
+    }
+  }
   L.bytes = align_up(at, kBlobAlign);
   return L;
 }
@@ -286,7 +322,7 @@ ForwardLayout DecoderModel::forward_layout() const {
   f.scratch_buffers = DecoderScratch::kBuffers;
   // The CPU kernels' activations of the widest matmul input: 8-bit codes, their tile copy and
   // block scales (bf16 weights: 2 bytes per element) — at most 3 bytes per element.
-  f.work_row_bytes = 3 * std::max({c.d_model, c.q_dim(), c.ffn_dim, c.embed_width()});
+  f.work_row_bytes = 3 * std::max({c.d_model, c.q_dim(), c.ffn_width(), c.embed_width()});
   f.logits_row_bytes = c.vocab_size * 4;
   f.sample_row_bytes = c.vocab_size * 8;  // Sampler: a (logit, id) pair per token
   // Each compute thread keeps fp32 scores of its largest (sequence, KV head) task: the query
@@ -304,7 +340,9 @@ std::map<DType, int64_t> DecoderModel::bytes_by_format() const {
   out[DType::kF32] += out_norm_.bytes() + out_norm_b_.bytes();
   for (const Layout& L : layouts_) {
     int64_t matrices = 0;
-    for (const Matrix* m : {&L.w0, &L.w1})
+    std::vector<const Matrix*> all = {&L.w0, &L.w1, &L.router, &L.shared_gate};
+    for (const Expert& x : L.experts) all.insert(all.end(), {&x.w0, &x.w1});
+    for (const Matrix* m : all)
       for (const Part& p : m->parts) {
         const int64_t b = backend_.weight_bytes(p.storage, p.rows, m->cols);
         out[p.storage] += b;
@@ -350,8 +388,11 @@ void DecoderModel::build_unit(int64_t unit, void* dst) const {
     put_vector(L.b0, "ffn_up.bias", c.ffn_dim);
     put_vector(L.b1, "ffn_down.bias", c.d_model);
   }
-  build_matrix(L.w0, base);
-  build_matrix(L.w1, base);
+  for (const Matrix* m : {&L.w0, &L.w1, &L.router, &L.shared_gate}) build_matrix(*m, base);
+  for (const Expert& x : L.experts) {
+    build_matrix(x.w0, base);
+    build_matrix(x.w1, base);
+  }
 }
 
 void DecoderModel::embed(std::span<const int32_t> ids, const int32_t* positions, float* hidden,
@@ -416,6 +457,11 @@ void DecoderModel::run_unit(int64_t unit, const void* blob, float* hidden, const
     backend_.add(hidden, s.proj.data(), rows * c.d_model);
     if (!c.pre_norm) apply_norm(backend_, c, hidden, norm, norm_b, rows, hidden);
   };
+  if (!unit_has_cache(unit) && c.moe()) {
+    moe_mlp(L, base, in, rows, s);
+    finish();
+    return;
+  }
   if (!unit_has_cache(unit)) {
     if (c.gated_ffn()) {
       matmul(in, rows, L.w0, base, s.gate_up.data());

@@ -1,5 +1,5 @@
 // Decoder-only transformer (Llama/Mistral/Qwen2/Qwen3: RMSNorm, RoPE (scaled), GQA, SwiGLU,
-// QK-norm; Gemma 2/3: sandwich norms, GeGLU, sliding-window layers, soft-capping; OPT: LayerNorm,
+// QK-norm; mixtures of experts (Mixtral, Qwen2/3-MoE): routed SwiGLU experts; Gemma 2/3: sandwich norms, GeGLU, sliding-window layers, soft-capping; OPT: LayerNorm,
 // learned positions, ReLU, biases, post-norm, projected embeddings — see ModelConfig) as
 // schedulable units — per layer an attention unit (2l) and an MLP unit (2l+1) — plus the resident
 // embedding and output head. A unit's weights live in one "blob" (backend storage, 4 KiB-multiple
@@ -17,6 +17,7 @@
 #include "runtime/core/placement.h"
 #include "runtime/model/config.h"
 #include "runtime/model/kv_slots.h"
+#include "runtime/model/moe_routing.h"
 #include "runtime/model/weight_source.h"
 
 namespace offgen {
@@ -25,8 +26,13 @@ namespace offgen {
 // per concurrently running batch.
 struct DecoderScratch {
   BackendArray<float> x, qkv, q, attn, proj, gate_up, act, emb;
+  // Mixtures of experts: router logits (and the shared expert's gate), an expert's gathered
+  // input rows and its output rows (empty for dense models).
+  BackendArray<float> route, moe_x, moe_y;
   std::vector<KvOverflow> overflow;  // per sequence, for chunks that overflow their table
-  static constexpr int64_t kBuffers = 8;  // the arrays above
+  std::vector<float> route_host;     // the router logits in host memory
+  MoeRouting routing;
+  static constexpr int64_t kBuffers = 11;  // the arrays above
   void reserve(Backend& be, const ModelConfig& c, int64_t rows);
   // fp32 elements of one row over all the arrays.
   static int64_t row_floats(const ModelConfig& c);
@@ -108,11 +114,22 @@ class DecoderModel {
     int64_t rows = 0, cols = 0;
     std::vector<Part> parts;
   };
+  // One expert of a mixture-of-experts MLP unit: its gate+up and down matrices, in the blob's
+  // bytes [at, at + bytes) (4 KiB-aligned, so that an expert can be moved on its own).
+  struct Expert {
+    Matrix w0, w1;
+    int64_t at = 0, bytes = 0;
+  };
   struct Layout {  // byte offsets inside a unit blob (-1: absent)
     int64_t norm = 0, norm_b = -1, post_norm = -1, q_norm = -1, k_norm = -1, b0 = -1, b1 = -1;
     int64_t bytes = 0;
-    Matrix w0, w1;
+    Matrix w0, w1;  // MoE units: the shared expert's (empty without one)
+    Matrix router, shared_gate;  // MoE units: [n_experts, d_model] and [1, d_model]
+    std::vector<Expert> experts;  // MoE units, after everything else
   };
+  // The MLP of a mixture of experts over `rows` normalised rows `in`, into s.proj.
+  void moe_mlp(const Layout& L, const uint8_t* base, const float* in, int64_t rows,
+               DecoderScratch& s) const;
   Layout make_layout(int64_t unit) const;
   // The matmul storage of tensor `name` (rows of `cols` elements coming as `src`): the backend's
   // WeightMode, for a mode that quantises through the rule table (quant_rules.h).

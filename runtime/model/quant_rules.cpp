@@ -56,7 +56,7 @@ DType mix_type(const WeightMode& m, const ModelConfig& c, std::string_view name,
   }
   if (ends_with(name, ".attn_qkv.weight") && m.mix == QuantMix::kM)
     return q4 ? DType::kQ5_K : DType::kQ6_K;
-  if (ends_with(name, ".ffn_down.weight")) {
+  if (ends_with(name, ".ffn_down.weight") || ends_with(name, ".ffn_down_exps.weight")) {
     if (m.mix == QuantMix::kM && use_more_bits(layer, n)) return DType::kQ6_K;
     if (m.mix == QuantMix::kS && q4 && layer < n / 8) return DType::kQ5_K;
   }
@@ -66,12 +66,17 @@ DType mix_type(const WeightMode& m, const ModelConfig& c, std::string_view name,
 }  // namespace
 
 bool quantised_tensor(std::string_view name, size_t n_dims) {
-  return n_dims == 2 && name.ends_with(".weight") && name != "position_embd.weight";
+  // Routers stay as they are (llama-quantize's choice too).
+  if (name.ends_with(".ffn_gate_inp.weight") || name.ends_with(".ffn_gate_inp_shexp.weight"))
+    return false;
+  return (n_dims == 2 || (n_dims == 3 && name.ends_with("_exps.weight"))) &&
+         name.ends_with(".weight") && name != "position_embd.weight";
 }
 
 std::string quant_rule_name(const ModelConfig& c, const std::string& name) {
   if (const std::optional<FusedSlice> s = fused_slice(c, name))
     return fmt::format("blk.{}.{}", s->layer, s->fused->gguf);
+  if (const std::optional<ExpertSlice> e = expert_slice(c, name)) return e->merged;
   return name;
 }
 

@@ -13,8 +13,9 @@
 
 namespace offgen {
 
-// Whether a tensor (GGUF naming) is a matrix that quantisation converts: 2-D weights other than
-// position tables; norms, biases and frequency factors keep their floats.
+// Whether a tensor (GGUF naming) is a matrix that quantisation converts: 2-D weights (and the
+// experts' stacked 3-D ones) other than position tables and routers; norms, biases and frequency
+// factors keep their floats.
 bool quantised_tensor(std::string_view name, size_t n_dims);
 
 // The name the rules see for tensor `name` of model `c`: a part of a fused matrix

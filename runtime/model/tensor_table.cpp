@@ -11,11 +11,19 @@
 namespace offgen {
 namespace {
 
-// Layer tensors: name suffix after "blk.N." and dims.
-std::vector<TensorSpec> layer_tensors(const ModelConfig& c) {
+// The dims of expert matrix `matrix` (kExpertMatrices) of c.
+std::vector<int64_t> expert_dims(const ModelConfig& c, std::string_view matrix) {
+  if (matrix == "ffn_down") return {c.ffn_dim, c.d_model};
+  return {c.d_model, c.ffn_dim};
+}
+
+// Layer tensors: name suffix after "blk.N." and dims; the experts' matrices only `with_experts`.
+std::vector<TensorSpec> layer_tensors(const ModelConfig& c, bool with_experts = true) {
   const bool layer_norm = c.norm == NormKind::kLayer;
   std::vector<TensorSpec> v;
-  auto add = [&v](const char* name, std::vector<int64_t> dims) { v.push_back({name, std::move(dims)}); };
+  auto add = [&v](std::string name, std::vector<int64_t> dims) {
+    v.push_back({std::move(name), std::move(dims)});
+  };
   add("attn_norm.weight", {c.d_model});
   if (layer_norm) add("attn_norm.bias", {c.d_model});
   add("attn_q.weight", {c.d_model, c.q_dim()});
@@ -35,11 +43,25 @@ std::vector<TensorSpec> layer_tensors(const ModelConfig& c) {
   if (c.post_norms) add("post_attention_norm.weight", {c.d_model});
   add("ffn_norm.weight", {c.d_model});
   if (layer_norm) add("ffn_norm.bias", {c.d_model});
-  if (c.gated_ffn()) add("ffn_gate.weight", {c.d_model, c.ffn_dim});
-  add("ffn_up.weight", {c.d_model, c.ffn_dim});
-  if (c.ffn_bias) add("ffn_up.bias", {c.ffn_dim});
-  add("ffn_down.weight", {c.ffn_dim, c.d_model});
-  if (c.ffn_bias) add("ffn_down.bias", {c.d_model});
+  if (c.moe()) {
+    // The router, the experts (expert by expert), and the shared expert with its gate.
+    add("ffn_gate_inp.weight", {c.d_model, c.n_experts});
+    for (int64_t e = 0; e < c.n_experts && with_experts; ++e)
+      for (std::string_view m : kExpertMatrices)
+        add(fmt::format("{}.{}.weight", m, e), expert_dims(c, m));
+    if (c.shared_ffn_dim > 0) {
+      add("ffn_gate_inp_shexp.weight", {c.d_model, 1});
+      add("ffn_gate_shexp.weight", {c.d_model, c.shared_ffn_dim});
+      add("ffn_up_shexp.weight", {c.d_model, c.shared_ffn_dim});
+      add("ffn_down_shexp.weight", {c.shared_ffn_dim, c.d_model});
+    }
+  } else {
+    if (c.gated_ffn()) add("ffn_gate.weight", {c.d_model, c.ffn_dim});
+    add("ffn_up.weight", {c.d_model, c.ffn_dim});
+    if (c.ffn_bias) add("ffn_up.bias", {c.ffn_dim});
+    add("ffn_down.weight", {c.ffn_dim, c.d_model});
+    if (c.ffn_bias) add("ffn_down.bias", {c.d_model});
+  }
   if (c.post_norms) add("post_ffw_norm.weight", {c.d_model});
   return v;
 }
@@ -75,14 +97,42 @@ std::vector<TensorSpec> model_tensors(const ModelConfig& c) {
 std::vector<int64_t> model_tensor_dims(const ModelConfig& c, const std::string& name) {
   for (const TensorSpec& t : top_tensors(c))
     if (t.name == name) return t.dims;
+  if (const std::optional<ExpertSlice> s = expert_slice(c, name)) return expert_dims(c, s->matrix);
   int layer = -1;
   char what[64] = {};
   if (std::sscanf(name.c_str(), "blk.%d.%63s", &layer, what) != 2 || layer < 0 ||
       layer >= c.n_layers || name != fmt::format("blk.{}.{}", layer, what))
     return {};
-  for (const TensorSpec& t : layer_tensors(c))
+  for (const TensorSpec& t : layer_tensors(c, false))
     if (t.name == what) return t.dims;
   return {};
+}
+
+std::string expert_tensor(int64_t layer, std::string_view matrix, int64_t expert) {
+  return fmt::format("blk.{}.{}.{}.weight", layer, matrix, expert);
+}
+
+std::optional<ExpertSlice> expert_slice(const ModelConfig& c, const std::string& name) {
+  if (!c.moe()) return std::nullopt;
+  int layer = -1, expert = -1, end = 0;
+  char what[16] = {};
+  if (std::sscanf(name.c_str(), "blk.%d.%15[a-z_].%d.weight%n", &layer, what, &expert, &end) != 3 ||
+      end != static_cast<int>(name.size()) || layer < 0 || layer >= c.n_layers || expert < 0 ||
+      expert >= c.n_experts)
+    return std::nullopt;
+  for (std::string_view m : kExpertMatrices) {
+    if (m != what || name != expert_tensor(layer, m, expert)) continue;
+    ExpertSlice s;
+    s.layer = layer;
+    s.expert = expert;
+    s.matrix = m;
+    s.merged = fmt::format("blk.{}.{}_exps.weight", layer, m);
+    s.rows = expert_dims(c, m)[1];
+    s.row0 = expert * s.rows;
+    s.total_rows = c.n_experts * s.rows;
+    return s;
+  }
+  return std::nullopt;
 }
 
 std::optional<FusedSlice> fused_slice(const ModelConfig& c, const std::string& name) {

@@ -36,6 +36,22 @@ struct FusedSlice {
 // nullopt when the tensor is not part of a fused one (or the name is not a layer tensor of c).
 std::optional<FusedSlice> fused_slice(const ModelConfig& c, const std::string& name);
 
+// Mixture-of-experts layers: the matrices of one expert are named "blk.N.<matrix>.<expert>.weight"
+// for the matrices below (offgen's names, as llama.cpp's older files stored experts); GGUF files
+// stack each matrix of all a layer's experts into one tensor "blk.N.<matrix>_exps.weight" of dims
+// {cols, rows, n_experts}, which the loaders hand out expert by expert as row slices (block
+// formats stay as they are).
+inline constexpr std::string_view kExpertMatrices[] = {"ffn_gate", "ffn_up", "ffn_down"};
+std::string expert_tensor(int64_t layer, std::string_view matrix, int64_t expert);
+struct ExpertSlice {
+  int64_t layer = 0, expert = 0;
+  std::string_view matrix;  // one of kExpertMatrices
+  std::string merged;       // the GGUF tensor of all experts: "blk.N.ffn_gate_exps.weight"
+  int64_t row0 = 0, rows = 0, total_rows = 0;  // rows of the merged tensor seen as 2-D
+};
+// nullopt when `name` is not an expert matrix of c (a dense model, an index out of range).
+std::optional<ExpertSlice> expert_slice(const ModelConfig& c, const std::string& name);
+
 // Throws Error(kInput) naming the source, the tensor, its shape and the expected one when a
 // tensor model_tensors() lists is missing or has other dims. Reads metadata only (no tensor data).
 void check_tensor_shapes(const WeightSource& src);

@@ -268,7 +268,7 @@ TEST_CASE("convert: tiny HF checkpoints and GGUF files as GGUF read back to the 
       ++converted;
     }
   }
-  CHECK(converted == 8 + 6);  // 8 checkpoints (not OPT x2, Gemma 2), 6 GGUF files
+  CHECK(converted == 11 + 9);  // 11 checkpoints (not OPT x2, Gemma 2), 9 GGUF files
 }
 
 TEST_CASE("convert: refusals name the problem and leave an existing file alone", "[convert]") {

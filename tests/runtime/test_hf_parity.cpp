@@ -3,10 +3,12 @@
 // QK-norm, sandwich norms, GeGLU, linear-scaled global RoPE) / Gemma 2 (soft-capping, attention
 // scale from query_pre_attn_scalar) / Qwen3 (bf16, QK-norm) / Llama 3.1 RoPE scaling / Phi-3
 // (fused qkv and gate_up; and with LongRoPE's long factors, attention factor and partial rotary
-// embedding) checkpoints written by transformers' save_pretrained, with golden logits at every
-// prompt position and 16 greedy tokens (tools/gen_hf_golden.py); and the same golden for the GGUF
-// files llama.cpp's converter made of the Gemma 3, Qwen3, Llama 3.1 and Qwen2 ones, and those the
-// gguf package wrote of the Phi-3 ones (fused attn_qkv and ffn_up, rope_factors_long/short).
+// embedding) / mixtures of experts (Mixtral fp32, Qwen2-MoE fp16 with its shared expert,
+// Qwen3-MoE bf16) checkpoints written by transformers' save_pretrained, with golden logits at
+// every prompt position and 16 greedy tokens (tools/gen_hf_golden.py); and the same golden for
+// the GGUF files llama.cpp's converter made of the Gemma 3, Qwen3, Llama 3.1, Qwen2 and the three
+// MoE ones (experts stacked in ffn_*_exps), and those the gguf package wrote of the Phi-3 ones
+// (fused attn_qkv and ffn_up, rope_factors_long/short).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -33,7 +35,7 @@ TEST_CASE("HF checkpoints: logits at every position and 16 greedy tokens match t
           "[model][hf]") {
   const auto g = golden();
   auto be = make_cpu_backend(2);
-  REQUIRE(g["models"].size() == 11);
+  REQUIRE(g["models"].size() == 14);
   for (const auto& gm : g["models"]) {
     const std::string name = gm["name"].get<std::string>();
     SECTION(name) { check_against_golden(kDir + "/" + name, gm, *be); }
@@ -51,7 +53,7 @@ TEST_CASE("GGUF files (llama.cpp's converter, the gguf package) match the same t
     const std::string path = kDir + "/" + gm["gguf"].get<std::string>();
     SECTION(path) { check_against_golden(path, gm, *be); }
   }
-  CHECK(n == 6);  // gemma3, qwen3, llama3, qwen2, phi3, phi3_longrope
+  CHECK(n == 9);  // gemma3, qwen3, llama3, qwen2, phi3, phi3_longrope, mixtral, qwen2_moe, qwen3_moe
 }
 
 TEST_CASE("HF checkpoints: an untied config without lm_head.weight is an error, not a tie",

@@ -339,6 +339,18 @@ void CpuBackend::add(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+void CpuBackend::zero(float* x, int64_t n) { std::memset(x, 0, static_cast<size_t>(n) * 4); }
+
+void CpuBackend::add_rows_scaled(float* y, const float* x, std::span<const int64_t> rows,
+                                 std::span<const float> scales, int64_t width) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    float* dst = y + rows[i] * width;
+    const float* src = x + static_cast<int64_t>(i) * width;
+    const float s = scales[i];
+    for (int64_t j = 0; j < width; ++j) dst[j] += s * src[j];
+  }
+}
+
 void CpuBackend::scale(float* x, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }

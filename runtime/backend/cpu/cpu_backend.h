@@ -62,6 +62,9 @@ class CpuBackend final : public Backend {
   void relu(float* x, int64_t n) override;
   void gelu(float* x, int64_t n) override;
   void add(float* y, const float* x, int64_t n) override;
+  void zero(float* x, int64_t n) override;
+  void add_rows_scaled(float* y, const float* x, std::span<const int64_t> rows,
+                       std::span<const float> scales, int64_t width) override;
   void scale(float* x, float s, int64_t n) override;
   void softcap(float* x, float cap, int64_t n) override;
   void add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride = 0) override;

@@ -181,6 +181,14 @@ __global__ void gather_rows_kernel(float* dst, const float* src, const int64_t* 
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) d[i] = s[i];
 }
 
+__global__ void add_rows_scaled_kernel(float* y, const float* x, const int64_t* rows,
+                                       const float* scales, int64_t width) {
+  float* d = y + rows[blockIdx.x] * width;
+  const float* s = x + blockIdx.x * width;
+  const float k = scales[blockIdx.x];
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) d[i] += k * s[i];
+}
+
 // fp16 with saturation: values beyond its range clamp to +-65504 instead of becoming inf.
 __device__ __half to_half_sat(float v) { return __float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f)); }
 
@@ -351,6 +359,14 @@ void embedding(const void* table, DType dtype, int64_t cols, const int32_t* ids,
   } else {
     return;  // kQ4G64 tables are never kept on the GPU (prepare_table makes them f32)
   }
+  OFFGEN_CUDA_LAUNCHED();
+}
+
+void add_rows_scaled(float* y, const float* x, const int64_t* rows, const float* scales, int64_t n,
+                     int64_t width, cudaStream_t stream) {
+  if (n == 0) return;
+  add_rows_scaled_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(y, x, rows, scales,
+                                                                            width);
   OFFGEN_CUDA_LAUNCHED();
 }
 

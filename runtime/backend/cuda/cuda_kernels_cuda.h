@@ -40,6 +40,9 @@ void add_bias(float* y, const float* bias, int64_t m, int64_t n, int64_t stride,
 void embedding(const void* table, DType dtype, int64_t cols, const int32_t* ids, int64_t n,
                float* out, cudaStream_t stream);
 // dst row i = src row rows[i], rows of `width` floats.
+// Row rows[i] of y += scales[i] * row i of x (rows, scales: device memory).
+void add_rows_scaled(float* y, const float* x, const int64_t* rows, const float* scales, int64_t n,
+                     int64_t width, cudaStream_t stream);
 void gather_rows(float* dst, const float* src, const int64_t* rows, int64_t n, int64_t width,
                  cudaStream_t stream);
 // kv_format.h's kv_head_bytes for the KV dtypes the kernels read (0 for others).

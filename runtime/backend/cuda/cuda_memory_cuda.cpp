@@ -167,6 +167,19 @@ void CudaBackend::gather_rows(float* dst, const float* src, std::span<const int6
   cuda::gather_rows(dst, src, idx, static_cast<int64_t>(rows.size()), width, stream());
 }
 
+void CudaBackend::zero(float* x, int64_t n) {
+  if (n == 0) return;
+  OFFGEN_CUDA_CHECK(cudaMemsetAsync(x, 0, static_cast<size_t>(n) * 4, stream()));
+}
+
+void CudaBackend::add_rows_scaled(float* y, const float* x, std::span<const int64_t> rows,
+                                  std::span<const float> scales, int64_t width) {
+  if (rows.empty()) return;
+  const auto* idx = static_cast<const int64_t*>(ring_.put(rows.data(), rows.size_bytes(), stream()));
+  const auto* s = static_cast<const float*>(ring_.put(scales.data(), scales.size_bytes(), stream()));
+  cuda::add_rows_scaled(y, x, idx, s, static_cast<int64_t>(rows.size()), width, stream());
+}
+
 void CudaBackend::copy_kv_heads(void* dst, int64_t dst_stride, const void* src,
                                 int64_t src_stride, int64_t head_bytes,
                                 std::span<const HeadCopy> copies) {

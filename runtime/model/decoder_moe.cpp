@@ -1,0 +1,56 @@
+// The mixture-of-experts MLP of the decoder: every row is routed first, then each chosen expert
+// runs once over all of its rows.
+#include <cmath>
+
+#include "runtime/model/decoder.h"
+
+namespace offgen {
+
+void DecoderModel::moe_mlp(const Layout& L, const uint8_t* base, const float* in, int64_t rows,
+                           DecoderScratch& s) const {
+  const ModelConfig& c = config_;
+  const int64_t d = c.d_model, f = c.ffn_dim, ne = c.n_experts;
+  const bool shared = c.shared_ffn_dim > 0;
+  // Router logits [rows, n_experts], then the shared expert's gate logits [rows], on the host.
+  float* logits = s.route.data();
+  matmul(in, rows, L.router, base, logits);
+  if (shared) matmul(in, rows, L.shared_gate, base, logits + rows * ne);
+  const int64_t n_logits = rows * (ne + (shared ? 1 : 0));
+  const float* host = logits;
+  if (!backend_.device_is_host()) {
+    s.route_host.resize(static_cast<size_t>(n_logits));
+    backend_.copy(s.route_host.data(), logits, n_logits * 4);
+    backend_.synchronize();
+    host = s.route_host.data();
+  }
+  route_top_k(host, rows, ne, ne, c.n_experts_used, c.moe_norm_topk, s.routing);
+  // Each expert over its rows, its outputs added into theirs in expert order, the shared
+  // expert's last: a row's sum does not depend on the other rows of the batch.
+  backend_.zero(s.proj.data(), rows * d);
+  for (int64_t e = 0; e < ne; ++e) {
+    const std::vector<int64_t>& r = s.routing.rows[static_cast<size_t>(e)];
+    if (r.empty()) continue;
+    const auto n = static_cast<int64_t>(r.size());
+    const Expert& x = L.experts[static_cast<size_t>(e)];
+    backend_.gather_rows(s.moe_x.data(), in, r, d);
+    matmul(s.moe_x.data(), n, x.w0, base, s.gate_up.data());
+    backend_.swiglu(s.gate_up.data(), s.gate_up.data() + f, n, f, 2 * f, s.act.data());
+    matmul(s.act.data(), n, x.w1, base, s.moe_y.data());
+    backend_.add_rows_scaled(s.proj.data(), s.moe_y.data(), r,
+                             s.routing.weights[static_cast<size_t>(e)], d);
+  }
+  if (!shared) return;
+  const int64_t fs = c.shared_ffn_dim;
+  matmul(in, rows, L.w0, base, s.gate_up.data());
+  backend_.swiglu(s.gate_up.data(), s.gate_up.data() + fs, rows, fs, 2 * fs, s.act.data());
+  matmul(s.act.data(), rows, L.w1, base, s.moe_y.data());
+  std::vector<int64_t> all(static_cast<size_t>(rows));
+  std::vector<float> gate(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    all[r] = r;
+    gate[r] = 1.0f / (1.0f + std::exp(-host[rows * ne + r]));
+  }
+  backend_.add_rows_scaled(s.proj.data(), s.moe_y.data(), all, gate, d);
+}
+
+}  // namespace offgen

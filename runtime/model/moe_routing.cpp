@@ -1,0 +1,46 @@
+// Top-k routing of a mixture of experts.
+#include "runtime/model/moe_routing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace offgen {
+
+int64_t MoeRouting::active() const {
+  int64_t n = 0;
+  for (const auto& r : rows) n += r.empty() ? 0 : 1;
+  return n;
+}
+
+void route_top_k(const float* logits, int64_t n_rows, int64_t n_experts, int64_t stride,
+                 int64_t k, bool renormalise, MoeRouting& out) {
+  out.rows.resize(static_cast<size_t>(n_experts));
+  out.weights.resize(static_cast<size_t>(n_experts));
+  for (auto& r : out.rows) r.clear();
+  for (auto& w : out.weights) w.clear();
+  std::vector<float> p(static_cast<size_t>(n_experts));
+  std::vector<int64_t> order(static_cast<size_t>(n_experts));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const float* l = logits + r * stride;
+    const float mx = *std::max_element(l, l + n_experts);
+    float sum = 0.0f;
+    for (int64_t e = 0; e < n_experts; ++e) sum += p[e] = std::exp(l[e] - mx);
+    for (int64_t e = 0; e < n_experts; ++e) p[e] /= sum;
+    std::iota(order.begin(), order.end(), int64_t{0});
+    // NaN (a broken model's logits) ranks last, keeping the order strict.
+    auto key = [&p](int64_t e) { return std::isnan(p[e]) ? -1.0f : p[e]; };
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&key](int64_t a, int64_t b) {
+      return key(a) > key(b) || (key(a) == key(b) && a < b);
+    });
+    float top = 0.0f;
+    for (int64_t i = 0; i < k; ++i) top += p[order[i]];
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t e = order[i];
+      out.rows[e].push_back(r);
+      out.weights[e].push_back(renormalise ? p[e] / top : p[e]);
+    }
+  }
+}
+
+}  // namespace offgen

@@ -1,0 +1,25 @@
+// Top-k routing of a mixture of experts: which experts each row runs, with which weight, grouped
+// by expert so that each expert runs once over all of its rows.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace offgen {
+
+struct MoeRouting {
+  // Per expert: the rows routed to it (ascending) and their weights.
+  std::vector<std::vector<int64_t>> rows;
+  std::vector<std::vector<float>> weights;
+  // Experts with at least one row.
+  int64_t active() const;
+};
+
+// Routes `n_rows` rows of router logits (row r at logits + r * stride, n_experts each) to their
+// top k experts as Hugging Face's routers do: softmax over all experts in fp32, the k largest
+// probabilities (the lower index first on ties), renormalised to sum 1 when `renormalise`.
+// A row's result depends on that row alone.
+void route_top_k(const float* logits, int64_t n_rows, int64_t n_experts, int64_t stride,
+                 int64_t k, bool renormalise, MoeRouting& out);
+
+}  // namespace offgen
