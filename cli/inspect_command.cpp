@@ -120,6 +120,24 @@ int run_inspect(const std::string& model, int threads, const std::string& weight
   std::printf("\n");
   for (const auto& [t, b] : m.bytes_by_format())
     std::printf("    %-8s %10.2f MiB\n", std::string(dtype_name(t)).c_str(), b / 1048576.0);
+  if (c.moe()) {  // the experts' layout: what a token reads of each layer's MLP unit
+    int64_t experts = 0, heads = 0;
+    for (int64_t u = 1; u < m.num_units(); u += 2) {
+      experts += m.unit_expert_bytes(u);
+      heads += m.unit_head_bytes(u);
+    }
+    const double one = double(experts) / double(c.n_experts * c.n_layers);
+    std::printf("  experts: %lld per layer of %lld wide, %lld used per token%s; one expert %.2f "
+                "MiB, all experts %.1f MiB (%.1f%% of the weights); routers, norms%s %.1f MiB; a "
+                "token's experts %.1f MiB over all layers\n",
+                (long long)c.n_experts, (long long)c.ffn_dim, (long long)c.n_experts_used,
+                c.shared_ffn_dim > 0
+                    ? (", plus a shared expert of " + std::to_string(c.shared_ffn_dim)).c_str()
+                    : "",
+                one / 1048576.0, experts / 1048576.0, 100.0 * double(experts) / double(weights),
+                c.shared_ffn_dim > 0 ? " and shared experts" : "", heads / 1048576.0,
+                one * double(c.n_experts_used * c.n_layers) / 1048576.0);
+  }
   // KV bytes per sequence as the KV store allocates them (in the KV dtype, all in memory, no
   // eviction): sliding-window layers hold only their window.
   const BackendCaps caps = backend_caps(backend_kind);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -39,6 +40,22 @@ constexpr ModernPreset kModernPresets[] = {
     {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960},
 };
 
+// Mixtures of experts (their public configurations). Routers are generated with a fixed skew
+// (DummyWeightSource::tensor), so that some experts are chosen more often than others.
+struct MoePreset {
+  const char* name;
+  const char* arch;  // "mixtral", "qwen2moe" or "qwen3moe"
+  int64_t layers, d_model, heads, kv_heads, head_dim, ffn, vocab, context;
+  int64_t experts, used, shared_ffn;
+  bool tied = false;
+};
+constexpr MoePreset kMoePresets[] = {
+    {"mixtral-8x7b", "mixtral", 32, 4096, 32, 8, 128, 14336, 32000, 32768, 8, 2, 0},
+    {"qwen2-moe-a2.7b", "qwen2moe", 24, 2048, 16, 16, 128, 1408, 151936, 8192, 60, 4, 5632},
+    {"qwen3-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 128, 768, 151936, 40960, 128, 8, 0},
+    {"qwen3-235b-a22b", "qwen3moe", 94, 4096, 64, 4, 128, 1536, 151936, 40960, 128, 8, 0},
+};
+
 // Llama-shaped sizes (public configurations of SmolLM2, TinyLlama, LLaMA 30B, Llama 2 and Llama 3)
 // and the OPT sizes FlexGen benchmarks (facebook/opt-* configs).
 constexpr Preset kPresets[] = {
@@ -67,10 +84,33 @@ std::vector<std::string> dummy_presets() {
   std::vector<std::string> v;
   for (const auto& p : kPresets) v.push_back(p.name);
   for (const auto& p : kModernPresets) v.push_back(p.name);
+  for (const auto& p : kMoePresets) v.push_back(p.name);
   return v;
 }
 
 ModelConfig dummy_config(const std::string& preset) {
+  for (const auto& p : kMoePresets) {
+    if (preset != p.name) continue;
+    ModelConfig c = architecture_config(p.arch);
+    c.name = std::string("dummy:") + p.name;
+    c.n_layers = p.layers;
+    c.d_model = p.d_model;
+    c.n_heads = p.heads;
+    c.n_kv_heads = p.kv_heads;
+    c.head_dim = p.head_dim;
+    c.ffn_dim = p.ffn;
+    c.vocab_size = p.vocab;
+    c.context_length = p.context;
+    c.rope_theta = 1e6f;
+    c.norm_eps = 1e-6f;
+    c.tied_embeddings = p.tied;
+    c.n_experts = p.experts;
+    c.n_experts_used = p.used;
+    c.shared_ffn_dim = p.shared_ffn;
+    finish_architecture_config(c);
+    c.validate();
+    return c;
+  }
   for (const auto& p : kModernPresets) {
     if (preset != p.name) continue;
     ModelConfig c = architecture_config(p.arch);
@@ -161,10 +201,16 @@ std::string DummyWeightSource::describe() const {
              : fmt::format("dummy:{}:{}", preset_, dtype_name(matrix_type_));
 }
 
+namespace {
+bool router(const std::string& name) {
+  return name.ends_with(".ffn_gate_inp.weight") || name.ends_with(".ffn_gate_inp_shexp.weight");
+}
+}  // namespace
+
 DType DummyWeightSource::tensor_dtype(const std::string& name) const {
   const std::vector<int64_t> dims = dims_of(name);
   OFFGEN_CHECK(!dims.empty(), kInput, "{}: no tensor '{}'", describe(), name);
-  if (dims.size() < 2 || matrix_type_ == DType::kF32) return DType::kF32;
+  if (dims.size() < 2 || matrix_type_ == DType::kF32 || router(name)) return DType::kF32;
   if (dims[0] % dtype_block_elems(matrix_type_) == 0) return matrix_type_;
   return dims[0] % dtype_block_elems(DType::kQ8_0) == 0 ? DType::kQ8_0 : DType::kF32;
 }
@@ -215,6 +261,18 @@ TensorRef DummyWeightSource::tensor(const std::string& name) const {
     for (int64_t i = i0; i < std::min(n, i0 + kPiece); ++i) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       data[i] = (static_cast<float>(x >> 40) * 0x1.0p-24f * 2.0f - 1.0f) * amax;
+    }
+  }
+  if (name.ends_with(".ffn_gate_inp.weight")) {
+    // A fixed skew of the router: expert e's logits scaled by 1.25^(1 - 2 r / (E - 1)) for its
+    // rank r in a per-layer permutation, from 1.25 (chosen most often) to 0.8.
+    const int64_t experts = t.dims[1], cols = t.dims[0];
+    int layer = 0;
+    std::sscanf(name.c_str(), "blk.%d.", &layer);
+    for (int64_t e = 0; e < experts; ++e) {
+      const int64_t rank = (e * 7 + layer * 13) % experts;
+      const double s = std::pow(1.25, 1.0 - 2.0 * rank / std::max<int64_t>(1, experts - 1));
+      for (int64_t i = 0; i < cols; ++i) data[e * cols + i] *= static_cast<float>(s);
     }
   }
   return t;

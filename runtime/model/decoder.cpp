@@ -309,6 +309,17 @@ void DecoderModel::matmul(const float* x, int64_t rows, const Matrix& m, const u
 
 int64_t DecoderModel::unit_bytes(int64_t unit) const { return layout(unit).bytes; }
 
+int64_t DecoderModel::unit_expert_bytes(int64_t unit) const {
+  int64_t b = 0;
+  for (const Expert& x : layout(unit).experts) b += x.bytes;
+  return b;
+}
+
+int64_t DecoderModel::unit_head_bytes(int64_t unit) const {
+  const Layout& L = layout(unit);
+  return L.experts.empty() ? L.bytes : L.experts.front().at;
+}
+
 int64_t DecoderModel::resident_bytes() const {
   return tok_embd_.bytes() + pos_embd_.bytes() + proj_in_.bytes() + proj_out_.bytes() +
          lm_head_.bytes() + out_norm_.bytes() + out_norm_b_.bytes();

@@ -70,6 +70,11 @@ class DecoderModel {
   static bool unit_has_cache(int64_t unit) { return unit % 2 == 0; }
   static int64_t unit_layer(int64_t unit) { return unit / 2; }
   int64_t unit_bytes(int64_t unit) const;  // multiple of 4096
+  // Mixtures of experts: the bytes of unit u's experts (each a 4 KiB-aligned slice at the end of
+  // the blob) and of the rest of it (router, norm, shared expert); 0 and unit_bytes for units
+  // without experts.
+  int64_t unit_expert_bytes(int64_t unit) const;
+  int64_t unit_head_bytes(int64_t unit) const;
   // Writes unit u's blob (unit_bytes(u), 64-byte aligned) from the weight source. Thread-safe.
   void build_unit(int64_t unit, void* dst) const;
   int64_t resident_bytes() const;  // embedding + output head + norms

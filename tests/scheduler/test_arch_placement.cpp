@@ -1,8 +1,9 @@
 // Schedule invariance beyond Llama: the tiny OPT (post-norm, projected embeddings, learned
 // positions, biases), Qwen2 (QKV bias, fp16), Gemma 3 (sliding-window layers, QK-norm, sandwich
-// norms, GeGLU), Gemma 2 (soft-capping), Qwen3 (QK-norm) and Llama 3.1 (scaled RoPE) checkpoints
-// give bitwise identical logits for every placement and overlap setting, and identical greedy
-// tokens across batch splits.
+// norms, GeGLU), Gemma 2 (soft-capping), Qwen3 (QK-norm), Llama 3.1 (scaled RoPE) and the
+// mixtures of experts (Mixtral, Qwen2-MoE with its shared expert, Qwen3-MoE: experts in RAM, on
+// disk or split between them with the MLP units) checkpoints give bitwise identical logits for
+// every placement and overlap setting, and identical greedy tokens across batch splits.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -58,10 +59,11 @@ Policy placement(double wg, double wc, double cg, double cc, bool overlap, int g
 
 }  // namespace
 
-TEST_CASE("OPT, Qwen2/3, Gemma 2/3 and Llama 3.1 checkpoints: logits bitwise identical across "
-          "placements, tokens across splits",
+TEST_CASE("OPT, Qwen2/3, Gemma 2/3, Llama 3.1 and MoE checkpoints: logits bitwise identical "
+          "across placements, tokens across splits",
           "[placement][hf]") {
-  for (const char* name : {"opt350", "opt", "qwen2", "gemma3", "gemma2", "qwen3", "llama3"}) {
+  for (const char* name : {"opt350", "opt", "qwen2", "gemma3", "gemma2", "qwen3", "llama3",
+                           "mixtral", "qwen2_moe", "qwen3_moe"}) {
     const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/" + name;
     INFO(name);
     const Run ref = run(model, placement(100, 0, 100, 0, true));

@@ -64,7 +64,7 @@ Policy placement(double wg, double wc, double cg, double cc, bool overlap, int g
 
 TEST_CASE("emulated device: every weight placement, overlap and split is the CPU backend bitwise",
           "[emulated]") {
-  for (const char* name : {"llama", "opt", "qwen2", "gemma3"}) {
+  for (const char* name : {"llama", "opt", "qwen2", "gemma3", "qwen2_moe"}) {
     const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/" + name;
     INFO("model " << name);
     for (const char* kv : {"full", "h2o"}) {
