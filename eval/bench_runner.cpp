@@ -82,6 +82,10 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.disk_write = static_cast<int64_t>(s.io.bytes_written);
   r.h2d = s.h2d_bytes;
   r.d2h = s.d2h_bytes;
+  r.forwards = s.forwards;
+  r.on_demand_forwards = s.on_demand_forwards;
+  r.expert_loads = s.expert_loads;
+  r.expert_load_bytes = s.expert_load_bytes;
   r.backend = engine.backend().name();
   r.weight_dtype = engine.options().weight_dtype.name();
   r.kv_dtype = dtype_name(engine.kv_dtype());
@@ -119,6 +123,13 @@ nlohmann::json BenchReport::to_json() const {
       {"peak_anon_bytes", peak_anon},
       {"startup_anon_bytes", startup_anon},
       {"io_bytes", {{"disk_read", disk_read}, {"disk_write", disk_write}, {"h2d", h2d}, {"d2h", d2h}}},
+      {"experts_loaded",
+       {{"forwards", forwards},
+        {"on_demand_forwards", on_demand_forwards},
+        {"total", expert_loads},
+        {"per_on_demand_forward",
+         on_demand_forwards > 0 ? double(expert_loads) / double(on_demand_forwards) : 0.0},
+        {"bytes", expert_load_bytes}}},
       {"lane_busy_seconds", {{"load", lanes.load}, {"compute", lanes.compute}, {"store", lanes.store}}},
       {"overlap_efficiency", overlap_efficiency},
       {"forward_overlap_efficiency", forward_overlap_efficiency},
@@ -142,7 +153,14 @@ std::string BenchReport::summary() const {
       decode_seconds, total_throughput, format_bytes(peak_device), format_bytes(peak_host),
       format_bytes(peak_disk), format_bytes(peak_rss),
       format_bytes(disk_read), format_bytes(disk_write), lanes.load, lanes.compute, lanes.store,
-      lanes.wall, overlap_efficiency, forward_overlap_efficiency);
+      lanes.wall, overlap_efficiency, forward_overlap_efficiency) +
+         (expert_loads > 0
+              ? fmt::format("\n  experts moved on demand: {:.1f} per forward over all layers ({} "
+                            "in {} of the {} forwards; the others moved whole units), {}",
+                            double(expert_loads) / double(std::max<int64_t>(1, on_demand_forwards)),
+                            expert_loads, on_demand_forwards, forwards,
+                            format_bytes(expert_load_bytes))
+              : std::string());
 }
 
 }  // namespace offgen

@@ -40,6 +40,9 @@ struct BenchReport {
   int64_t peak_device = 0, peak_host = 0, peak_disk = 0, peak_rss = 0;
   int64_t peak_anon = 0, startup_anon = 0;  // sample_anon_peak(), startup_anon_bytes()
   int64_t disk_read = 0, disk_write = 0, h2d = 0, d2h = 0;
+  // Mixtures of experts with experts on disk: experts moved on demand per forward (all layers)
+  // and their bytes over the run; 0 for dense models and for weights in memory.
+  int64_t forwards = 0, on_demand_forwards = 0, expert_loads = 0, expert_load_bytes = 0;
   std::string backend, weight_dtype, kv_dtype;
   int64_t prefill_chunk = 0;       // prompt tokens per prefill forward, at most
   LaneTimes lanes;

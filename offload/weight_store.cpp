@@ -1,6 +1,7 @@
 // Weight homes and staging.
 #include "offload/weight_store.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "runtime/core/error.h"
@@ -10,7 +11,8 @@ namespace offgen {
 WeightStore::WeightStore(Backend& backend, int64_t num_units,
                          const std::function<int64_t(int64_t)>& unit_bytes,
                          const std::function<void(int64_t, void*)>& build,
-                         const Placement& placement, NvmeStore* disk, int staging_slots)
+                         const Placement& placement, NvmeStore* disk, int staging_slots,
+                         const std::function<int64_t(int64_t)>& lazy_from)
     : backend_(backend), units_(num_units), disk_(disk), slots_(staging_slots) {
   OFFGEN_CHECK(staging_slots >= 2, kInternal, "weight store: {} staging slots", staging_slots);
   const bool split = split_ = !backend_.device_is_host();
@@ -47,6 +49,13 @@ WeightStore::WeightStore(Backend& backend, int64_t num_units,
     }
     x.in_place = placement.weight_in_place(home);
     any_staged_ = any_staged_ || !x.in_place;
+    x.lazy_from = x.bytes;
+    if (lazy_from && !x.in_place && !split) {
+      x.lazy_from = std::min(x.bytes, lazy_from(u));
+      OFFGEN_CHECK(x.lazy_from >= 0 && x.lazy_from % 4096 == 0, kInternal,
+                   "weight store: unit {}'s lazy tail starts at {}", u, x.lazy_from);
+      any_lazy_ = any_lazy_ || x.lazy_from < x.bytes;
+    }
     stats_.device_bytes += x.device_bytes;
     stats_.ram_bytes += x.ram_bytes;
     stats_.disk_bytes += x.disk_bytes;
@@ -64,21 +73,25 @@ WeightStore::WeightStore(Backend& backend, int64_t num_units,
   }
 }
 
-void WeightStore::load(int64_t unit, int slot, Stream& stream) {
+void WeightStore::load(int64_t unit, int slot, Stream& stream, bool whole) {
   Unit& x = units_[unit];
   if (x.in_place) return;
   auto* dst = static_cast<std::byte*>(staging_[slot].data());
   stream.wait(*free_[slot]);  // the compute that read this slot last
+  // Each home's part up to the lazy tail (the whole part without one: lazy tails are CPU-only).
+  const int64_t upto = whole ? x.bytes : x.lazy_from;
+  const int64_t ram = std::clamp<int64_t>(upto - x.device_bytes, 0, x.ram_bytes);
+  const int64_t disk = std::clamp<int64_t>(upto - x.device_bytes - x.ram_bytes, 0, x.disk_bytes);
   if (x.device_bytes > 0) stream.copy(dst, x.device.data(), x.device_bytes);
-  if (x.ram_bytes > 0) {
-    stream.copy(dst + x.device_bytes, x.ram.data(), x.ram_bytes);
-    if (!backend_.device_is_host()) h2d_bytes_ += x.ram_bytes;
+  if (ram > 0) {
+    stream.copy(dst + x.device_bytes, x.ram.data(), ram);
+    if (!backend_.device_is_host()) h2d_bytes_ += ram;
   }
-  if (x.disk_bytes > 0) {
+  if (disk > 0) {
     std::byte* at = dst + x.device_bytes + x.ram_bytes;
     if (backend_.device_is_host()) {
       free_[slot]->synchronize();  // the read below writes the slot from this thread
-      disk_->read(x.disk, at, x.disk_bytes);
+      disk_->read(x.disk, at, disk);
     } else {
       const int b = next_bounce_;
       next_bounce_ ^= 1;
@@ -90,6 +103,29 @@ void WeightStore::load(int64_t unit, int slot, Stream& stream) {
     }
   }
   stream.record(*loaded_[slot]);
+}
+
+void WeightStore::load_range(int64_t unit, int slot, int64_t offset, int64_t bytes) {
+  const Unit& x = units_[unit];
+  OFFGEN_CHECK(offset >= x.lazy_from && offset + bytes <= x.bytes && backend_.device_is_host(),
+               kInternal, "weight store: range [{}, {}) of unit {} is not in its lazy tail",
+               offset, offset + bytes, unit);
+  auto* dst = static_cast<std::byte*>(staging_[slot].data());
+  // The part in RAM (after the device part, which is empty where device memory is host memory),
+  // then the part on disk, whose offsets in the extent stay 4 KiB multiples.
+  const int64_t disk_from = x.device_bytes + x.ram_bytes, end = offset + bytes;
+  if (offset < disk_from) {
+    const int64_t n = std::min(end, disk_from) - offset;
+    std::memcpy(dst + offset, static_cast<const std::byte*>(x.ram.data()) + (offset - x.device_bytes),
+                n);
+  }
+  if (end > disk_from) {
+    const int64_t from = std::max(offset, disk_from);
+    const uint64_t skip = static_cast<uint64_t>(from - disk_from);
+    disk_->read(Extent{x.disk.offset + skip, x.disk.bytes - skip}, dst + from, end - from);
+  }
+  ++lazy_ranges_;
+  lazy_range_bytes_ += bytes;
 }
 
 const void* WeightStore::acquire(int64_t unit, int slot) {

@@ -3,7 +3,9 @@
 // NVMe store (Placement::weight_home: one RAM part where device memory is host memory, used in
 // place) — staged once at start-up, and device staging slots into which a whole blob is assembled
 // for compute (kWeightStagingSlots of them: loads run ahead of compute). Loads run on a stream of
-// the schedule's load lane and are ordered with compute by events.
+// the schedule's load lane and are ordered with compute by events. A unit may have a lazy tail
+// (a mixture of experts' experts): load() assembles the bytes before it, and the compute lane
+// brings the ranges it needs with load_range() once it knows them (the experts a batch routes to).
 #pragma once
 
 #include <atomic>
@@ -18,6 +20,11 @@
 #include "runtime/core/placement.h"
 
 namespace offgen {
+
+// The bytes a load moves: whole units by load(), and the lazy ranges load_range() brought.
+struct WeightLoadStats {
+  int64_t ranges = 0, range_bytes = 0;
+};
 
 struct WeightStoreStats {
   int64_t device_bytes = 0;  // blob bytes homed in device memory (0 on the CPU backend)
@@ -35,10 +42,14 @@ class WeightStore {
   // time, so a model larger than RAM can be placed on disk. The staging slots and bounce buffers
   // are those of placement.weight_blobs(..., staging_slots): slots of the largest blob when any
   // unit is not used in place. placement.device_is_host() must match the backend (kInternal).
+  // lazy_from (optional): where unit u's lazy tail starts (a 4 KiB multiple; unit_bytes(u): none).
+  // A tail is lazy only where the unit is staged and device memory is host memory (the CPU
+  // backend); elsewhere load() assembles the whole unit, as without one.
   WeightStore(Backend& backend, int64_t num_units,
               const std::function<int64_t(int64_t)>& unit_bytes,
               const std::function<void(int64_t, void*)>& build, const Placement& placement,
-              NvmeStore* disk, int staging_slots = kWeightStagingSlots);
+              NvmeStore* disk, int staging_slots = kWeightStagingSlots,
+              const std::function<int64_t(int64_t)>& lazy_from = {});
 
   int64_t num_units() const { return static_cast<int64_t>(units_.size()); }
   bool needs_load() const { return any_staged_; }
@@ -49,11 +60,22 @@ class WeightStore {
   // last read the slot has finished (release()) — from its device, host and disk parts (disk
   // reads block the caller; on a GPU they go through a host bounce buffer), then marks the slot
   // loaded. A no-op for units used in place. One thread per slot at a time.
-  void load(int64_t unit, int slot, Stream& stream);
+  // With `whole`, a unit with a lazy tail is assembled whole as well (a forward that expects to
+  // need most of its experts).
+  void load(int64_t unit, int slot, Stream& stream, bool whole = false);
   // Compute lane: where unit u's blob is for compute in `slot`; orders the backend's compute
   // stream after the slot's load. release() after the compute reading it has been issued.
   const void* acquire(int64_t unit, int slot);
   void release(int64_t unit, int slot);
+  // Whether unit u has a lazy tail that load() leaves out.
+  bool lazy(int64_t unit) const { return units_[unit].lazy_from < units_[unit].bytes; }
+  bool any_lazy() const { return any_lazy_; }
+  // Compute lane, after acquire(): brings bytes [offset, offset + bytes) of unit u's lazy tail
+  // into `slot` from their homes (blocking the caller), at their offset in the blob.
+  void load_range(int64_t unit, int slot, int64_t offset, int64_t bytes);
+  WeightLoadStats load_stats() const {
+    return {lazy_ranges_.load(), lazy_range_bytes_.load()};
+  }
   const WeightStoreStats& stats() const { return stats_; }
   int64_t h2d_bytes() const { return h2d_bytes_.load(); }  // host/disk -> device copies so far
 
@@ -65,6 +87,7 @@ class WeightStore {
     Extent disk;
     // Used where it lives: wholly on the device (a GPU), or with no disk part (the CPU backend).
     bool in_place = false;
+    int64_t lazy_from = 0;  // load() moves bytes [0, lazy_from); == bytes: no lazy tail
   };
   Backend& backend_;
   std::vector<Unit> units_;
@@ -75,10 +98,12 @@ class WeightStore {
   int next_bounce_ = 0;
   NvmeStore* disk_;
   bool any_staged_ = false;
+  bool any_lazy_ = false;
   int slots_ = 0;
   bool split_ = false;  // device memory is not host memory: shares on both
   WeightStoreStats stats_;
   std::atomic<int64_t> h2d_bytes_{0};
+  std::atomic<int64_t> lazy_ranges_{0}, lazy_range_bytes_{0};
 };
 
 }  // namespace offgen

@@ -2,6 +2,7 @@
 #include "policies/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -11,6 +12,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/model/kv_slots.h"
+#include "runtime/model/moe_routing.h"
 
 namespace offgen {
 namespace {
@@ -56,10 +58,40 @@ struct Ctx {
   }
   double copy(int64_t bytes) const { return bytes > 0 ? hw.ram_copy.at(static_cast<double>(bytes)) : 0; }
 
-  double weight_load(int64_t unit) const {
+  // Whether unit u's experts move on demand in a forward of `rows` rows (the weight store's and
+  // the executor's rule: a staged unit on a backend whose device memory is host memory, in a
+  // forward that expects to need few of them: experts_on_demand).
+  bool lazy_experts(int64_t unit, int64_t rows) const {
+    const auto u = static_cast<size_t>(unit);
+    return m.device_is_host && u < m.unit_experts_at.size() &&
+           m.unit_experts_at[u] < m.unit_bytes[u] &&
+           placement.weight_blob(m.unit_bytes[u]).disk > 0 &&
+           experts_on_demand(m.n_experts, m.n_experts_used, rows);
+  }
+  // The load lane's part of unit u in a forward of `rows` rows: the whole blob, or the bytes
+  // before its experts.
+  double weight_load(int64_t unit, int64_t rows) const {
     const int64_t bytes = m.unit_bytes[unit];
     const int64_t disk_part = placement.weight_blob(bytes).disk;
+    if (lazy_experts(unit, rows)) {
+      const int64_t head = m.unit_experts_at[unit], memory = bytes - disk_part;
+      return copy(std::min(head, memory)) + read(std::max<int64_t>(0, head - memory));
+    }
     return copy(bytes - disk_part) + read(disk_part);
+  }
+  // The experts of unit u a forward of `rows` rows routes to, moved on demand by the compute
+  // lane: under uniform routing E (1 - (1 - k/E)^rows) distinct experts, each read from RAM and
+  // disk in the proportion its blob's tail lies there. Sets `bytes` to their expected bytes.
+  double expert_load(int64_t unit, int64_t rows, double* bytes = nullptr) const {
+    const int64_t total = m.unit_bytes[unit], head = m.unit_experts_at[unit];
+    const int64_t tail = total - head, disk_part = placement.weight_blob(total).disk;
+    const auto e = static_cast<double>(m.n_experts);
+    const double distinct = e * expected_expert_share(m.n_experts, m.n_experts_used, rows);
+    const double each = static_cast<double>(tail) / e;
+    const double on_disk = std::min<double>(1.0, static_cast<double>(disk_part) / tail);
+    if (bytes) *bytes = distinct * each;
+    return distinct * (copy(static_cast<int64_t>(each * (1 - on_disk))) +
+                       read(page_up(static_cast<int64_t>(each * on_disk))));
   }
   // K and V of slots [0, n) from their homes into staging.
   double cache_load(int64_t n) const {
@@ -133,6 +165,9 @@ ForwardTime forward_time(const Ctx& x, const Ctx* xw, const std::vector<Batch>& 
   const bool load_hidden = x.placement.activations().memory() < 100;
   // Per unit: lane busy times, and the disk's share of the load (Ld) and store (Sd) lanes.
   std::vector<double> L(U + 1, 0), C(U, 0), S(U, 0), Ld(U + 1, 0), Sd(U, 0);
+  int64_t forward_rows = 0;  // over every batch: what decides whether experts move on demand
+  for (const Batch& b : batches)
+    for (const Piece& pc : b.pieces) forward_rows += b.repeat * pc.n_new * pc.mult;
   for (int64_t u = 0; u < U; ++u) {
     const bool attn = u % 2 == 0;
     const auto layer = static_cast<size_t>(u / 2);
@@ -140,7 +175,7 @@ ForwardTime forward_time(const Ctx& x, const Ctx* xw, const std::vector<Batch>& 
     // sequence's tables are larger than the window).
     const Ctx& y = xw && layer < x.m.sliding.size() && x.m.sliding[layer] ? *xw : x;
     x.take_disk();
-    if (load_weights) L[u] += x.weight_load(u);
+    if (load_weights) L[u] += x.weight_load(u, forward_rows);
     Ld[u] += x.take_disk();
     for (const Batch& b : batches) {
       int64_t rows = 0, seqs = 0;
@@ -184,6 +219,10 @@ ForwardTime forward_time(const Ctx& x, const Ctx* xw, const std::vector<Batch>& 
       S[u] += r * (cs + hs);
       Sd[u] += r * (cs_disk + hs_disk);
     }
+    if (load_weights && x.lazy_experts(u, forward_rows)) {  // every batch's experts, once
+      C[u] += x.expert_load(u, forward_rows);
+      x.take_disk();
+    }
   }
   ForwardTime f;
   for (int64_t u = 0; u < U; ++u) f.lanes.load += L[u], f.lanes.compute += C[u], f.lanes.store += S[u];
@@ -192,9 +231,24 @@ ForwardTime forward_time(const Ctx& x, const Ctx* xw, const std::vector<Batch>& 
     f.seconds = f.lanes.load + f.lanes.compute + f.lanes.store;
     return f;
   }
+  if (x.m.weight_slots > 2) {
+    // W slots: unit u's load starts once the lane is free and unit u - W's compute has released
+    // its slot; compute follows its load, stores follow compute (the lanes' disk sharing is not
+    // modelled here).
+    const int64_t W = x.m.weight_slots;
+    std::vector<double> load_end(U, 0), compute_end(U, 0);
+    double store_end = 0;
+    for (int64_t u = 0; u < U; ++u) {
+      const double lane = u > 0 ? load_end[u - 1] : 0.0, slot = u >= W ? compute_end[u - W] : 0.0;
+      load_end[u] = std::max(lane, slot) + L[u];
+      compute_end[u] = std::max(u > 0 ? compute_end[u - 1] : 0.0, load_end[u]) + C[u];
+      store_end = std::max(store_end, compute_end[u]) + S[u];
+    }
+    f.seconds = std::max(compute_end[U - 1], store_end);
+    return f;
+  }
   // Loads run one unit ahead of compute, stores one unit behind (double-buffered staging); the
-  // disk serves the reads and writes of a stage one after the other (kWeightStagingSlots = 2; with
-  // more slots a load could run further ahead, and this lock-step sum would be an upper bound).
+  // disk serves the reads and writes of a stage one after the other.
   f.seconds = L[0] + S[U - 1];
   for (int64_t u = 0; u < U; ++u) {
     const double store = u > 0 ? S[u - 1] : 0.0, store_disk = u > 0 ? Sd[u - 1] : 0.0;
@@ -238,7 +292,7 @@ KvTableLayout ModelFacts::kv_layout(const Policy& p) const {
 }
 
 TierBytes weight_need(const ModelFacts& m, const Policy& p) {
-  TierBytes t = m.placement(p).weight_blobs(m.unit_bytes).total();
+  TierBytes t = m.placement(p).weight_blobs(m.unit_bytes, m.weight_slots).total();
   t.device += m.resident_bytes;
   return t;
 }
@@ -306,7 +360,7 @@ Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const Har
   x.kv_row = layout.row_bytes;
   // Slots after which the disk part's page layout repeats.
   const int64_t period = layout.page_period();
-  x.load_weights = x.placement.weight_blobs(m.unit_bytes).staging_slots > 0;
+  x.load_weights = x.placement.weight_blobs(m.unit_bytes, m.weight_slots).staging_slots > 0;
   OFFGEN_CHECK(!p.uses_disk() || (!hw.disk_read.empty() && !hw.disk_write.empty()), kConfig,
                "the hardware profile has no disk figures; run `offgen calibrate --offload-dir DIR`");
   if (x.evicts && !x.kv_resident) x.estimate_replace(period);

@@ -25,6 +25,12 @@ struct ModelFacts {
   int64_t window_layers = 0, window = 0;  // sliding-window layers and their window (0: none)
   std::vector<uint8_t> sliding;           // per layer: a sliding-window layer (empty: none)
   std::vector<int64_t> unit_bytes;   // blob bytes per unit: attention 2l, MLP 2l+1
+  // Mixtures of experts: where each unit's experts start in its blob (unit_bytes: none), and
+  // how many a layer has and a token uses. Staged on a backend whose device memory is host
+  // memory, a unit's experts move on demand (WeightStore's lazy tail): those a forward routes to.
+  std::vector<int64_t> unit_experts_at;
+  int64_t n_experts = 0, n_experts_used = 0;
+  int64_t weight_slots = kWeightStagingSlots;  // the weight store's staging slots
   // Multiply-adds of the matmuls per row (token): the attention unit's projections, the MLP's
   // matrices; the output head's per sequence; and the attention core's per (query row x key
   // slot) of one layer (Q.K and the weighted sum of V over every head). 0: unknown.

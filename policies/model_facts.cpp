@@ -15,7 +15,13 @@ ModelFacts model_facts(const DecoderModel& model, const std::string& weight_dtyp
   m.window_layers = c.n_sliding_layers();
   m.window = m.window_layers > 0 ? c.sliding_window : 0;
   for (int64_t l = 0; l < c.n_layers && m.window_layers > 0; ++l) m.sliding.push_back(c.is_sliding(l));
-  for (int64_t u = 0; u < model.num_units(); ++u) m.unit_bytes.push_back(model.unit_bytes(u));
+  for (int64_t u = 0; u < model.num_units(); ++u) {
+    m.unit_bytes.push_back(model.unit_bytes(u));
+    m.unit_experts_at.push_back(model.unit_head_bytes(u));
+  }
+  m.n_experts = c.n_experts;
+  m.weight_slots = model.weight_slots();
+  m.n_experts_used = c.n_experts_used;
   m.resident_bytes = model.resident_bytes();
   m.head_dim = c.head_dim;
   m.attn_unit_macs = c.d_model * (2 * c.q_dim() + 2 * c.kv_dim());  // Q, K, V and O

@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "runtime/core/error.h"
+#include "runtime/model/moe_routing.h"
 
 namespace offgen {
 namespace {
@@ -51,7 +53,19 @@ struct Ctx {
   Placement placement;
   int64_t capacity = 0, ram_slots = 0, row = 0;
   double weight_disk = 0, weight_memory = 0;  // per forward
+  // Mixtures of experts whose experts move on demand (cost_model.h ModelFacts): the disk bytes of
+  // every layer's experts (weight_disk leaves them out).
+  double expert_disk = 0;
   int64_t global_layers = 0, window_layers = 0, window = 0;
+
+  // The weights' disk bytes of one forward of `rows` rows: with experts moved on demand
+  // (experts_on_demand), the expected share of experts that uniform routing reaches.
+  double weight_disk_at(double rows) const {
+    const auto r = static_cast<int64_t>(rows);
+    if (expert_disk <= 0 || !experts_on_demand(m.n_experts, m.n_experts_used, r))
+      return weight_disk + expert_disk;
+    return weight_disk + expert_disk * expected_expert_share(m.n_experts, m.n_experts_used, r);
+  }
 
   StepCost timed(StepCost s) const {
     s.disk_seconds = s.disk_bytes / rates.disk_bytes_per_second;
@@ -74,7 +88,7 @@ struct Ctx {
                     window_pairs * static_cast<double>(window_layers)) *
                        static_cast<double>(m.attn_pair_macs));
     // K and V (x2) per layer.
-    s.disk_bytes = weight_disk + 2 * L * (kv_read_disk_bytes + kv_written_disk_bytes);
+    s.disk_bytes = weight_disk_at(rows) + 2 * L * (kv_read_disk_bytes + kv_written_disk_bytes);
     s.memory_bytes = weight_memory + 2 * L * ((kv_read + kv_written) * r + kv_read_disk_bytes);
     return timed(s);
   }
@@ -104,10 +118,12 @@ struct Ctx {
                               : pairs;
     StepCost pre = forward(b * static_cast<double>(P), b * pairs, b * wpairs, 0, 0,
                            b * static_cast<double>(kept), b * write_disk(0, kept), b);
-    // The weights move once per forward; the forwards are alike: the phase is `forwards` times
-    // their mean.
+    // The weights move once per forward (the experts a forward of its rows routes to); the
+    // forwards are alike: the phase is `forwards` times their mean.
     const double f = static_cast<double>(forwards);
-    pre.disk_bytes = (pre.disk_bytes + (f - 1) * weight_disk) / f;
+    const double all_rows = b * static_cast<double>(P);
+    pre.disk_bytes =
+        (pre.disk_bytes - weight_disk_at(all_rows) + f * weight_disk_at(all_rows / f)) / f;
     pre.memory_bytes = (pre.memory_bytes + (f - 1) * weight_memory) / f;
     pre.flops /= f;
     out.prefill.steps = forwards;
@@ -204,19 +220,28 @@ Roofline roofline(const ModelFacts& m, const ComputeProfile& c, const HardwarePr
   x.window_layers = layout.windowed(x.capacity) ? m.window_layers : 0;
   x.global_layers = m.n_layers - x.window_layers;
   x.window = x.window_layers > 0 ? m.window : 0;
-  for (int64_t bytes : m.unit_bytes) {
+  for (size_t u = 0; u < m.unit_bytes.size(); ++u) {
+    const int64_t bytes = m.unit_bytes[u];
     const TierBytes t = x.placement.weight_blob(bytes);
-    x.weight_disk += static_cast<double>(t.disk);
+    const int64_t experts_at = u < m.unit_experts_at.size() ? m.unit_experts_at[u] : bytes;
+    if (m.device_is_host && t.disk > 0 && experts_at < bytes) {  // experts on demand
+      const int64_t head_disk = std::max<int64_t>(0, experts_at - (bytes - t.disk));
+      x.weight_disk += static_cast<double>(head_disk);
+      x.expert_disk += static_cast<double>(t.disk - head_disk);
+    } else {
+      x.weight_disk += static_cast<double>(t.disk);
+    }
     // The matmuls read every byte; a blob with a disk part is assembled in staging first (its
     // disk part written there, its memory part copied: read and written).
     x.weight_memory += static_cast<double>(bytes) +
                        (t.disk > 0 ? static_cast<double>(t.disk + 2 * (bytes - t.disk)) : 0);
   }
   x.weight_memory += static_cast<double>(m.resident_bytes);  // the output head, mostly
+  const bool weights_on_disk = x.weight_disk + x.expert_disk > 0;
   OFFGEN_CHECK(
-      x.weight_disk == 0 || x.rates.disk_bytes_per_second > 0, kConfig,
+      !weights_on_disk || x.rates.disk_bytes_per_second > 0, kConfig,
       "the hardware profile has no disk figures; run `offgen calibrate --offload-dir DIR`");
-  if (x.weight_disk == 0 && x.rates.disk_bytes_per_second <= 0) x.rates.disk_bytes_per_second = 1;
+  if (!weights_on_disk && x.rates.disk_bytes_per_second <= 0) x.rates.disk_bytes_per_second = 1;
 
   Roofline r;
   r.rates = x.rates;

@@ -146,11 +146,25 @@ std::vector<SeqSpan> BlockExecutor::layer_spans(const BatchInput& b, int64_t lay
   return spans;
 }
 
+void BlockExecutor::fetch_experts(int64_t unit, int slot, int64_t batch, const void* blob,
+                                  const float* h, int64_t rows) {
+  if (experts_held_.size() <= static_cast<size_t>(slot)) experts_held_.resize(slot + 1);
+  std::vector<uint8_t>& held = experts_held_[static_cast<size_t>(slot)];
+  if (batch == 0) held.assign(static_cast<size_t>(model_.config().n_experts), 0);
+  model_.route_unit(unit, blob, h, rows, scratch_, routed_);
+  for (int64_t e : routed_) {
+    if (held[static_cast<size_t>(e)] != 0) continue;
+    held[static_cast<size_t>(e)] = 1;
+    const auto [at, bytes] = model_.expert_range(unit, e);
+    weights_.load_range(unit, slot, at, bytes);
+  }
+}
+
 void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batches) {
   const ModelConfig& c = model_.config();
   switch (t.kind) {
     case TaskKind::kLoadWeight:
-      weights_.load(t.unit, t.slot, *load_stream_);
+      weights_.load(t.unit, t.slot, *load_stream_, !experts_on_demand_);
       return;
     case TaskKind::kLoadCache: {
       const BatchInput& b = batches[t.batch];
@@ -175,7 +189,10 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
       const UnitBatch ub{rows, spans.empty() ? b.spans : spans, b.positions.data(), views,
                          b.external ? b.external_policy : policy_};
       const int wslot = static_cast<int>(t.unit % weights_.staging_slots());
-      model_.run_unit(t.unit, weights_.acquire(t.unit, wslot), h, ub, scratch_);
+      const void* blob = weights_.acquire(t.unit, wslot);
+      if (experts_on_demand_ && weights_.lazy(t.unit))
+        fetch_experts(t.unit, wslot, t.batch, blob, h, rows);
+      model_.run_unit(t.unit, blob, h, ub, scratch_);
       weights_.release(t.unit, wslot);
       if (t.unit + 1 == model_.num_units()) {
         std::vector<int64_t> last;
@@ -241,6 +258,12 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
 void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, int32_t* argmax,
                         const std::function<void()>& checkpoint) {
   const auto t_wall = Clock::now();
+  ++forwards_;
+  int64_t rows = 0;
+  for (const BatchInput& b : batches) rows += static_cast<int64_t>(b.ids.size());
+  const ModelConfig& mc = model_.config();
+  experts_on_demand_ = experts_on_demand(mc.n_experts, mc.n_experts_used, rows);
+  if (experts_on_demand_ && weights_.any_lazy()) ++on_demand_forwards_;
   const int64_t K = static_cast<int64_t>(batches.size());
   StepShape shape;
   shape.num_units = model_.num_units();

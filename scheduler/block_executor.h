@@ -57,9 +57,17 @@ class BlockExecutor {
   TierBytes held() const;
   const LaneTimes& times() const { return times_; }  // accumulated over all runs
   int64_t d2h_bytes() const { return d2h_bytes_; }   // logits / tokens copied back from a GPU
+  int64_t forwards() const { return forwards_; }     // run() calls so far
+  // Of them, those that moved a mixture of experts' experts on demand (experts_on_demand).
+  int64_t on_demand_forwards() const { return on_demand_forwards_; }
 
  private:
   void execute(const Task& t, const std::vector<BatchInput>& batches);
+  // A unit whose experts the weight store moves on demand: routes batch `batch`'s rows and brings
+  // the experts they chose that `slot` does not hold yet (the block's first batch starts afresh),
+  // so that a step moves the union of its batches' experts once.
+  void fetch_experts(int64_t unit, int slot, int64_t batch, const void* blob, const float* h,
+                     int64_t rows);
   std::vector<KvSeqView> kv_views(const BatchInput& b, int64_t layer, int slot);
   // The batch's spans for one layer: n_past as the layer's table holds it (a window table's
   // differs from the sequence's; KvStore::slots_used).
@@ -100,6 +108,10 @@ class BlockExecutor {
   int64_t stage_bytes_ = 0;
   LaneTimes times_;
   int64_t d2h_bytes_ = 0;
+  int64_t forwards_ = 0, on_demand_forwards_ = 0;
+  bool experts_on_demand_ = false;  // this forward moves only the experts it routes to
+  std::vector<std::vector<uint8_t>> experts_held_;  // per weight slot: expert -> in the slot
+  std::vector<int64_t> routed_;
 };
 
 }  // namespace offgen

@@ -147,7 +147,9 @@ Engine::Engine(EngineOptions options, StopToken stop) : options_(std::move(optio
         model_->build_unit(u, dst);
         source_->release_pages();
       },
-      placement, nvme_.get());
+      placement, nvme_.get(), static_cast<int>(model_->weight_slots()),
+      // A mixture of experts' experts move on demand: only those a step routes to.
+      [&](int64_t u) { return model_->unit_head_bytes(u); });
   memory("weight store");
   if (p.kv.evicts()) kv_policy_ = make_kv_policy(p.kv);
   kv_ = std::make_unique<KvStore>(model_->config(), placement, nvme_.get(), kv_policy_ != nullptr,

@@ -70,6 +70,11 @@ struct GenerationStats {
   LaneTimes lanes;                // busy time per lane over the forwards
   IoStats io;                     // NVMe traffic during generate()
   int64_t h2d_bytes = 0, d2h_bytes = 0;  // host <-> GPU copies (0 on the CPU backend)
+  int64_t forwards = 0;  // block forwards run (each over every GPU batch of its block)
+  int64_t on_demand_forwards = 0;  // of them, those that moved experts on demand
+  // Mixtures of experts whose experts move on demand: experts brought (once per forward and
+  // layer each, the union over the block's batches) and their bytes.
+  int64_t expert_loads = 0, expert_load_bytes = 0;
   // Shared contexts (requests with a context): built once each — prefilled (its tokens count in
   // prefill_tokens, its time in prefill_seconds) and compressed — and held once for all of them.
   int64_t contexts = 0;           // contexts built

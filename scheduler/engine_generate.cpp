@@ -40,6 +40,9 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
   const LaneTimes lanes0 = executor_->times();
   const IoStats io0 = nvme_ ? nvme_->stats() : IoStats{};
   const int64_t h2d0 = weights_->h2d_bytes(), d2h0 = executor_->d2h_bytes();
+  const int64_t forwards0 = executor_->forwards();
+  const int64_t on_demand0 = executor_->on_demand_forwards();
+  const WeightLoadStats loads0 = weights_->load_stats();
   Run run(requests, cb);
   run.committed = weight_need_;
   for (size_t i = 0; i < requests.size(); ++i) run.waiting.push_back(i);
@@ -49,6 +52,11 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
     stats_.wall_seconds = seconds_since(run.t0);
     stats_.h2d_bytes = weights_->h2d_bytes() - h2d0;
     stats_.d2h_bytes = executor_->d2h_bytes() - d2h0;
+    stats_.forwards = executor_->forwards() - forwards0;
+    stats_.on_demand_forwards = executor_->on_demand_forwards() - on_demand0;
+    const WeightLoadStats loads = weights_->load_stats();
+    stats_.expert_loads = loads.ranges - loads0.ranges;
+    stats_.expert_load_bytes = loads.range_bytes - loads0.range_bytes;
     const LaneTimes& l = executor_->times();
     stats_.lanes = LaneTimes{l.load - lanes0.load, l.compute - lanes0.compute,
                              l.store - lanes0.store, l.wall - lanes0.wall, l.bound - lanes0.bound};

@@ -31,8 +31,9 @@ void ModelConfig::validate() const {
     OFFGEN_CHECK(shared_ffn_dim >= 0 && shared_ffn_dim <= (int64_t{1} << 24), kInput,
                  "model config: shared_ffn_dim = {} is out of range (0 to {})", shared_ffn_dim,
                  int64_t{1} << 24);
-    OFFGEN_CHECK(ffn == FfnKind::kSwiGlu && !ffn_bias, kInput,
-                 "model config: experts must be gated SiLU MLPs without biases");
+    OFFGEN_CHECK(ffn == FfnKind::kSwiGlu && !ffn_bias && norm == NormKind::kRms && pre_norm,
+                 kInput,
+                 "model config: experts must be gated SiLU MLPs without biases after an RMSNorm");
   } else {
     OFFGEN_CHECK(n_experts == 0 && n_experts_used == 0 && shared_ffn_dim == 0, kInput,
                  "model config: n_experts = {} with n_experts_used = {} and shared_ffn_dim = {} "

@@ -67,6 +67,11 @@ class DecoderModel {
   Backend& backend() const { return backend_; }
 
   int64_t num_units() const { return 2 * config_.n_layers; }
+  // The weight staging slots a schedule of these units wants (loads run slots - 1 units ahead of
+  // compute): kWeightStagingSlots, or 3 for a mixture of experts, whose small attention units and
+  // large MLP units alternate: with two slots an MLP unit's load would wait for the previous MLP
+  // unit's compute, so the two largest loads and computes would never overlap.
+  int64_t weight_slots() const { return config_.moe() ? 3 : kWeightStagingSlots; }
   static bool unit_has_cache(int64_t unit) { return unit % 2 == 0; }
   static int64_t unit_layer(int64_t unit) { return unit / 2; }
   int64_t unit_bytes(int64_t unit) const;  // multiple of 4096
@@ -75,6 +80,12 @@ class DecoderModel {
   // without experts.
   int64_t unit_expert_bytes(int64_t unit) const;
   int64_t unit_head_bytes(int64_t unit) const;
+  // Unit u's expert e: its bytes [first, first + second) in the blob (unit_head_bytes on).
+  std::pair<int64_t, int64_t> expert_range(int64_t unit, int64_t e) const;
+  // The experts unit u's router picks for `rows` rows of hidden (ascending, each once): what
+  // run_unit will read of the blob's experts. Reads only the blob's head (unit_head_bytes).
+  void route_unit(int64_t unit, const void* blob, const float* hidden, int64_t rows,
+                  DecoderScratch& s, std::vector<int64_t>& experts) const;
   // Writes unit u's blob (unit_bytes(u), 64-byte aligned) from the weight source. Thread-safe.
   void build_unit(int64_t unit, void* dst) const;
   int64_t resident_bytes() const;  // embedding + output head + norms
@@ -135,6 +146,10 @@ class DecoderModel {
   // The MLP of a mixture of experts over `rows` normalised rows `in`, into s.proj.
   void moe_mlp(const Layout& L, const uint8_t* base, const float* in, int64_t rows,
                DecoderScratch& s) const;
+  // Routes `rows` normalised rows `in` into s.routing; returns the router logits in host memory
+  // (then the shared expert's gate logits, [rows] after [rows][n_experts]).
+  const float* moe_route(const Layout& L, const uint8_t* base, const float* in, int64_t rows,
+                         DecoderScratch& s) const;
   Layout make_layout(int64_t unit) const;
   // The matmul storage of tensor `name` (rows of `cols` elements coming as `src`): the backend's
   // WeightMode, for a mode that quantises through the rule table (quant_rules.h).

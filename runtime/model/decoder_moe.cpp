@@ -6,10 +6,10 @@
 
 namespace offgen {
 
-void DecoderModel::moe_mlp(const Layout& L, const uint8_t* base, const float* in, int64_t rows,
-                           DecoderScratch& s) const {
+const float* DecoderModel::moe_route(const Layout& L, const uint8_t* base, const float* in,
+                                     int64_t rows, DecoderScratch& s) const {
   const ModelConfig& c = config_;
-  const int64_t d = c.d_model, f = c.ffn_dim, ne = c.n_experts;
+  const int64_t ne = c.n_experts;
   const bool shared = c.shared_ffn_dim > 0;
   // Router logits [rows, n_experts], then the shared expert's gate logits [rows], on the host.
   float* logits = s.route.data();
@@ -24,6 +24,36 @@ void DecoderModel::moe_mlp(const Layout& L, const uint8_t* base, const float* in
     host = s.route_host.data();
   }
   route_top_k(host, rows, ne, ne, c.n_experts_used, c.moe_norm_topk, s.routing);
+  return host;
+}
+
+void DecoderModel::route_unit(int64_t unit, const void* blob, const float* hidden, int64_t rows,
+                              DecoderScratch& s, std::vector<int64_t>& experts) const {
+  experts.clear();
+  const Layout& L = layout(unit);
+  if (L.experts.empty()) return;
+  const ModelConfig& c = config_;
+  const auto* base = static_cast<const uint8_t*>(blob);
+  s.reserve(backend_, c, rows);
+  // The MLP unit's input as run_unit forms it (RMSNorm before the MLP: ModelConfig::validate).
+  const auto* norm = reinterpret_cast<const float*>(base + L.norm);
+  backend_.rms_norm(hidden, norm, rows, c.d_model, c.norm_eps, s.x.data());
+  moe_route(L, base, s.x.data(), rows, s);
+  for (int64_t e = 0; e < c.n_experts; ++e)
+    if (!s.routing.rows[static_cast<size_t>(e)].empty()) experts.push_back(e);
+}
+
+std::pair<int64_t, int64_t> DecoderModel::expert_range(int64_t unit, int64_t e) const {
+  const Expert& x = layout(unit).experts.at(static_cast<size_t>(e));
+  return {x.at, x.bytes};
+}
+
+void DecoderModel::moe_mlp(const Layout& L, const uint8_t* base, const float* in, int64_t rows,
+                           DecoderScratch& s) const {
+  const ModelConfig& c = config_;
+  const int64_t d = c.d_model, f = c.ffn_dim, ne = c.n_experts;
+  const bool shared = c.shared_ffn_dim > 0;
+  const float* host = moe_route(L, base, in, rows, s);
   // Each expert over its rows, its outputs added into theirs in expert order, the shared
   // expert's last: a row's sum does not depend on the other rows of the batch.
   backend_.zero(s.proj.data(), rows * d);

@@ -43,4 +43,14 @@ void route_top_k(const float* logits, int64_t n_rows, int64_t n_experts, int64_t
   }
 }
 
+double expected_expert_share(int64_t n_experts, int64_t k, int64_t rows) {
+  if (n_experts <= 0) return 1.0;
+  const double p = static_cast<double>(k) / static_cast<double>(n_experts);
+  return 1.0 - std::pow(1.0 - p, static_cast<double>(rows));
+}
+
+bool experts_on_demand(int64_t n_experts, int64_t k, int64_t rows) {
+  return n_experts > 0 && expected_expert_share(n_experts, k, rows) <= kOnDemandExpertShare;
+}
+
 }  // namespace offgen

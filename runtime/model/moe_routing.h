@@ -22,4 +22,14 @@ struct MoeRouting {
 void route_top_k(const float* logits, int64_t n_rows, int64_t n_experts, int64_t stride,
                  int64_t k, bool renormalise, MoeRouting& out);
 
+// The expected share of a layer's experts that `rows` rows route to when each picks k of
+// n_experts uniformly: 1 - (1 - k / n_experts)^rows.
+double expected_expert_share(int64_t n_experts, int64_t k, int64_t rows);
+// Whether a forward of `rows` rows whose experts are off memory moves only those it routes to
+// (after routing, on the compute lane) rather than whole MLP units ahead of compute (overlapped
+// with it): when it expects to need at most kOnDemandExpertShare of them. The weight store, the
+// cost model and the roofline all follow this rule.
+inline constexpr double kOnDemandExpertShare = 0.5;
+bool experts_on_demand(int64_t n_experts, int64_t k, int64_t rows);
+
 }  // namespace offgen

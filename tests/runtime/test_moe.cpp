@@ -1,0 +1,83 @@
+// Mixtures of experts beyond the golden logits: the router's top-k (ties, renormalisation, NaN),
+// configs that are refused with the field named, and the GGUF experts' row slices.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/error.h"
+#include "runtime/loaders/model_loader.h"
+#include "runtime/model/moe_routing.h"
+#include "runtime/model/tensor_table.h"
+#include "tests/temp_dir.h"
+
+using namespace offgen;
+
+TEST_CASE("MoE routing: softmax over all experts, top k, lower index on ties, renormalised or not",
+          "[moe]") {
+  // Row 0: experts 2 and 0 lead; row 1: a tie between 1 and 3 (1 wins), then 0.
+  const float logits[] = {1.0f, -2.0f, 3.0f, 0.5f, /**/ 0.0f, 2.0f, -1.0f, 2.0f};
+  MoeRouting r;
+  route_top_k(logits, 2, 4, 4, 2, false, r);
+  CHECK(r.rows[0] == std::vector<int64_t>{0});
+  CHECK(r.rows[1] == std::vector<int64_t>{1});
+  CHECK(r.rows[2] == std::vector<int64_t>{0});
+  CHECK(r.rows[3] == std::vector<int64_t>{1});
+  CHECK(r.active() == 4);
+  const double z0 = std::exp(1.0) + std::exp(-2.0) + std::exp(3.0) + std::exp(0.5);
+  CHECK(r.weights[2][0] == Approx(std::exp(3.0) / z0).epsilon(1e-6));
+  CHECK(r.weights[0][0] == Approx(std::exp(1.0) / z0).epsilon(1e-6));
+  route_top_k(logits, 2, 4, 4, 2, true, r);
+  CHECK(r.weights[2][0] + r.weights[0][0] == Approx(1.0).epsilon(1e-6));
+  CHECK(r.weights[1][0] == Approx(0.5).epsilon(1e-6));  // the tie: equal halves
+  CHECK(r.weights[3][0] == Approx(0.5).epsilon(1e-6));
+  // A row's choice depends on that row alone; strides skip padding.
+  const float padded[] = {0.0f, 2.0f, -1.0f, 2.0f, 99.0f};
+  route_top_k(padded, 1, 4, 5, 2, true, r);
+  CHECK(r.rows[1] == std::vector<int64_t>{0});
+  CHECK(r.rows[3] == std::vector<int64_t>{0});
+  // NaN logits (a broken model) rank last instead of breaking the sort.
+  const float nan[] = {NAN, 1.0f, NAN, 0.0f};
+  route_top_k(nan, 1, 4, 4, 4, false, r);
+  CHECK(r.active() == 4);
+}
+
+TEST_CASE("MoE: expert tensors are row slices of GGUF's stacked ffn_*_exps", "[moe]") {
+  ModelConfig c = architecture_config("qwen3moe");
+  c.n_layers = 2, c.d_model = 64, c.ffn_dim = 24, c.n_experts = 8, c.n_experts_used = 2;
+  const auto s = expert_slice(c, "blk.1.ffn_down.5.weight");
+  REQUIRE(s.has_value());
+  CHECK(s->merged == "blk.1.ffn_down_exps.weight");
+  CHECK(s->rows == 64);
+  CHECK(s->row0 == 5 * 64);
+  CHECK(s->total_rows == 8 * 64);
+  CHECK(model_tensor_dims(c, "blk.1.ffn_gate.7.weight") == std::vector<int64_t>{64, 24});
+  CHECK_FALSE(expert_slice(c, "blk.1.ffn_down.8.weight"));  // no expert 8
+  CHECK_FALSE(expert_slice(c, "blk.2.ffn_up.0.weight"));    // no layer 2
+  CHECK_FALSE(expert_slice(c, "blk.1.ffn_up.0.weightx"));
+  CHECK(model_tensor_dims(c, "blk.0.ffn_gate.weight").empty());  // no dense MLP
+}
+
+TEST_CASE("MoE: refused configs name the field", "[moe][hf]") {
+  namespace fs = std::filesystem;
+  const test::TempDir scratch;
+  const fs::path tmp = scratch.file("qwen3_moe");
+  fs::copy(std::string(OFFGEN_TEST_DATA) + "/hf_models/qwen3_moe", tmp,
+           fs::copy_options::recursive);
+  const nlohmann::json orig = nlohmann::json::parse(std::ifstream(tmp / "config.json"));
+  auto refused = [&](const char* key, nlohmann::json value, const char* says) {
+    nlohmann::json j = orig;
+    j[key] = std::move(value);
+    std::ofstream(tmp / "config.json") << j.dump();
+    INFO(key);
+    CHECK_THROWS_WITH(open_model(tmp.string()), Catch::Contains(says));
+  };
+  refused("mlp_only_layers", {0}, "mlp_only_layers");
+  refused("decoder_sparse_step", 2, "decoder_sparse_step");
+  refused("num_experts_per_tok", 9, "num_experts_per_tok");
+  refused("moe_intermediate_size", 0, "moe_intermediate_size");
+  refused("moe_intermediate_size", 32, "ffn_gate.0.weight");  // the weights disagree
+}
