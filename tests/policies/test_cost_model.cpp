@@ -116,6 +116,37 @@ TEST_CASE("cost model: weights on disk overlap with compute; off means the sum",
   CHECK(ov.prefill_lanes.load == Approx(0.003));
 }
 
+TEST_CASE("cost model: a mixture of experts on disk moves the experts a small forward routes to",
+          "[cost][moe]") {
+  // The tiny model's attention unit (4 KiB) and an MLP unit of a 4 KiB head and 4 experts of
+  // 4 KiB, 1 used per token; three staging slots, as the engine gives MoE models.
+  ModelFacts m = tiny_model();
+  m.unit_bytes = {4096, 4096 + 4 * 4096};
+  m.unit_experts_at = {4096, 4096};
+  m.n_experts = 4, m.n_experts_used = 1;
+  m.weight_slots = 3;
+  const HardwareProfile hw = tiny_hw();
+  Workload w;
+  w.prompt_len = 1;
+  w.gen_len = 2;
+  Policy p = all_ram(1, 1);
+  p.weight_gpu_percent = 0;
+  const double attn = 0.002 + 1e-6;
+  // One row expects 1/4 of the experts (1 of 4): the load lane reads the two heads (1 ms each),
+  // the compute lane routes, reads that expert (1 ms), then runs the MLP (1 ms) and the output
+  // (1 ms). The MLP head loads beside the attention's compute.
+  const Prediction one = predict(m, hw.compute[0], hw, p, w);
+  CHECK(one.prefill_lanes.load == Approx(0.002));
+  CHECK(one.prefill_seconds == Approx(0.001 + attn + 0.003));
+  p.overlap = false;
+  CHECK(predict(m, hw.compute[0], hw, p, w).prefill_seconds == Approx(0.002 + attn + 0.003));
+  // Four rows expect 1 - (3/4)^4 = 68% of them: the whole unit moves ahead of compute (5 pages).
+  p.overlap = true;
+  w.prompt_len = 4;
+  const Prediction four = predict(m, hw.compute[0], hw, p, w);
+  CHECK(four.prefill_lanes.load == Approx(0.006));
+}
+
 TEST_CASE("cost model: KV on disk reads the used pages and writes the new one, serialised",
           "[cost]") {
   const ModelFacts m = tiny_model();
