@@ -469,6 +469,10 @@ GGUF_MODELS = {
     "qwen2_moe": "f16",
     "qwen3_moe": "bf16",
 }
+# Also quantised to Q8_0 by llama.cpp's llama-quantize (the peers build: ~/.cache/offgen/peers/
+# build-*/bin, or --llama-quantize): a block-format file as llama.cpp writes it, whose shared-expert
+# gate ffn_gate_inp_shexp is a vector ({n_embd}) where the converter wrote a one-row matrix.
+Q8_GGUF = ("qwen2_moe",)
 # Gemma's RMSNorm multiplies by (1 + w): random gains are drawn around 0 instead of 1.
 NORM_MEAN = {"gemma3": 0.0, "gemma2": 0.0}
 DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -638,6 +642,7 @@ def main() -> int:
     ap.add_argument("--corpus", default=str(repo / "tests" / "data" / "tokenizer_corpus.jsonl"))
     ap.add_argument("--only", default="", help="comma-separated model names to regenerate (default: all)")
     ap.add_argument("--llama-cpp", default="", help="llama.cpp source tree (its convert_hf_to_gguf.py)")
+    ap.add_argument("--llama-quantize", default="", help="llama.cpp's llama-quantize binary")
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -744,6 +749,9 @@ def main() -> int:
         if name in GGUF_MODELS:
             gguf_path = convert_to_gguf(llama_cpp, mdir, out_dir / "gguf" / f"{name}.gguf", GGUF_MODELS[name])
             mentry["gguf"] = str(gguf_path.relative_to(out_dir))
+            if name in Q8_GGUF:
+                q8 = quantize_q8_0(find_llama_quantize(args.llama_quantize), gguf_path)
+                mentry["gguf_q8_0"] = str(q8.relative_to(out_dir))
         if name in PHI3_GGUF:
             gguf_path = write_phi3_gguf(mdir, out_dir / "gguf" / f"{name}.gguf")
             mentry["gguf"] = str(gguf_path.relative_to(out_dir))
@@ -822,6 +830,27 @@ def convert_to_gguf(tree: Path, mdir: Path, dst: Path, outtype: str) -> Path:
     if r.returncode != 0 or not dst.is_file():
         raise RuntimeError(f"converting {mdir} failed:\n{r.stdout}\n{r.stderr}")
     print(f"{mdir.name}: {dst} ({dst.stat().st_size} bytes)")
+    return dst
+
+
+def find_llama_quantize(given: str) -> Path:
+    cands = [Path(given)] if given else sorted(Path.home().glob(".cache/offgen/peers/build-*/bin/llama-quantize"))
+    for c in cands:
+        if c.is_file():
+            return c.resolve()
+    raise SystemExit("llama-quantize not found: pass --llama-quantize PATH (tools/peers builds it)")
+
+
+def quantize_q8_0(tool: Path, src: Path) -> Path:
+    import subprocess
+
+    dst = src.with_name(src.stem + "_q8_0.gguf")
+    if dst.exists():
+        dst.unlink()
+    r = subprocess.run([str(tool), str(src), str(dst), "Q8_0"], capture_output=True, text=True)
+    if r.returncode != 0 or not dst.is_file():
+        raise RuntimeError(f"llama-quantize {src} failed:\n{r.stdout}\n{r.stderr}")
+    print(f"{src.name}: {dst} ({dst.stat().st_size} bytes)")
     return dst
 
 

@@ -236,7 +236,14 @@ TensorRef GgufWeightSource::tensor(const std::string& name) const {
     return TensorRef{name, f->dtype, {f->dims[0], rows}, f->data + row0 * row_bytes, {}};
   }
   const GgufTensor& t = file_.tensor(name);
-  return TensorRef{t.name, t.dtype, t.dims, t.data, {}};
+  TensorRef r{t.name, t.dtype, t.dims, t.data, {}};
+  // A one-row matrix stored as a vector (llama.cpp writes Qwen2-MoE's shared-expert gate
+  // ffn_gate_inp_shexp as {n_embd}; its converter as {n_embd, 1}): read as the matrix.
+  if (r.dims.size() == 1) {
+    const std::vector<int64_t> want = model_tensor_dims(config_, name);
+    if (want.size() == 2 && want[1] == 1 && want[0] == r.dims[0]) r.dims = want;
+  }
+  return r;
 }
 
 bool GgufWeightSource::has_tensor(const std::string& name) const {

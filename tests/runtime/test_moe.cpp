@@ -1,7 +1,9 @@
 // Mixtures of experts beyond the golden logits: the router's top-k (ties, renormalisation, NaN),
-// configs that are refused with the field named, and the GGUF experts' row slices.
+// configs that are refused with the field named, the GGUF experts' row slices, and a Q8_0 file
+// from llama-quantize.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +12,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/loaders/model_loader.h"
+#include "tests/runtime/hf_golden.h"
 #include "runtime/model/moe_routing.h"
 #include "runtime/model/tensor_table.h"
 #include "tests/temp_dir.h"
@@ -80,4 +83,49 @@ TEST_CASE("MoE: refused configs name the field", "[moe][hf]") {
   refused("num_experts_per_tok", 9, "num_experts_per_tok");
   refused("moe_intermediate_size", 0, "moe_intermediate_size");
   refused("moe_intermediate_size", 32, "ffn_gate.0.weight");  // the weights disagree
+}
+
+TEST_CASE("MoE: llama-quantize's Q8_0 Qwen2-MoE (its shared-expert gate a vector) stays close to "
+          "the golden",
+          "[moe][gguf]") {
+  // The block-format file llama.cpp writes: Q8_0 blocks kept native, ffn_gate_inp_shexp stored
+  // as {n_embd}. Its logits are transformers' up to Q8_0's rounding; the same text where the
+  // golden's top two are clearly apart.
+  const auto g = test::golden();
+  const nlohmann::json* gm = nullptr;
+  for (const auto& m : g["models"])
+    if (m["name"] == "qwen2_moe") gm = &m;
+  REQUIRE(gm != nullptr);
+  OpenedModel om = open_model(test::kDir + "/" + (*gm)["gguf_q8_0"].get<std::string>());
+  CHECK(om.source->config().shared_ffn_dim == 48);
+  CHECK(om.source->tensor("blk.0.ffn_gate_inp_shexp.weight").dims ==
+        std::vector<int64_t>{32, 1});
+  auto be = make_cpu_backend(2, WeightMode::native_mode());
+  DecoderModel model(*om.source, *be);
+  ResidentUnits units(model);
+  const int64_t V = model.config().vocab_size;
+  int positions = 0, agree = 0;
+  double worst = 0;
+  for (const auto& cs : (*gm)["cases"]) {
+    const auto ids = cs["ids"].get<std::vector<int32_t>>();
+    test::Runner run(model, units, static_cast<int64_t>(ids.size()));
+    const auto logits = run.feed(ids);
+    for (size_t p = 0; p < ids.size(); ++p) {
+      std::vector<double> want(static_cast<size_t>(V));
+      for (int64_t v = 0; v < V; ++v) {
+        want[v] = cs["logits"][p][v].get<double>();
+        worst = std::max(worst, std::fabs(logits[p * V + v] - want[v]));
+      }
+      std::vector<double> sorted = want;
+      std::sort(sorted.rbegin(), sorted.rend());
+      if (sorted[0] - sorted[1] < 0.1) continue;
+      ++positions;
+      const int32_t top = test::argmax(&logits[p * V], V);
+      agree += want[top] == sorted[0];
+    }
+  }
+  INFO("max |dlogit| " << worst);
+  CHECK(worst < 0.15);
+  CHECK(positions > 20);
+  CHECK(agree == positions);
 }
