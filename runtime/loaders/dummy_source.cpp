@@ -26,34 +26,28 @@ struct Preset {
   bool post_norm = false;  // OPT-350m
 };
 
-// Gemma 3 and Qwen3 shapes (their public configurations): head sizes of their own, Gemma's five
-// sliding-window layers per global one.
+// Gemma 3, Qwen3 and mixture-of-experts shapes (their public configurations): head sizes of
+// their own, Gemma's five sliding-window layers per global one; the mixtures' experts (ffn is
+// an expert's width), whose routers are generated with a fixed skew (DummyWeightSource::tensor)
+// so that some experts are chosen more often than others.
 struct ModernPreset {
   const char* name;
-  const char* arch;  // "gemma3" or "qwen3"
+  const char* arch;  // "gemma3", "qwen3", "mixtral", "qwen2moe" or "qwen3moe"
   int64_t layers, d_model, heads, kv_heads, head_dim, ffn, vocab, context;
   int64_t window = 0;  // gemma3: sliding window (every 6th layer global)
+  int64_t experts = 0, used = 0, shared_ffn = 0;
+  bool tied = true;
 };
 constexpr ModernPreset kModernPresets[] = {
     {"gemma3-270m", "gemma3", 18, 640, 4, 1, 256, 2048, 262144, 32768, 512},
     {"gemma3-1b", "gemma3", 26, 1152, 4, 1, 256, 6912, 262144, 32768, 512},
     {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960},
-};
-
-// Mixtures of experts (their public configurations). Routers are generated with a fixed skew
-// (DummyWeightSource::tensor), so that some experts are chosen more often than others.
-struct MoePreset {
-  const char* name;
-  const char* arch;  // "mixtral", "qwen2moe" or "qwen3moe"
-  int64_t layers, d_model, heads, kv_heads, head_dim, ffn, vocab, context;
-  int64_t experts, used, shared_ffn;
-  bool tied = false;
-};
-constexpr MoePreset kMoePresets[] = {
-    {"mixtral-8x7b", "mixtral", 32, 4096, 32, 8, 128, 14336, 32000, 32768, 8, 2, 0},
-    {"qwen2-moe-a2.7b", "qwen2moe", 24, 2048, 16, 16, 128, 1408, 151936, 8192, 60, 4, 5632},
-    {"qwen3-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 128, 768, 151936, 40960, 128, 8, 0},
-    {"qwen3-235b-a22b", "qwen3moe", 94, 4096, 64, 4, 128, 1536, 151936, 40960, 128, 8, 0},
+    {"mixtral-8x7b", "mixtral", 32, 4096, 32, 8, 128, 14336, 32000, 32768, 0, 8, 2, 0, false},
+    {"qwen2-moe-a2.7b", "qwen2moe", 24, 2048, 16, 16, 128, 1408, 151936, 8192, 0, 60, 4, 5632,
+     false},
+    {"qwen3-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 128, 768, 151936, 40960, 0, 128, 8, 0, false},
+    {"qwen3-235b-a22b", "qwen3moe", 94, 4096, 64, 4, 128, 1536, 151936, 40960, 0, 128, 8, 0,
+     false},
 };
 
 // Llama-shaped sizes (public configurations of SmolLM2, TinyLlama, LLaMA 30B, Llama 2 and Llama 3)
@@ -84,12 +78,11 @@ std::vector<std::string> dummy_presets() {
   std::vector<std::string> v;
   for (const auto& p : kPresets) v.push_back(p.name);
   for (const auto& p : kModernPresets) v.push_back(p.name);
-  for (const auto& p : kMoePresets) v.push_back(p.name);
   return v;
 }
 
 ModelConfig dummy_config(const std::string& preset) {
-  for (const auto& p : kMoePresets) {
+  for (const auto& p : kModernPresets) {
     if (preset != p.name) continue;
     ModelConfig c = architecture_config(p.arch);
     c.name = std::string("dummy:") + p.name;
@@ -107,25 +100,6 @@ ModelConfig dummy_config(const std::string& preset) {
     c.n_experts = p.experts;
     c.n_experts_used = p.used;
     c.shared_ffn_dim = p.shared_ffn;
-    finish_architecture_config(c);
-    c.validate();
-    return c;
-  }
-  for (const auto& p : kModernPresets) {
-    if (preset != p.name) continue;
-    ModelConfig c = architecture_config(p.arch);
-    c.name = std::string("dummy:") + p.name;
-    c.n_layers = p.layers;
-    c.d_model = p.d_model;
-    c.n_heads = p.heads;
-    c.n_kv_heads = p.kv_heads;
-    c.head_dim = p.head_dim;
-    c.ffn_dim = p.ffn;
-    c.vocab_size = p.vocab;
-    c.context_length = p.context;
-    c.rope_theta = 1e6f;
-    c.norm_eps = 1e-6f;
-    c.tied_embeddings = true;
     if (p.window > 0) {  // generated norm gains of 1 stand for the stored 1 + w of a GGUF
       c.sliding_window = p.window;
       c.rope_local_theta = 1e4f;
