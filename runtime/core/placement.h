@@ -36,7 +36,8 @@ struct TierShare {
 // Weight staging slots of the weight store: loads run kWeightStagingSlots - 1 units ahead of
 // compute. Two (double buffering): three or four measured no faster with weights on disk, where a
 // step is either compute-bound (prefill) or load-bound (decode) as a whole (bench/RESULTS.md,
-// "balanced overlap").
+// "balanced overlap"). Mixtures of experts take three (DecoderModel::weight_slots): their MLP
+// units dwarf the attention units between them.
 constexpr int64_t kWeightStagingSlots = 2;
 
 // All unit weight blobs of a model under a placement: their parts, and the buffers the weight
