@@ -255,6 +255,9 @@ def main() -> None:
             r = sh([ppl_exe, "-m", args.model, "-f", args.text, "-c", ctx, "--chunks", 1,
                     "-t", args.threads, "--no-repack"])
             m = re.search(r"\[1\]([0-9.]+)", r.stdout + r.stderr)
+            if m is None:
+                raise RuntimeError(f"llama-perplexity printed no chunk-1 estimate for {args.model} "
+                                   f"at -c {ctx}:\n{(r.stdout + r.stderr)[-1500:]}")
             jp = work / "ppl.json"
             sh([Path(args.offgen_bin) / "offgen", "eval", "ppl", "--model", args.model,
                 "--weight-dtype", "native", "--text", args.text, "--tokens", ctx,
