@@ -105,27 +105,33 @@ void WeightStore::load(int64_t unit, int slot, Stream& stream, bool whole) {
   stream.record(*loaded_[slot]);
 }
 
-void WeightStore::load_range(int64_t unit, int slot, int64_t offset, int64_t bytes) {
+void WeightStore::load_ranges(int64_t unit, int slot,
+                              std::span<const std::pair<int64_t, int64_t>> ranges) {
   const Unit& x = units_[unit];
-  OFFGEN_CHECK(offset >= x.lazy_from && offset + bytes <= x.bytes && backend_.device_is_host(),
-               kInternal, "weight store: range [{}, {}) of unit {} is not in its lazy tail",
-               offset, offset + bytes, unit);
   auto* dst = static_cast<std::byte*>(staging_[slot].data());
-  // The part in RAM (after the device part, which is empty where device memory is host memory),
-  // then the part on disk, whose offsets in the extent stay 4 KiB multiples.
-  const int64_t disk_from = x.device_bytes + x.ram_bytes, end = offset + bytes;
-  if (offset < disk_from) {
-    const int64_t n = std::min(end, disk_from) - offset;
-    std::memcpy(dst + offset, static_cast<const std::byte*>(x.ram.data()) + (offset - x.device_bytes),
-                n);
+  // Each range's part in RAM (after the device part, which is empty where device memory is host
+  // memory), then its part on disk, whose offsets in the extent stay 4 KiB multiples.
+  const int64_t disk_from = x.device_bytes + x.ram_bytes;
+  std::vector<IoOp> ops;
+  for (const auto& [offset, bytes] : ranges) {
+    const int64_t end = offset + bytes;
+    OFFGEN_CHECK(offset >= x.lazy_from && end <= x.bytes && offset % 4096 == 0 &&
+                     bytes % 4096 == 0 && backend_.device_is_host(),
+                 kInternal, "weight store: range [{}, {}) of unit {} is not in its lazy tail",
+                 offset, end, unit);
+    if (offset < disk_from)
+      std::memcpy(dst + offset,
+                  static_cast<const std::byte*>(x.ram.data()) + (offset - x.device_bytes),
+                  std::min(end, disk_from) - offset);
+    if (end > disk_from) {
+      const int64_t from = std::max(offset, disk_from);
+      ops.push_back(IoOp{IoKind::kRead, x.disk, dst + from, static_cast<uint64_t>(end - from),
+                         static_cast<uint64_t>(from - disk_from)});
+    }
+    ++lazy_ranges_;
+    lazy_range_bytes_ += bytes;
   }
-  if (end > disk_from) {
-    const int64_t from = std::max(offset, disk_from);
-    const uint64_t skip = static_cast<uint64_t>(from - disk_from);
-    disk_->read(Extent{x.disk.offset + skip, x.disk.bytes - skip}, dst + from, end - from);
-  }
-  ++lazy_ranges_;
-  lazy_range_bytes_ += bytes;
+  if (!ops.empty()) disk_->wait(disk_->submit(ops));
 }
 
 const void* WeightStore::acquire(int64_t unit, int slot) {

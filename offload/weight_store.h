@@ -5,13 +5,15 @@
 // for compute (kWeightStagingSlots of them: loads run ahead of compute). Loads run on a stream of
 // the schedule's load lane and are ordered with compute by events. A unit may have a lazy tail
 // (a mixture of experts' experts): load() assembles the bytes before it, and the compute lane
-// brings the ranges it needs with load_range() once it knows them (the experts a batch routes to).
+// brings the ranges it needs with load_ranges() once it knows them (the experts a batch routes to).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
+#include <utility>
 #include <vector>
 
 #include "offload/aligned_buffer.h"
@@ -21,7 +23,7 @@
 
 namespace offgen {
 
-// The bytes a load moves: whole units by load(), and the lazy ranges load_range() brought.
+// The bytes a load moves: whole units by load(), and the lazy ranges load_ranges() brought.
 struct WeightLoadStats {
   int64_t ranges = 0, range_bytes = 0;
 };
@@ -70,9 +72,10 @@ class WeightStore {
   // Whether unit u has a lazy tail that load() leaves out.
   bool lazy(int64_t unit) const { return units_[unit].lazy_from < units_[unit].bytes; }
   bool any_lazy() const { return any_lazy_; }
-  // Compute lane, after acquire(): brings bytes [offset, offset + bytes) of unit u's lazy tail
-  // into `slot` from their homes (blocking the caller), at their offset in the blob.
-  void load_range(int64_t unit, int slot, int64_t offset, int64_t bytes);
+  // Compute lane, after acquire(): brings ranges {offset, bytes} of unit u's lazy tail (4 KiB
+  // multiples) into `slot` from their homes, at their offsets in the blob, blocking the caller:
+  // the RAM parts copied, the disk parts read as one batch of I/O (queued together).
+  void load_ranges(int64_t unit, int slot, std::span<const std::pair<int64_t, int64_t>> ranges);
   WeightLoadStats load_stats() const {
     return {lazy_ranges_.load(), lazy_range_bytes_.load()};
   }

@@ -152,12 +152,13 @@ void BlockExecutor::fetch_experts(int64_t unit, int slot, int64_t batch, const v
   std::vector<uint8_t>& held = experts_held_[static_cast<size_t>(slot)];
   if (batch == 0) held.assign(static_cast<size_t>(model_.config().n_experts), 0);
   model_.route_unit(unit, blob, h, rows, scratch_, routed_);
+  std::vector<std::pair<int64_t, int64_t>> missing;
   for (int64_t e : routed_) {
     if (held[static_cast<size_t>(e)] != 0) continue;
     held[static_cast<size_t>(e)] = 1;
-    const auto [at, bytes] = model_.expert_range(unit, e);
-    weights_.load_range(unit, slot, at, bytes);
+    missing.push_back(model_.expert_range(unit, e));
   }
+  weights_.load_ranges(unit, slot, missing);  // read together: the disk queue stays full
 }
 
 void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batches) {
