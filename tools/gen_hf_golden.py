@@ -44,6 +44,12 @@ Writes into tests/data/hf_models/ (or --out):
              LONG factors, with the attention factor sqrt(1 + ln 32 / ln 4) on cos and sin) and
              partial_rotary_factor 0.75 (12 of head_dim 16 rotate, as Phi-4-mini), d=64, 4 heads
              / 2 KV heads, ff=96, 2 layers, untied, fp32
+  mixtral/   MixtralForCausalLM d=32, 4 heads / 2 KV heads, 2 layers, 4 experts of 24 (top 2,
+             renormalised), rope_theta 1e6, untied, fp32
+  qwen2_moe/ Qwen2MoeForCausalLM 6 experts of 40 (top 2, not renormalised) and a shared expert
+             of 48 behind its sigmoid gate, QKV bias, untied, fp16
+  qwen3_moe/ Qwen3MoeForCausalLM head_dim 16, QK-norm, 8 experts of 24 (top 3, renormalised),
+             tied, bf16 (expert widths differ from d so that a transposed expert cannot pass)
   golden.json  per model: arch, dtype, seed, vocab_size, min margin, and 3 cases each with the
              text, token ids (tokenizer(text, add_special_tokens=True) from the saved dir), fp32
              logits at EVERY prompt position, a 16-token greedy continuation (no EOS stop),
@@ -83,7 +89,8 @@ vocab_size = len(tokenizer) = 320.
     tokenizer.json); NOT AutoTokenizer, which in transformers 5 builds Qwen2Tokenizer for qwen2 and
     re-derives the pre-tokenizer (splitting digits) instead of using tokenizer.json.
 
-GGUF files (gguf/ under the output directory): gemma3, qwen3, llama3 and qwen2 are also converted by
+GGUF files (gguf/ under the output directory): gemma3, qwen3, llama3, qwen2 and the three MoE
+models (experts stacked in ffn_*_exps) are also converted by
 llama.cpp's own converter (convert_hf_to_gguf.py from the llama-cpp-python sdist that
 tools/peers fetches; --llama-cpp DIR, default ~/.cache/offgen/peers/llama_cpp_python-*/vendor/
 llama.cpp), --outtype the checkpoint's precision (bf16, or f32), run in a subprocess with that
@@ -104,6 +111,9 @@ Usage:
 --only regenerates the named models (and their GGUF files) and keeps the other entries of an
 existing golden.json as they are.
 Output is deterministic: running it twice gives identical bytes.
+
+qwen2_moe's GGUF is also quantised to Q8_0 by llama.cpp's llama-quantize (gguf/qwen2_moe_q8_0.gguf,
+recorded as "gguf_q8_0"; --llama-quantize, default the peers build under ~/.cache/offgen/peers).
 
 Needs: torch, transformers (5.x; tested with 5.24), tokenizers, safetensors, numpy, gguf (phi3).
 """
