@@ -62,10 +62,7 @@ struct Ctx {
   // the executor's rule: a staged unit on a backend whose device memory is host memory, in a
   // forward that expects to need few of them: experts_on_demand).
   bool lazy_experts(int64_t unit, int64_t rows) const {
-    const auto u = static_cast<size_t>(unit);
-    return m.device_is_host && u < m.unit_experts_at.size() &&
-           m.unit_experts_at[u] < m.unit_bytes[u] &&
-           placement.weight_blob(m.unit_bytes[u]).disk > 0 &&
+    return m.lazy_experts(placement, unit) &&
            experts_on_demand(m.n_experts, m.n_experts_used, rows);
   }
   // The load lane's part of unit u in a forward of `rows` rows: the whole blob, or the bytes
@@ -81,15 +78,14 @@ struct Ctx {
   }
   // The experts of unit u a forward of `rows` rows routes to, moved on demand by the compute
   // lane: under uniform routing E (1 - (1 - k/E)^rows) distinct experts, each read from RAM and
-  // disk in the proportion its blob's tail lies there. Sets `bytes` to their expected bytes.
-  double expert_load(int64_t unit, int64_t rows, double* bytes = nullptr) const {
+  // disk in the proportion its blob's tail lies there.
+  double expert_load(int64_t unit, int64_t rows) const {
     const int64_t total = m.unit_bytes[unit], head = m.unit_experts_at[unit];
     const int64_t tail = total - head, disk_part = placement.weight_blob(total).disk;
     const auto e = static_cast<double>(m.n_experts);
     const double distinct = e * expected_expert_share(m.n_experts, m.n_experts_used, rows);
     const double each = static_cast<double>(tail) / e;
     const double on_disk = std::min<double>(1.0, static_cast<double>(disk_part) / tail);
-    if (bytes) *bytes = distinct * each;
     return distinct * (copy(static_cast<int64_t>(each * (1 - on_disk))) +
                        read(page_up(static_cast<int64_t>(each * on_disk))));
   }
@@ -262,6 +258,12 @@ void add(LaneSeconds& a, const LaneSeconds& b, double w = 1) {
 }
 
 }  // namespace
+
+bool ModelFacts::lazy_experts(const Placement& placement, int64_t unit) const {
+  const auto u = static_cast<size_t>(unit);
+  return device_is_host && u < unit_experts_at.size() && unit_experts_at[u] < unit_bytes[u] &&
+         placement.weight_blob(unit_bytes[u]).disk > 0;
+}
 
 int64_t ModelFacts::unit_total() const {
   return std::accumulate(unit_bytes.begin(), unit_bytes.end(), int64_t{0});

@@ -31,6 +31,10 @@ struct ModelFacts {
   std::vector<int64_t> unit_experts_at;
   int64_t n_experts = 0, n_experts_used = 0;
   int64_t weight_slots = kWeightStagingSlots;  // the weight store's staging slots
+  // Whether unit u's experts are a lazy tail of the weight store under `placement` (moved on
+  // demand by forwards that need few of them): the unit has experts, is staged (a disk part) and
+  // device memory is host memory.
+  bool lazy_experts(const Placement& placement, int64_t unit) const;
   // Multiply-adds of the matmuls per row (token): the attention unit's projections, the MLP's
   // matrices; the output head's per sequence; and the attention core's per (query row x key
   // slot) of one layer (Q.K and the weighted sum of V over every head). 0: unknown.

@@ -223,9 +223,8 @@ Roofline roofline(const ModelFacts& m, const ComputeProfile& c, const HardwarePr
   for (size_t u = 0; u < m.unit_bytes.size(); ++u) {
     const int64_t bytes = m.unit_bytes[u];
     const TierBytes t = x.placement.weight_blob(bytes);
-    const int64_t experts_at = u < m.unit_experts_at.size() ? m.unit_experts_at[u] : bytes;
-    if (m.device_is_host && t.disk > 0 && experts_at < bytes) {  // experts on demand
-      const int64_t head_disk = std::max<int64_t>(0, experts_at - (bytes - t.disk));
+    if (m.lazy_experts(x.placement, static_cast<int64_t>(u))) {  // experts on demand
+      const int64_t head_disk = std::max<int64_t>(0, m.unit_experts_at[u] - (bytes - t.disk));
       x.weight_disk += static_cast<double>(head_disk);
       x.expert_disk += static_cast<double>(t.disk - head_disk);
     } else {

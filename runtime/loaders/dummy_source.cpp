@@ -175,16 +175,11 @@ std::string DummyWeightSource::describe() const {
              : fmt::format("dummy:{}:{}", preset_, dtype_name(matrix_type_));
 }
 
-namespace {
-bool router(const std::string& name) {
-  return name.ends_with(".ffn_gate_inp.weight") || name.ends_with(".ffn_gate_inp_shexp.weight");
-}
-}  // namespace
-
 DType DummyWeightSource::tensor_dtype(const std::string& name) const {
   const std::vector<int64_t> dims = dims_of(name);
   OFFGEN_CHECK(!dims.empty(), kInput, "{}: no tensor '{}'", describe(), name);
-  if (dims.size() < 2 || matrix_type_ == DType::kF32 || router(name)) return DType::kF32;
+  if (dims.size() < 2 || matrix_type_ == DType::kF32 || router_tensor(name))
+    return DType::kF32;
   if (dims[0] % dtype_block_elems(matrix_type_) == 0) return matrix_type_;
   return dims[0] % dtype_block_elems(DType::kQ8_0) == 0 ? DType::kQ8_0 : DType::kF32;
 }

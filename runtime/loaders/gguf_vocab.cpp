@@ -2,15 +2,35 @@
 // ("llama", with llama.cpp's defaults: BOS added and a space prefix unless the file says not).
 #include "runtime/loaders/gguf_vocab.h"
 
+#include <string_view>
+#include <utility>
+
 #include "runtime/core/error.h"
 
 namespace offgen {
+
+namespace {
+// offgen's name -> tokenizer.ggml.pre's, where they differ.
+constexpr std::pair<std::string_view, std::string_view> kPreNames[] = {{"gpt2", "gpt-2"}};
+}  // namespace
+
+std::string gguf_pre_name(const std::string& offgen_pre) {
+  for (const auto& [ours, theirs] : kPreNames)
+    if (offgen_pre == ours) return std::string(theirs);
+  return offgen_pre;
+}
+
+std::string offgen_pre_name(const std::string& gguf_pre) {
+  for (const auto& [ours, theirs] : kPreNames)
+    if (gguf_pre == theirs) return std::string(ours);
+  return gguf_pre;
+}
 
 VocabData vocab_from_gguf(const GgufFile& f) {
   VocabData v;
   v.model = f.get_string("tokenizer.ggml.model");
   v.pre = f.get_string_opt("tokenizer.ggml.pre").value_or("default");
-  if (v.pre == "gpt-2") v.pre = "gpt2";  // llama.cpp's name for it (gguf_write.cpp writes that)
+  v.pre = offgen_pre_name(v.pre);
   const auto* tokens = f.find("tokenizer.ggml.tokens");
   OFFGEN_CHECK(tokens && tokens->type == GgufType::kArray && tokens->elem_type == GgufType::kString,
                kInput, "{}: tokenizer.ggml.tokens missing or not a string array", f.path());

@@ -16,4 +16,9 @@ VocabData vocab_from_gguf(const GgufFile& f);
 // Reads only the file's metadata (its tensors may be of types the loader cannot read).
 VocabData load_gguf_vocab(const std::string& path);
 
+// A pre-tokenizer's name in tokenizer.ggml.pre and in offgen, where they differ: llama.cpp calls
+// GPT-2's "gpt-2" (and refuses "gpt2", offgen's name for it).
+std::string gguf_pre_name(const std::string& offgen_pre);
+std::string offgen_pre_name(const std::string& gguf_pre);
+
 }  // namespace offgen

@@ -12,6 +12,7 @@
 
 #include "runtime/core/error.h"
 #include "runtime/core/formats.h"
+#include "runtime/loaders/gguf_vocab.h"
 #include "runtime/loaders/gguf_convert.h"
 
 namespace offgen {
@@ -69,8 +70,7 @@ void GgufMetadata::bools(const std::string& k, const std::vector<uint8_t>& v) {
 void add_tokenizer_metadata(GgufMetadata& kv, const VocabData& v) {
   const bool spm = v.model == "llama";
   kv.str("tokenizer.ggml.model", v.model);
-  // llama.cpp names GPT-2's pre-tokenizer "gpt-2" (and refuses "gpt2", offgen's name for it).
-  if (!spm && !v.pre.empty()) kv.str("tokenizer.ggml.pre", v.pre == "gpt2" ? "gpt-2" : v.pre);
+  if (!spm && !v.pre.empty()) kv.str("tokenizer.ggml.pre", gguf_pre_name(v.pre));
   kv.strings("tokenizer.ggml.tokens", v.tokens);
   std::vector<int32_t> types = v.token_types;
   types.resize(v.tokens.size(), static_cast<int32_t>(TokenType::kNormal));

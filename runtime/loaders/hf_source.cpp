@@ -177,9 +177,10 @@ void read_experts(const Fields& f, const Architecture& arch, ModelConfig& c) {
   c.ffn_dim = f.get_count(std::string(arch.hf_expert_width).c_str());
   c.moe_norm_topk = f.get_bool_or("norm_topk_prob", arch.hf_norm_topk);
   if (arch.shared_expert) c.shared_ffn_dim = f.get_count("shared_expert_intermediate_size");
-  OFFGEN_CHECK(f.get_int_or("decoder_sparse_step", 1) == 1, kConfig,
+  const int64_t sparse_step = f.get_int_or("decoder_sparse_step", 1);
+  OFFGEN_CHECK(sparse_step == 1, kConfig,
                "{}: decoder_sparse_step {} (dense layers between the sparse ones) is not supported",
-               f.name, f.get_int_or("decoder_sparse_step", 1));
+               f.name, sparse_step);
   if (const json* dense = f.find("mlp_only_layers"))
     OFFGEN_CHECK(dense->is_array() && dense->empty(), kConfig,
                  "{}: mlp_only_layers {} (dense layers in a mixture of experts) is not supported",

@@ -179,8 +179,7 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend, int64_t co
 DType DecoderModel::storage_of(const std::string& name, DType src, int64_t cols) const {
   // Routers stay unquantised (as llama-quantize leaves them): a flipped choice of expert costs
   // more than the bytes saved.
-  if (name.ends_with(".ffn_gate_inp.weight") || name.ends_with(".ffn_gate_inp_shexp.weight"))
-    return backend_.matmul_storage_as(DType::kF32, cols);
+  if (router_tensor(name)) return backend_.matmul_storage_as(DType::kF32, cols);
   const WeightMode m = backend_.weight_mode();
   if (!m.quantises()) return backend_.matmul_storage(src, cols);
   return backend_.matmul_storage_as(quant_type(m, config_, quant_rule_name(config_, name), cols),

@@ -67,8 +67,7 @@ DType mix_type(const WeightMode& m, const ModelConfig& c, std::string_view name,
 
 bool quantised_tensor(std::string_view name, size_t n_dims) {
   // Routers stay as they are (llama-quantize's choice too).
-  if (name.ends_with(".ffn_gate_inp.weight") || name.ends_with(".ffn_gate_inp_shexp.weight"))
-    return false;
+  if (router_tensor(name)) return false;
   return (n_dims == 2 || (n_dims == 3 && name.ends_with("_exps.weight"))) &&
          name.ends_with(".weight") && name != "position_embd.weight";
 }

@@ -112,6 +112,10 @@ std::string expert_tensor(int64_t layer, std::string_view matrix, int64_t expert
   return fmt::format("blk.{}.{}.{}.weight", layer, matrix, expert);
 }
 
+bool router_tensor(std::string_view name) {
+  return name.ends_with(".ffn_gate_inp.weight") || name.ends_with(".ffn_gate_inp_shexp.weight");
+}
+
 std::optional<ExpertSlice> expert_slice(const ModelConfig& c, const std::string& name) {
   if (!c.moe()) return std::nullopt;
   int layer = -1, expert = -1, end = 0;

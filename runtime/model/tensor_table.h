@@ -51,6 +51,9 @@ struct ExpertSlice {
 };
 // nullopt when `name` is not an expert matrix of c (a dense model, an index out of range).
 std::optional<ExpertSlice> expert_slice(const ModelConfig& c, const std::string& name);
+// Whether `name` is a router: a layer's ffn_gate_inp, or the shared expert's gate
+// ffn_gate_inp_shexp (routers stay unquantised, as llama-quantize leaves them).
+bool router_tensor(std::string_view name);
 
 // Throws Error(kInput) naming the source, the tensor, its shape and the expected one when a
 // tensor model_tensors() lists is missing or has other dims. Reads metadata only (no tensor data).
