@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,8 +45,16 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
                 const PlanOptions& o) {
   o.validate();
   const Workload& w = o.workload;
+  // Batch factors the user gave stay as given; the search covers the others.
+  const int64_t g_fix = o.base.gpu_batch_given ? o.base.gpu_batch_size : 0;
+  const int64_t k_fix = o.base.num_batches_given ? o.base.num_gpu_batches : 0;
   const int64_t cap_batch =
-      w.num_requests > 0 ? std::min(o.max_batch, w.num_requests) : o.max_batch;
+      std::max(w.num_requests > 0 ? std::min(o.max_batch, w.num_requests) : o.max_batch,
+               std::max<int64_t>(g_fix, 1) * std::max<int64_t>(k_fix, 1));
+  auto grid = [](std::span<const int64_t> values, int64_t fixed) {
+    return fixed > 0 ? std::vector<int64_t>{fixed} : std::vector<int64_t>(values.begin(), values.end());
+  };
+  const std::vector<int64_t> g_grid = grid(kBatchSizes, g_fix), k_grid = grid(kNumBatches, k_fix);
   const int64_t capacity = o.base.kv.table_slots(w.prompt_len, w.gen_len);
   // Tier shares: where device memory is host memory the RAM share goes on the host tier.
   auto place = [&](Policy& p, double w_ram, double c_ram) {
@@ -92,17 +101,23 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
           }
           return lo;
         };
+        // The largest value of a free factor that fits beside `other`; a given factor, if it fits.
+        auto top = [&](int64_t fixed, int64_t other, bool g_free) {
+          auto ok = [&](int64_t n) { return g_free ? fits(n, other) : fits(other, n); };
+          if (fixed > 0) return ok(fixed) ? fixed : int64_t{0};
+          return largest(ok, cap_batch / other);
+        };
         std::set<std::pair<int64_t, int64_t>> shapes;
-        for (int64_t g : kBatchSizes) {
+        for (int64_t g : g_grid) {
           if (g > cap_batch) break;
-          const int64_t kmax = largest([&](int64_t k) { return fits(g, k); }, cap_batch / g);
-          for (int64_t k : kNumBatches)
+          const int64_t kmax = top(k_fix, g, false);
+          for (int64_t k : k_grid)
             if (k < kmax) shapes.insert({g, k});
           if (kmax > 0) shapes.insert({g, kmax});
         }
-        for (int64_t k : kNumBatches) {
+        for (int64_t k : k_grid) {
           if (k > cap_batch) break;
-          const int64_t gmax = largest([&](int64_t g) { return fits(g, k); }, cap_batch / k);
+          const int64_t gmax = top(g_fix, k, true);
           if (gmax > 0) shapes.insert({gmax, k});
         }
         for (const auto& [g, k] : shapes) {
@@ -117,11 +132,15 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
   if (!found) {
     Policy p = o.base;
     place(p, w_shares.front(), c_shares.front());
-    p.gpu_batch_size = p.num_gpu_batches = 1;
+    p.gpu_batch_size = std::max<int64_t>(g_fix, 1);
+    p.num_gpu_batches = std::max<int64_t>(k_fix, 1);
     const TierBytes need = need_of(p);
     OFFGEN_THROW(kConfig,
-                 "plan: nothing fits: one sequence with {} needs {} of RAM and {} of disk ({}); "
-                 "raise {}",
+                 "plan: nothing fits: {} with {} needs {} of RAM and {} of disk ({}); raise {}",
+                 p.block_size() == 1 ? std::string("one sequence")
+                                     : fmt::format("a block of {} x {} sequences (the batch "
+                                                   "sizes given)",
+                                                   p.gpu_batch_size, p.num_gpu_batches),
                  o.base.shares_given ? fmt::format("weights {}% and KV {}% in RAM (--percent)",
                                                    w_shares.front(), c_shares.front())
                                      : std::string("weights and KV wholly on disk"),
@@ -143,13 +162,15 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
       reasons.push_back(fmt::format("{} ({}: {} needed)", tier, what,
                                     format_bytes(tier == "--disk-mem" ? t.disk : t.device + t.host)));
   };
-  if (b.block_size() >= cap_batch) {
+  if (g_fix > 0 && k_fix > 0) {
+    reasons.push_back(fmt::format("the batch sizes given ({} x {})", g_fix, k_fix));
+  } else if (b.block_size() >= cap_batch) {
     reasons.push_back(w.num_requests > 0 && cap_batch == w.num_requests
                           ? fmt::format("requests ({} in the workload)", w.num_requests)
                           : fmt::format("max batch ({})", o.max_batch));
   } else {
     Policy p = b;
-    p.gpu_batch_size += 1;
+    (g_fix > 0 ? p.num_gpu_batches : p.gpu_batch_size) += 1;  // the factor the planner chose
     probe(p, fmt::format("a block of {}", p.block_size()));
   }
   const double w_ram = b.weight_gpu_percent + b.weight_cpu_percent;

@@ -16,7 +16,8 @@ namespace offgen {
 struct PlanOptions {
   Workload workload;
   // Capacities (gpu_mem, cpu_mem, disk_mem), the KV policy, offload dir and queue depth come from
-  // here; the searched fields (batch sizes, percents, overlap) are replaced.
+  // here; the searched fields (batch sizes, percents, overlap) are replaced, except the batch
+  // factors and shares the user gave (gpu_batch_given, num_batches_given, shares_given).
   Policy base;
   int64_t max_batch = 4096;       // largest block (sequences) considered
   double percent_step = 10;       // grid step of the RAM shares (divides 100)

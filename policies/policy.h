@@ -21,6 +21,8 @@ struct Policy {
   // Whether the batch sizes were given (flags or TOML). When not, and a tier capacity is set,
   // fixed-shape workloads (bench) use the largest batch that fits the capacities.
   bool batch_given = false;
+  // Which of the two the user gave (flags or TOML): the planner keeps those and chooses the other.
+  bool gpu_batch_given = false, num_batches_given = false;
   // Whether the tier shares were given as flags (--percent). The planner (--policy auto) then
   // keeps the weights' and the KV cache's RAM shares and chooses only batch sizes and overlap.
   bool shares_given = false;

@@ -305,6 +305,34 @@ TEST_CASE("planner: given tier shares (--percent) are kept, batch and overlap ch
   CHECK_THROWS_WITH(plan(m, hw.compute[0], hw, o), Catch::Contains("(--percent)"));
 }
 
+TEST_CASE("planner: given batch sizes are kept, the other factor chosen", "[cost][plan]") {
+  const ModelFacts m = tiny_model();
+  const HardwareProfile hw = planner_hw();
+  PlanOptions o = planner_options();
+  o.base.cpu_mem = int64_t{64} << 20;
+  // Weights on disk (--percent 0 0 100 0 100 0): more batches share each weight load.
+  o.base.weight_gpu_percent = o.base.weight_cpu_percent = 0;
+  o.base.shares_given = true;
+  const PlanResult free = plan(m, hw.compute[0], hw, o);
+  REQUIRE(free.policy.gpu_batch_size != 3);
+  // --gpu-batch-size 3: every candidate keeps it; the number of batches is still searched.
+  o.base.gpu_batch_size = 3;
+  o.base.gpu_batch_given = o.base.batch_given = true;
+  const PlanResult g = plan(m, hw.compute[0], hw, o);
+  CHECK(g.policy.gpu_batch_size == 3);
+  CHECK(g.policy.num_gpu_batches > 1);
+  // Both given: the block is exactly that, and the binding says so.
+  o.base.num_gpu_batches = 5;
+  o.base.num_batches_given = true;
+  const PlanResult gk = plan(m, hw.compute[0], hw, o);
+  CHECK(gk.policy.gpu_batch_size == 3);
+  CHECK(gk.policy.num_gpu_batches == 5);
+  CHECK_THAT(gk.binding, Catch::Contains("the batch sizes given (3 x 5)"));
+  // Given sizes that do not fit: the error names the block, not one sequence.
+  o.base.gpu_batch_size = 4096;
+  CHECK_THROWS_WITH(plan(m, hw.compute[0], hw, o), Catch::Contains("4096 x 5 sequences"));
+}
+
 TEST_CASE("planner: --kv-dtype auto keeps 16-bit unless memory forces q8_0",
           "[cost][plan][kv_dtype]") {
   ModelFacts m = tiny_model();
