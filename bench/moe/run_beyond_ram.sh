@@ -6,8 +6,9 @@
 # Usage (root): bench/moe/run_beyond_ram.sh GGUF OUT_DIR [LIMIT=16G] [PROMPTS=256]
 #   offgen: 4 batches of PROMPTS/4, prompt 32, gen 8, one prefill forward, --cpu-mem 7G.
 #   llama.cpp: llama-batched-bench with -npl PROMPTS -npp 32 -ntg 7, -b/-ub 8192 (one prefill
-#   pass), unified KV (-kvu) and --no-repack: its repacked weights are anonymous memory, which
-#   cannot page, so beyond RAM it runs on the mmap'd file as stored. LLAMA_BIN overrides its
+#   pass) and --no-repack: its repacked weights are anonymous memory, which cannot page, so beyond
+#   RAM it runs on the mmap'd file as stored. Its per-sequence caches (the default) were faster
+#   than one unified cache (-kvu; pass it in LLAMA_EXTRA to compare). LLAMA_BIN overrides its
 #   binary directory (default: the build bench/peers/run_peers.py makes).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,4 +43,4 @@ run_limited offgen build/offgen bench --model "$gguf" --threads 2 --percent 0 0 
   --prefill-chunk $((prompts * 32)) --no-warmup --offload-dir /tmp/offgen_beyond_ram_off \
   --json "$out/offgen.json"
 run_limited llamacpp "$llama/llama-batched-bench" -m "$gguf" -c $((prompts * 40)) -b 8192 -ub 8192 \
-  -npp 32 -ntg 7 -npl "$prompts" -t 2 -tb 2 --no-repack -kvu
+  -npp 32 -ntg 7 -npl "$prompts" -t 2 -tb 2 --no-repack ${LLAMA_EXTRA:-}
