@@ -27,7 +27,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
                o.gen_len, engine.max_context());
   const Policy& policy = engine.options().policy;
   const int64_t capacity = engine.kv_capacity(o.prompt_len, o.gen_len);
-  const bool fit = o.batch_size == 0 && !policy.batch_given && policy.has_capacity_limit();
+  const bool fit = o.batch_size == 0 && !policy.batch_given() && policy.has_capacity_limit();
   const int64_t b = o.batch_size > 0 ? o.batch_size
                     : fit            ? engine.fit_sequences(o.prompt_len, o.gen_len)
                                      : policy.block_size();

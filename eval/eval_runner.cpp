@@ -127,7 +127,7 @@ std::vector<EvalRow> run_eval_ppl(const EngineOptions& base, const EvalPplOption
   eo.policy.kv = KvPolicyConfig{};
   eo.policy.gpu_batch_size = static_cast<int64_t>(o.texts.size());
   eo.policy.num_gpu_batches = 1;
-  eo.policy.batch_given = true;
+  eo.policy.fix_batch();
   eo.prefill_chunk = std::max<int64_t>(
       eo.prefill_chunk > 0 ? eo.prefill_chunk : backend_caps(eo.backend).default_prefill_chunk,
       o.prefix);  // the prefix is one chunk

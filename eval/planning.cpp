@@ -276,7 +276,7 @@ Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& re
 
 Policy unplanned_policy(const Policy& base) {
   Policy p = base;
-  p.batch_given = true;
+  p.fix_batch();
   p.gpu_mem = p.cpu_mem = p.disk_mem = 0;  // nothing runs: limits the planner would meet by
   return p;                                 // moving weights must not refuse the job
 }

@@ -100,7 +100,7 @@ SharedBenchReport run_shared_bench(const EngineOptions& base, const SharedBenchO
   EngineOptions eo = base;
   eo.policy.gpu_batch_size = o.questions;
   eo.policy.num_gpu_batches = 1;
-  eo.policy.batch_given = true;
+  eo.policy.fix_batch();
   eo.policy.kv.kind = o.policy;
   eo.policy.kv.budget = o.ratio;
   eo.max_context = o.context_len + o.question_len + o.gen_len;

@@ -48,9 +48,9 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
   // Batch factors the user gave stay as given; the search covers the others.
   const int64_t g_fix = o.base.gpu_batch_given ? o.base.gpu_batch_size : 0;
   const int64_t k_fix = o.base.num_batches_given ? o.base.num_gpu_batches : 0;
+  const int64_t job_cap = w.num_requests > 0 ? std::min(o.max_batch, w.num_requests) : o.max_batch;
   const int64_t cap_batch =
-      std::max(w.num_requests > 0 ? std::min(o.max_batch, w.num_requests) : o.max_batch,
-               std::max<int64_t>(g_fix, 1) * std::max<int64_t>(k_fix, 1));
+      std::max(job_cap, std::max<int64_t>(g_fix, 1) * std::max<int64_t>(k_fix, 1));
   auto grid = [](std::span<const int64_t> values, int64_t fixed) {
     return fixed > 0 ? std::vector<int64_t>{fixed} : std::vector<int64_t>(values.begin(), values.end());
   };
@@ -84,7 +84,7 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
         Policy p = o.base;
         place(p, w_share, c_share);
         p.overlap = overlap;
-        p.batch_given = true;
+        p.fix_batch();
         // Batch shapes: the grid, plus for each grid value of one factor the largest other
         // factor that fits (memory grows with the block, and throughput mostly with it).
         auto fits = [&](int64_t g, int64_t k) {
@@ -162,8 +162,9 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
       reasons.push_back(fmt::format("{} ({}: {} needed)", tier, what,
                                     format_bytes(tier == "--disk-mem" ? t.disk : t.device + t.host)));
   };
-  if (g_fix > 0 && k_fix > 0) {
-    reasons.push_back(fmt::format("the batch sizes given ({} x {})", g_fix, k_fix));
+  if ((g_fix > 0 && k_fix > 0) || (b.block_size() >= cap_batch && cap_batch > job_cap)) {
+    reasons.push_back(
+        fmt::format("the batch sizes given ({} x {})", b.gpu_batch_size, b.num_gpu_batches));
   } else if (b.block_size() >= cap_batch) {
     reasons.push_back(w.num_requests > 0 && cap_batch == w.num_requests
                           ? fmt::format("requests ({} in the workload)", w.num_requests)

@@ -253,10 +253,10 @@ Policy parse_policy_toml(std::string_view text, const std::string& path, const P
       }
     } else if (key == "gpu_batch_size") {
       p.gpu_batch_size = get_int(node, key);
-      p.batch_given = p.gpu_batch_given = true;
+      p.gpu_batch_given = true;
     } else if (key == "num_gpu_batches") {
       p.num_gpu_batches = get_int(node, key);
-      p.batch_given = p.num_batches_given = true;
+      p.num_batches_given = true;
     }
     else if (key == "weights") {
       auto v = get_percent(node, key);

@@ -18,11 +18,12 @@ namespace offgen {
 struct Policy {
   int64_t gpu_batch_size = 32;
   int64_t num_gpu_batches = 1;
-  // Whether the batch sizes were given (flags or TOML). When not, and a tier capacity is set,
-  // fixed-shape workloads (bench) use the largest batch that fits the capacities.
-  bool batch_given = false;
-  // Which of the two the user gave (flags or TOML): the planner keeps those and chooses the other.
+  // Which batch factors were given (flags or TOML). The planner (--policy auto) keeps those and
+  // chooses the others; when neither was and a tier capacity is set, fixed-shape workloads (bench)
+  // use the largest batch that fits the capacities.
   bool gpu_batch_given = false, num_batches_given = false;
+  bool batch_given() const { return gpu_batch_given || num_batches_given; }
+  void fix_batch() { gpu_batch_given = num_batches_given = true; }  // the shape as it is
   // Whether the tier shares were given as flags (--percent). The planner (--policy auto) then
   // keeps the weights' and the KV cache's RAM shares and chooses only batch sizes and overlap.
   bool shares_given = false;
@@ -95,7 +96,7 @@ Policy load_policy_toml(const std::string& path, const Policy& base = Policy{});
 // The same from TOML text; `source` names it in messages (a path, or e.g. "<fuzz>").
 Policy parse_policy_toml(std::string_view text, const std::string& source,
                          const Policy& base = Policy{});
-// The policy as TOML that parse_policy_toml reads back to the same policy (batch_given set).
+// The policy as TOML that parse_policy_toml reads back to the same policy (both batch factors given).
 std::string policy_toml(const Policy& p);
 // Parses "512M", "8G", "1.5T", "4096" (bytes; K/M/G/T are powers of 1024). Throws kConfig.
 int64_t parse_size(const std::string& text, const std::string& what);

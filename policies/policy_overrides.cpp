@@ -18,10 +18,8 @@ Policy PolicyOverrides::resolve() const {
   }
   OFFGEN_CHECK(gpu_batch_size >= 0, kConfig, "--gpu-batch-size {} must be >= 1", gpu_batch_size);
   OFFGEN_CHECK(num_gpu_batches >= 0, kConfig, "--num-gpu-batches {} must be >= 1", num_gpu_batches);
-  if (gpu_batch_size > 0)
-    p.gpu_batch_size = gpu_batch_size, p.batch_given = p.gpu_batch_given = true;
-  if (num_gpu_batches > 0)
-    p.num_gpu_batches = num_gpu_batches, p.batch_given = p.num_batches_given = true;
+  if (gpu_batch_size > 0) p.gpu_batch_size = gpu_batch_size, p.gpu_batch_given = true;
+  if (num_gpu_batches > 0) p.num_gpu_batches = num_gpu_batches, p.num_batches_given = true;
   if (!kv_policy.empty()) p.kv.kind = parse_kv_policy(kv_policy);
   if (kv_budget) p.kv.budget = *kv_budget;
   if (!offload_dir.empty()) p.offload_dir = offload_dir;

@@ -296,7 +296,7 @@ void Engine::reserve_forward(const ForwardShape& shape) {
 
 void Engine::check_kv_limited() const {
   const Policy& p = options_.policy;
-  if (p.batch_given || !p.has_capacity_limit()) return;
+  if (p.batch_given() || !p.has_capacity_limit()) return;
   // Sizes from capacity limits: one of them (or the default RAM limit) must bound the KV cache,
   // or admission, and bench's fit, would be unbounded. Where device memory is host memory the
   // RAM limit bounds the device and host tiers together.
@@ -330,7 +330,7 @@ int64_t Engine::max_active() const {
   const Policy& p = options_.policy;
   // Without given batch sizes a capacity limit decides how many sequences run (admission checks
   // each one's KV cache against it).
-  return p.batch_given || !p.has_capacity_limit() ? p.block_size() : int64_t{1} << 20;
+  return p.batch_given() || !p.has_capacity_limit() ? p.block_size() : int64_t{1} << 20;
 }
 
 }  // namespace offgen

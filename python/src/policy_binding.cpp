@@ -74,7 +74,7 @@ void bind_policy(nb::module_& m) {
   nb::class_<Policy>(m, "ResolvedPolicy")
       .def_ro("gpu_batch_size", &Policy::gpu_batch_size)
       .def_ro("num_gpu_batches", &Policy::num_gpu_batches)
-      .def_ro("batch_given", &Policy::batch_given)
+      .def_prop_ro("batch_given", [](const Policy& p) { return p.batch_given(); })
       .def_prop_ro("percent",
                    [](const Policy& p) {
                      return std::vector<double>{p.weight_gpu_percent, p.weight_cpu_percent,

@@ -57,7 +57,7 @@ Policy placement(double wg, double wc, double cg, double cc) {
   p.cpu_cache_compute = cc >= 100;
   p.gpu_batch_size = 4;
   p.num_gpu_batches = 2;
-  p.batch_given = true;
+  p.fix_batch();
   return p;
 }
 

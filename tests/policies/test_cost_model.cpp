@@ -57,7 +57,7 @@ Policy all_ram(int64_t gbs, int64_t k) {
   Policy p;
   p.gpu_batch_size = gbs;
   p.num_gpu_batches = k;
-  p.batch_given = true;
+  p.fix_batch();
   return p;
 }
 
@@ -317,7 +317,7 @@ TEST_CASE("planner: given batch sizes are kept, the other factor chosen", "[cost
   REQUIRE(free.policy.gpu_batch_size != 3);
   // --gpu-batch-size 3: every candidate keeps it; the number of batches is still searched.
   o.base.gpu_batch_size = 3;
-  o.base.gpu_batch_given = o.base.batch_given = true;
+  o.base.gpu_batch_given = true;
   const PlanResult g = plan(m, hw.compute[0], hw, o);
   CHECK(g.policy.gpu_batch_size == 3);
   CHECK(g.policy.num_gpu_batches > 1);
@@ -328,6 +328,14 @@ TEST_CASE("planner: given batch sizes are kept, the other factor chosen", "[cost
   CHECK(gk.policy.gpu_batch_size == 3);
   CHECK(gk.policy.num_gpu_batches == 5);
   CHECK_THAT(gk.binding, Catch::Contains("the batch sizes given (3 x 5)"));
+  // A given batch above the request count: the block is that batch, and the binding says why.
+  o.base.num_batches_given = false;
+  o.workload.num_requests = 2;
+  const PlanResult few = plan(m, hw.compute[0], hw, o);
+  CHECK(few.policy.block_size() == 3);
+  CHECK_THAT(few.binding, Catch::Contains("the batch sizes given (3 x 1)"));
+  o.workload.num_requests = 0;
+  o.base.num_batches_given = true;
   // Given sizes that do not fit: the error names the block, not one sequence.
   o.base.gpu_batch_size = 4096;
   CHECK_THROWS_WITH(plan(m, hw.compute[0], hw, o), Catch::Contains("4096 x 5 sequences"));
@@ -402,7 +410,7 @@ TEST_CASE("plan output: policy TOML reads back to the same policy", "[cost][plan
   const Policy q = parse_policy_toml(policy_toml(p), "<plan>");
   CHECK(q.gpu_batch_size == 48);
   CHECK(q.num_gpu_batches == 3);
-  CHECK(q.batch_given);
+  CHECK(q.batch_given());
   CHECK(q.weight_cpu_percent == 30);
   CHECK(q.cache_cpu_percent == 70);
   CHECK(q.act_gpu_percent == 100);

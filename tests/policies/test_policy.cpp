@@ -207,7 +207,7 @@ kernel = 7
   CHECK(p.kv_dtype == DType::kQ4G64);  // compress_cache = true is kv_dtype = "q4g64"
   CHECK(p.offload_dir == "/mnt/nvme/offgen");
   CHECK(p.io_queue_depth == 128);
-  CHECK(p.batch_given);
+  CHECK(p.batch_given());
   CHECK(p.kv.name() == "h2o");
   CHECK(p.kv.budget == 0.2);
   CHECK(p.kv.recent_fraction == 0.25);

@@ -48,7 +48,7 @@ Policy block_of(int64_t n) {
   Policy p;
   p.gpu_batch_size = n;
   p.num_gpu_batches = 1;
-  p.batch_given = true;
+  p.fix_batch();
   return p;
 }
 

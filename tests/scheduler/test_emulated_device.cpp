@@ -56,7 +56,7 @@ Policy placement(double wg, double wc, double cg, double cc, bool overlap, int g
   p.overlap = overlap;
   p.gpu_batch_size = gbs;
   p.num_gpu_batches = ngb;
-  p.batch_given = true;
+  p.fix_batch();
   return p;
 }
 

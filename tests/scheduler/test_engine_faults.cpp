@@ -56,7 +56,7 @@ EngineOptions options(int64_t batch) {
   eo.model = kModel;
   eo.threads = 1;
   eo.policy.gpu_batch_size = batch;
-  eo.policy.batch_given = true;
+  eo.policy.fix_batch();
   return eo;
 }
 

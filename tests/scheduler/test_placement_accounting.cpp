@@ -41,7 +41,7 @@ Policy placement(double wg, double wc, double cg, double cc, double ag = 100, do
   p.act_gpu_percent = ag, p.act_cpu_percent = ac;
   p.gpu_batch_size = 2;
   p.num_gpu_batches = 2;
-  p.batch_given = true;
+  p.fix_batch();
   return p;
 }
 

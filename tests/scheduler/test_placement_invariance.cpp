@@ -254,7 +254,7 @@ TEST_CASE("a capacity limit must bound the KV cache when it sizes the batch", "[
                                          "not limit") &&
                              Catch::Contains("--gpu-batch-size") && Catch::Contains("--gpu-mem"));
   }
-  eo.policy.batch_given = true;
+  eo.policy.fix_batch();
   CHECK_NOTHROW(Engine(eo));
 }
 
@@ -265,7 +265,7 @@ TEST_CASE("--cpu-mem bounds every RAM byte of the weights on the CPU backend", "
   EngineOptions eo;
   eo.model = test::default_model_path();
   eo.policy = placement(100, 0, 100, 0, true);
-  eo.policy.batch_given = true;
+  eo.policy.fix_batch();
   const Engine probe(eo);
   const EngineStats::Weights w = probe.stats().weights;
   REQUIRE(w.resident_bytes > 0);
@@ -290,11 +290,11 @@ TEST_CASE("admission counts the forwards' buffers against the limits", "[model][
   EngineOptions eo;
   eo.model = test::default_model_path();
   eo.policy = p;
-  eo.policy.batch_given = true;
+  eo.policy.fix_batch();
   const Engine probe(eo);
   const int64_t weights = probe.peak_bytes().memory();
   const int64_t per_seq = probe.config().kv_bytes_per_token(probe.kv_dtype()) * 16;
-  eo.policy.batch_given = false;
+  eo.policy.gpu_batch_given = eo.policy.num_batches_given = false;
   eo.policy.cpu_mem = weights + 3 * per_seq + (int64_t{1} << 20);
   Engine engine(eo);
   const std::vector<Result> res = engine.generate(reqs);
@@ -327,7 +327,7 @@ TEST_CASE("a request waits while the disk's free space is split among running on
   Policy p = placement(100, 0, 0, 0, true);  // weights in RAM, the KV cache on disk
   p.gpu_batch_size = 2;
   p.num_gpu_batches = 1;
-  p.batch_given = true;
+  p.fix_batch();
   const Run free_run = run(p, reqs, false);
   EngineOptions eo;
   eo.model = test::default_model_path();
@@ -360,7 +360,7 @@ TEST_CASE("activations on disk count against --disk-mem", "[model][io][memory]")
   p.act_gpu_percent = p.act_cpu_percent = 0;  // activations on disk
   p.gpu_batch_size = 2;
   p.num_gpu_batches = 1;
-  p.batch_given = true;
+  p.fix_batch();
   p.disk_mem = 64 * 1024;
   EngineOptions eo;
   eo.model = test::default_model_path();
