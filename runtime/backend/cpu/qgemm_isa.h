@@ -53,6 +53,10 @@ struct Scalar {
   static I or_(const I& a, const I& b) {
     return bytewise(a, b, [](int x, int y) { return x | y; });
   }
+  // Bits of a where m is set, of b elsewhere.
+  static I select(const I& m, const I& a, const I& b) {
+    return or_(and_(a, m), bytewise(b, m, [](int x, int y) { return x & ~y; }));
+  }
   static I set1_8(int x) {
     I r;
     std::memset(r.v, x, 64);
@@ -195,6 +199,9 @@ struct Avx2T {
   static void storeu(void* p, I a) { _mm256_storeu_si256(static_cast<__m256i*>(p), a); }
   static I and_(I a, I b) { return _mm256_and_si256(a, b); }
   static I or_(I a, I b) { return _mm256_or_si256(a, b); }
+  static I select(I m, I a, I b) {
+    return _mm256_or_si256(_mm256_and_si256(a, m), _mm256_andnot_si256(m, b));
+  }
   static I set1_8(int x) { return _mm256_set1_epi8(static_cast<char>(x)); }
   static I srli16(I a, int s) { return _mm256_srli_epi16(a, s); }
   static I slli16(I a, int s) { return _mm256_slli_epi16(a, s); }
@@ -285,6 +292,7 @@ struct Avx512 {
   static void storeu(void* p, I a) { _mm512_storeu_si512(p, a); }
   static I and_(I a, I b) { return _mm512_and_si512(a, b); }
   static I or_(I a, I b) { return _mm512_or_si512(a, b); }
+  static I select(I m, I a, I b) { return _mm512_ternarylogic_epi32(m, a, b, 0xCA); }
   static I set1_8(int x) { return _mm512_set1_epi8(static_cast<char>(x)); }
   static I srli16(I a, int s) { return _mm512_srli_epi16(a, static_cast<unsigned>(s)); }
   static I slli16(I a, int s) { return _mm512_slli_epi16(a, static_cast<unsigned>(s)); }

@@ -12,6 +12,7 @@
 
 #include "runtime/backend/cpu/qgemm_formats.h"
 #include "runtime/backend/cpu/qgemm_internal.h"
+#include "runtime/backend/cpu/qgemm_narrow.h"
 
 namespace offgen::cpu::qkern {
 
@@ -68,34 +69,45 @@ void tile(const QActs& a, int64_t row0, const ColVec* cv, int64_t nb, int64_t ld
       sa[r] = a.s + (row0 + r) * a.lds + b * kSubs;
     }
     I isum[MR][NV];
-    for (int j = 0; j < kSubs; ++j) {
-      I dot[MR][NV];
-      for (int r = 0; r < MR; ++r) {
-        const I init = F::kOffset ? V::set1_32(-F::kOffset * sa[r][j]) : V::zero();
-        for (int v = 0; v < NV; ++v) dot[r][v] = init;
+    if constexpr (MR == 1 && Stream && Narrow<F>::kHas) {
+      const uint8_t* sc[NV];
+      int col[NV];
+      for (int v = 0; v < NV; ++v) {
+        sc[v] = cv[v].sc + b * F::kScaleBytes;
+        col[v] = cv[v].col;
       }
-      const int64_t g0 = j * F::kSub / 4;
-      // Unrolled, so that the accumulators stay in registers (a group's code address and nibble
-      // choice are run-time arithmetic on j, without branches).
+      Narrow<F>::template block<V, NV>(ub, at, sc, col, qa[0], sa[0], isum[0]);
+    } else {
+      for (int j = 0; j < kSubs; ++j) {
+        I dot[MR][NV];
+        for (int r = 0; r < MR; ++r) {
+          const I init = F::kOffset ? V::set1_32(-F::kOffset * sa[r][j]) : V::zero();
+          for (int v = 0; v < NV; ++v) dot[r][v] = init;
+        }
+        const int64_t g0 = j * F::kSub / 4;
+        // Unrolled, so that the accumulators stay in registers (a group's code address and nibble
+        // choice are run-time arithmetic on j, without branches).
 #pragma GCC unroll 8
-      for (int t = 0; t < kGroups; ++t)
+        for (int t = 0; t < kGroups; ++t)
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) {
-          const I u = Stream ? F::template group<V>(ub[v], static_cast<int>(g0 + t), at[v])
-                             : V::loadu(ub[v] + 64 * (g0 + t) + at[v]);
+          for (int v = 0; v < NV; ++v) {
+            const I u = Stream ? F::template group<V>(ub[v], static_cast<int>(g0 + t), at[v])
+                               : V::loadu(ub[v] + 64 * (g0 + t) + at[v]);
+            for (int r = 0; r < MR; ++r)
+              dot[r][v] =
+                  V::template dpbusd<F::kMaxCode>(dot[r][v], u, qa[r] + j * F::kSub + 4 * t);
+          }
+        if constexpr (F::kIntScales) {
+          for (int v = 0; v < NV; ++v) {
+            const I s = F::template sub_scale<V>(cv[v].sc + b * F::kScaleBytes, cv[v].col, j);
+            for (int r = 0; r < MR; ++r)
+              isum[r][v] = j == 0 ? V::mullo32(dot[r][v], s)
+                                  : V::add32(isum[r][v], V::mullo32(dot[r][v], s));
+          }
+        } else {
           for (int r = 0; r < MR; ++r)
-            dot[r][v] = V::template dpbusd<F::kMaxCode>(dot[r][v], u, qa[r] + j * F::kSub + 4 * t);
+            for (int v = 0; v < NV; ++v) isum[r][v] = dot[r][v];
         }
-      if constexpr (F::kIntScales) {
-        for (int v = 0; v < NV; ++v) {
-          const I s = F::template sub_scale<V>(cv[v].sc + b * F::kScaleBytes, cv[v].col, j);
-          for (int r = 0; r < MR; ++r)
-            isum[r][v] =
-                j == 0 ? V::mullo32(dot[r][v], s) : V::add32(isum[r][v], V::mullo32(dot[r][v], s));
-        }
-      } else {
-        for (int r = 0; r < MR; ++r)
-          for (int v = 0; v < NV; ++v) isum[r][v] = dot[r][v];
       }
     }
     for (int v = 0; v < NV; ++v) {
@@ -152,7 +164,8 @@ void run_rows(const QCall& c, const ColVec* cv, int64_t r0, int64_t r1, const Pr
 }
 
 // Rows [r0, r1) of panels [p0, p1) for format F on ISA V. One row: wide tiles (1 x 4 vectors,
-// independent accumulation chains across panels); up to kStreamRows rows (and formats whose codes
+// independent accumulation chains across panels; the block sums of Q4_K and Q6_K from
+// qgemm_narrow.h); up to kStreamRows rows (and formats whose codes
 // are their expanded form): codes expanded in registers as the dot products use them; more rows:
 // each group of panels expanded once into a per-thread buffer and reused by every row tile.
 template <class V, class F>
