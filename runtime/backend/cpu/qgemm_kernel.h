@@ -165,9 +165,9 @@ void run_rows(const QCall& c, const ColVec* cv, int64_t r0, int64_t r1, const Pr
 
 // Rows [r0, r1) of panels [p0, p1) for format F on ISA V. One row: wide tiles (1 x 4 vectors,
 // independent accumulation chains across panels; the block sums of Q4_K and Q6_K from
-// qgemm_narrow.h); up to kStreamRows rows (and formats whose codes
-// are their expanded form): codes expanded in registers as the dot products use them; more rows:
-// each group of panels expanded once into a per-thread buffer and reused by every row tile.
+// qgemm_narrow.h); up to kStreamRows rows (and formats whose codes are their expanded form):
+// codes expanded in registers as the dot products use them; more rows: each group of panels
+// expanded once into a per-thread buffer and reused by every row tile.
 template <class V, class F>
 void run(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
   constexpr int kHalves = kPanel / V::kCols;
