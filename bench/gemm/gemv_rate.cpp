@@ -1,13 +1,16 @@
-// bench/gemm/gemv_rate.cpp -- one-row (batch-1 decode) rate of the integer GEMM, in GB/s of packed weights.
+// bench/gemm/gemv_rate.cpp -- one-row (batch-1 decode) rate of the integer GEMM, in GB/s of
+// packed weights.
 //
 // Build (from the repository root, after building offgen's libraries into build/):
 //   g++ -O2 -std=c++20 -march=native -I. -o /tmp/gemv_rate bench/gemm/gemv_rate.cpp \
-//       build/runtime/backend/liboffgen_backend.a build/runtime/core/liboffgen_core.a -lfmt -ltbb -lpthread
+//       build/runtime/backend/liboffgen_backend.a build/runtime/core/liboffgen_core.a \
+//       -lfmt -ltbb -lpthread
 // Run: /tmp/gemv_rate THREADS FORMAT N K COPIES
-//   FORMAT q4_k or q6_k (quantised from random normal weights); N x K the matrix; COPIES distinct packed
-//   copies multiplied in turn: 1 keeps a small matrix in cache (the kernel's compute rate), enough copies
-//   to exceed the caches stream it from memory (e.g. 1 1536 1536 1 and 2 8960 1536 80).
-// Prints three rates, each over >= 1 s of calls: packed bytes multiplied per second.
+//   FORMAT q4_k or q6_k (quantised from random normal weights); N x K the matrix; COPIES distinct
+//   packed copies multiplied in turn: 1 keeps a small matrix in cache (the kernel's compute
+//   rate), enough copies to exceed the caches stream it from memory (e.g. 1 q4_k 1536 1536 1 and
+//   2 q4_k 8960 1536 80). Prints three rates, each over >= 1 s of calls: packed bytes multiplied
+//   per second.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
