@@ -3,8 +3,14 @@
 # decode tok/s at batch 64, the largest batch under --cpu-mem, perplexity and next-token KL on
 # held-out text, and eviction during chunked prefill. Writes JSON per point and a summary table.
 #   bench/kv/run_dtype.sh OUT_DIR [MODEL...]   (default: the default SmolLM2 GGUF as Q4_0)
-# Env: DTYPES (default "f32 bf16 f16 q8_0 q4g64"), PARTS (default "decode batch ppl chunk"),
-#      WEIGHT_DTYPE (default q4_0 for the default model, native for others), TEXT (held-out text).
+# Env: DTYPES (default "f32 bf16 f16 q8_0 q4g64"), PARTS (default "decode batch ppl chunk"; "long"
+#      adds the long-context part below), WEIGHT_DTYPE (default q4_0 for the default model, native
+#      for others), TEXT (held-out text).
+# The "long" part: a 7B-class model at 4K context (LONG_MODEL, default dummy:llama-7b:q4_k): per
+# dtype the batch-1 decode over a 4064-token prompt (gen 32) and the largest batch that the planner
+# fits under LONG_CAP (default 16G, weights and KV in RAM); with LLAMA_BIN (llama.cpp's bin
+# directory) also llama-batched-bench on the same weights written as GGUF (dummy_gguf) with its
+# cache types f32, f16 and q8_0 (-fa on).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: bench/kv/run_dtype.sh OUT_DIR [MODEL...]}
@@ -50,6 +56,25 @@ for m in "${models[@]}"; do
     done
   fi
 done
+if has long; then
+  lm=${LONG_MODEL:-dummy:llama-7b:q4_k}
+  ltag=$(echo "$lm" | tr ':/' '__')
+  cap=${LONG_CAP:-16G}
+  for d in $dtypes; do
+    $bin bench --model "$lm" --kv-dtype "$d" --batch-size 1 --prompt-len 4064 --gen-len 32 \
+      --no-warmup --json "$out/long_decode_${ltag}_$d.json" >/dev/null
+    $bin plan --model "$lm" --kv-dtype "$d" --policy auto --percent 100 0 0 100 100 0 \
+      --cpu-mem "$cap" --prompt-len 4064 --gen-len 32 --json "$out/long_plan_${ltag}_$d.json" >/dev/null
+  done
+  if [[ -n "${LLAMA_BIN:-}" ]]; then
+    gguf=$out/${ltag}.gguf
+    [[ -f "$gguf" ]] || build/bench/dummy_gguf --model "$lm" --out "$gguf"
+    for t in f32 f16 q8_0; do
+      "$LLAMA_BIN/llama-batched-bench" -m "$gguf" -c 4096 -b 2048 -ub 512 -npp 4064 -ntg 32 \
+        -npl 1 -t 2 -tb 2 -fa on -ctk $t -ctv $t >"$out/long_llamacpp_${ltag}_$t.txt" 2>&1
+    done
+  fi
+fi
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/load.txt"
 python3 - "$out" <<'PY'
 import glob, json, os, sys
@@ -63,6 +88,12 @@ for p in sorted(glob.glob(f"{out}/batch_*.json")):
     d = load(p); rows.append(("batch", os.path.basename(p), d["kv_dtype"], d["batch_size"], d["kv_policy"], f'{d["kv_bytes_per_seq"]} B/seq', f'peak anon {d["peak_anon_bytes"]/2**20:.0f} MiB'))
 for p in sorted(glob.glob(f"{out}/chunk_*.json")):
     d = load(p); rows.append(("chunk", os.path.basename(p), d["prefill_chunk"], f'peak kv tokens/seq {d["peak_kv_tokens_per_seq"]}', f'{d["total_throughput"]:.1f} total tok/s'))
+for p in sorted(glob.glob(f"{out}/long_decode_*.json")):
+    d = load(p); rows.append(("long", os.path.basename(p), d["kv_dtype"], f'{d["decode_throughput"]:.2f} decode tok/s', f'{d["prefill_throughput"]:.1f} prefill tok/s', f'{d["kv_bytes_per_seq"]} B/seq'))
+for p in sorted(glob.glob(f"{out}/long_plan_*.json")):
+    rows.append(("long-plan", os.path.basename(p), json.dumps(load(p))[:400]))
+for p in sorted(glob.glob(f"{out}/long_llamacpp_*.txt")):
+    rows += [("long-llama.cpp", os.path.basename(p), l.strip()) for l in open(p) if l.lstrip().startswith("|")]
 for p in sorted(glob.glob(f"{out}/ppl_*.json")):
     d = load(p)
     for r in (d if isinstance(d, list) else d.get("rows", [])):
