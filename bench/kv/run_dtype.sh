@@ -91,7 +91,7 @@ for p in sorted(glob.glob(f"{out}/chunk_*.json")):
 for p in sorted(glob.glob(f"{out}/long_decode_*.json")):
     d = load(p); rows.append(("long", os.path.basename(p), d["kv_dtype"], f'{d["decode_throughput"]:.2f} decode tok/s', f'{d["prefill_throughput"]:.1f} prefill tok/s', f'{d["kv_bytes_per_seq"]} B/seq'))
 for p in sorted(glob.glob(f"{out}/long_plan_*.json")):
-    rows.append(("long-plan", os.path.basename(p), json.dumps(load(p))[:400]))
+    d = load(p); rows.append(("long-plan", os.path.basename(p), d["kv_dtype"], f'largest batch {d["batch_size"]}', d["binding"]))
 for p in sorted(glob.glob(f"{out}/long_llamacpp_*.txt")):
     rows += [("long-llama.cpp", os.path.basename(p), l.strip()) for l in open(p) if l.lstrip().startswith("|")]
 for p in sorted(glob.glob(f"{out}/ppl_*.json")):
