@@ -8,6 +8,7 @@
 // brings the ranges it needs with load_ranges() once it knows them (the experts a batch routes to).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -72,6 +73,11 @@ class WeightStore {
   // Whether unit u has a lazy tail that load() leaves out.
   bool lazy(int64_t unit) const { return units_[unit].lazy_from < units_[unit].bytes; }
   bool any_lazy() const { return any_lazy_; }
+  // The disk bytes of unit u's lazy tail (the tail of the blob is its disk part; 0 without one).
+  int64_t lazy_disk_bytes(int64_t unit) const {
+    const Unit& x = units_[unit];
+    return std::min(x.bytes - x.lazy_from, x.disk_bytes);
+  }
   // Compute lane, after acquire(): brings ranges {offset, bytes} of unit u's lazy tail (4 KiB
   // multiples) into `slot` from their homes, at their offsets in the blob, blocking the caller:
   // the RAM parts copied, the disk parts read as one batch of I/O (queued together).

@@ -58,12 +58,26 @@ struct Ctx {
   }
   double copy(int64_t bytes) const { return bytes > 0 ? hw.ram_copy.at(static_cast<double>(bytes)) : 0; }
 
+  // Forwards that expect more than kOnDemandExpertShare of the experts (and fewer than all):
+  // whether this costing moves them on demand (forward_time costs both ways, keeps the faster).
+  bool on_demand_beyond_share = false;
   // Whether unit u's experts move on demand in a forward of `rows` rows (the weight store's and
   // the executor's rule: a staged unit on a backend whose device memory is host memory, in a
-  // forward that expects to need few of them: experts_on_demand).
+  // forward that expects to need few of them: experts_on_demand; beyond that, by cost).
   bool lazy_experts(int64_t unit, int64_t rows) const {
-    return m.lazy_experts(placement, unit) &&
-           experts_on_demand(m.n_experts, m.n_experts_used, rows);
+    if (!m.lazy_experts(placement, unit)) return false;
+    if (experts_on_demand(m.n_experts, m.n_experts_used, rows)) return true;
+    return on_demand_beyond_share &&
+           expected_expert_share(m.n_experts, m.n_experts_used, rows) < 1.0;
+  }
+  // Whether a forward of `rows` rows has experts that may move either way (by cost).
+  bool experts_by_cost(int64_t rows) const {
+    if (!load_weights || experts_on_demand(m.n_experts, m.n_experts_used, rows) ||
+        expected_expert_share(m.n_experts, m.n_experts_used, rows) >= 1.0)
+      return false;
+    for (size_t u = 0; u < m.unit_bytes.size(); ++u)
+      if (m.lazy_experts(placement, static_cast<int64_t>(u))) return true;
+    return false;
   }
   // The load lane's part of unit u in a forward of `rows` rows: the whole blob, or the bytes
   // before its experts.
@@ -154,16 +168,22 @@ struct ForwardTime {
   LaneSeconds lanes;
 };
 
-// xw: the costs of sliding-window layers' window tables (null: none; see KvTableLayout).
-ForwardTime forward_time(const Ctx& x, const Ctx* xw, const std::vector<Batch>& batches) {
+int64_t rows_of(const std::vector<Batch>& batches) {
+  int64_t rows = 0;
+  for (const Batch& b : batches)
+    for (const Piece& pc : b.pieces) rows += b.repeat * pc.n_new * pc.mult;
+  return rows;
+}
+
+// forward_time with x's way of moving experts (x.on_demand_beyond_share).
+ForwardTime forward_time_as(const Ctx& x, const Ctx* xw, const std::vector<Batch>& batches) {
   const int64_t U = 2 * x.m.n_layers;
   const bool load_weights = x.load_weights;
   const bool load_hidden = x.placement.activations().memory() < 100;
   // Per unit: lane busy times, and the disk's share of the load (Ld) and store (Sd) lanes.
   std::vector<double> L(U + 1, 0), C(U, 0), S(U, 0), Ld(U + 1, 0), Sd(U, 0);
-  int64_t forward_rows = 0;  // over every batch: what decides whether experts move on demand
-  for (const Batch& b : batches)
-    for (const Piece& pc : b.pieces) forward_rows += b.repeat * pc.n_new * pc.mult;
+  // Over every batch: what decides whether experts move on demand.
+  const int64_t forward_rows = rows_of(batches);
   for (int64_t u = 0; u < U; ++u) {
     const bool attn = u % 2 == 0;
     const auto layer = static_cast<size_t>(u / 2);
@@ -251,6 +271,18 @@ ForwardTime forward_time(const Ctx& x, const Ctx* xw, const std::vector<Batch>& 
     f.seconds += std::max({L[u + 1], C[u], store, Ld[u + 1] + store_disk});
   }
   return f;
+}
+
+// xw: the costs of sliding-window layers' window tables (null: none; see KvTableLayout). A
+// forward whose experts may move either way (Ctx::experts_by_cost) is costed both ways; the
+// faster counts, as the executor picks by the times it measures.
+ForwardTime forward_time(const Ctx& x, const Ctx* xw, const std::vector<Batch>& batches) {
+  const ForwardTime whole = forward_time_as(x, xw, batches);
+  if (!x.experts_by_cost(rows_of(batches))) return whole;
+  Ctx y = x;
+  y.on_demand_beyond_share = true;
+  const ForwardTime on_demand = forward_time_as(y, xw, batches);
+  return on_demand.seconds < whole.seconds ? on_demand : whole;
 }
 
 void add(LaneSeconds& a, const LaneSeconds& b, double w = 1) {

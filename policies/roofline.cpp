@@ -58,13 +58,17 @@ struct Ctx {
   double expert_disk = 0;
   int64_t global_layers = 0, window_layers = 0, window = 0;
 
-  // The weights' disk bytes of one forward of `rows` rows: with experts moved on demand
-  // (experts_on_demand), the expected share of experts that uniform routing reaches.
-  double weight_disk_at(double rows) const {
-    const auto r = static_cast<int64_t>(rows);
-    if (expert_disk <= 0 || !experts_on_demand(m.n_experts, m.n_experts_used, r))
-      return weight_disk + expert_disk;
-    return weight_disk + expert_disk * expected_expert_share(m.n_experts, m.n_experts_used, r);
+  // The weights' disk bytes of one forward of `rows` rows whose FLOPs take `compute_s`: with
+  // experts moved on demand (move_experts_on_demand, on the bound's disk and compute times), the
+  // expected share of experts that uniform routing reaches.
+  double weight_disk_at(double rows, double compute_s) const {
+    if (expert_disk <= 0) return weight_disk;
+    const double share =
+        expected_expert_share(m.n_experts, m.n_experts_used, static_cast<int64_t>(rows));
+    const double rate = rates.disk_bytes_per_second;
+    const bool on_demand = move_experts_on_demand(share, (weight_disk + expert_disk) / rate,
+                                                  expert_disk / rate, compute_s, p.overlap);
+    return weight_disk + expert_disk * (on_demand ? share : 1.0);
   }
 
   StepCost timed(StepCost s) const {
@@ -88,7 +92,8 @@ struct Ctx {
                     window_pairs * static_cast<double>(window_layers)) *
                        static_cast<double>(m.attn_pair_macs));
     // K and V (x2) per layer.
-    s.disk_bytes = weight_disk_at(rows) + 2 * L * (kv_read_disk_bytes + kv_written_disk_bytes);
+    s.disk_bytes = weight_disk_at(rows, s.flops / rates.flops_per_second) +
+                   2 * L * (kv_read_disk_bytes + kv_written_disk_bytes);
     s.memory_bytes = weight_memory + 2 * L * ((kv_read + kv_written) * r + kv_read_disk_bytes);
     return timed(s);
   }
@@ -122,8 +127,10 @@ struct Ctx {
     // forwards are alike: the phase is `forwards` times their mean.
     const double f = static_cast<double>(forwards);
     const double all_rows = b * static_cast<double>(P);
-    pre.disk_bytes =
-        (pre.disk_bytes - weight_disk_at(all_rows) + f * weight_disk_at(all_rows / f)) / f;
+    const double all_compute = pre.flops / rates.flops_per_second;
+    pre.disk_bytes = (pre.disk_bytes - weight_disk_at(all_rows, all_compute) +
+                      f * weight_disk_at(all_rows / f, all_compute / f)) /
+                     f;
     pre.memory_bytes = (pre.memory_bytes + (f - 1) * weight_memory) / f;
     pre.flops /= f;
     out.prefill.steps = forwards;

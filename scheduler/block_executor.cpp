@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "runtime/core/error.h"
+#include "runtime/model/moe_routing.h"
 
 namespace offgen {
 namespace {
@@ -161,6 +162,40 @@ void BlockExecutor::fetch_experts(int64_t unit, int slot, int64_t batch, const v
   weights_.load_ranges(unit, slot, missing);  // read together: the disk queue stays full
 }
 
+bool BlockExecutor::choose_on_demand(int64_t rows) {
+  const ModelConfig& c = model_.config();
+  if (c.n_experts <= 0) return false;
+  const double share = expected_expert_share(c.n_experts, c.n_experts_used, rows);
+  if (share <= kOnDemandExpertShare) return true;
+  const auto it = expert_move_times_.find(rows);
+  if (share >= 1.0 || !weights_.any_lazy() || it == expert_move_times_.end() ||
+      it->second.whole_wall < 0)
+    return false;
+  const ExpertMoveTimes& t = it->second;
+  if (t.on_demand_wall >= 0) return t.on_demand_wall < t.whole_wall;
+  // The experts' part of the load lane's time: their share of the disk bytes it reads.
+  int64_t disk = 0, experts = 0;
+  for (int64_t u = 0; u < weights_.num_units(); ++u) {
+    disk += weights_.disk_bytes(u);
+    experts += weights_.lazy_disk_bytes(u);
+  }
+  const double part = disk > 0 ? static_cast<double>(experts) / static_cast<double>(disk) : 0.0;
+  return move_experts_on_demand(share, t.load, part * t.load, t.compute, overlap_);
+}
+
+void BlockExecutor::note_expert_move(int64_t rows, double load, double compute, double wall) {
+  const ModelConfig& c = model_.config();
+  if (c.n_experts <= 0 || !weights_.any_lazy()) return;
+  const double share = expected_expert_share(c.n_experts, c.n_experts_used, rows);
+  if (share <= kOnDemandExpertShare || share >= 1.0) return;
+  ExpertMoveTimes& t = expert_move_times_[rows];
+  if (experts_on_demand_) {
+    t.on_demand_wall = wall;
+  } else {
+    t.load = load, t.compute = compute, t.whole_wall = wall;
+  }
+}
+
 void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batches) {
   const ModelConfig& c = model_.config();
   switch (t.kind) {
@@ -262,8 +297,7 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
   ++forwards_;
   int64_t rows = 0;
   for (const BatchInput& b : batches) rows += static_cast<int64_t>(b.ids.size());
-  const ModelConfig& mc = model_.config();
-  experts_on_demand_ = experts_on_demand(mc.n_experts, mc.n_experts_used, rows);
+  experts_on_demand_ = choose_on_demand(rows);
   if (experts_on_demand_ && weights_.any_lazy()) ++on_demand_forwards_;
   const int64_t K = static_cast<int64_t>(batches.size());
   StepShape shape;
@@ -340,6 +374,7 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
       (t.lane == Lane::kLoad ? run.load : t.lane == Lane::kStore ? run.store : run.compute) += dt;
     }
     finish();
+    note_expert_move(rows, run.load, run.compute, since(t_wall));
     times_.load += run.load;
     times_.store += run.store;
     times_.compute += run.compute;
@@ -399,6 +434,7 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
     backend_.synchronize();
     load_stream_->synchronize();
   }
+  if (!error) note_expert_move(rows, load_busy, compute_busy, since(t_wall));
   times_.load += load_busy;
   times_.store += store_busy;
   times_.compute += compute_busy;

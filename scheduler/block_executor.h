@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "offload/kv_store.h"
@@ -68,6 +69,13 @@ class BlockExecutor {
   // so that a step moves the union of its batches' experts once.
   void fetch_experts(int64_t unit, int slot, int64_t batch, const void* blob, const float* h,
                      int64_t rows);
+  // Whether a forward of `rows` rows moves only the experts it routes to: by the expected share
+  // (experts_on_demand); beyond it, whichever way its row count last measured faster, the
+  // on-demand way first tried when move_experts_on_demand expects it to be (a row count's first
+  // such forward moves whole units). Outputs are the same either way.
+  bool choose_on_demand(int64_t rows);
+  // Records a forward's lane times and wall time for choose_on_demand.
+  void note_expert_move(int64_t rows, double load, double compute, double wall);
   std::vector<KvSeqView> kv_views(const BatchInput& b, int64_t layer, int slot);
   // The batch's spans for one layer: n_past as the layer's table holds it (a window table's
   // differs from the sequence's; KvStore::slots_used).
@@ -111,6 +119,12 @@ class BlockExecutor {
   int64_t forwards_ = 0, on_demand_forwards_ = 0;
   bool experts_on_demand_ = false;  // this forward moves only the experts it routes to
   std::vector<std::vector<uint8_t>> experts_held_;  // per weight slot: expert -> in the slot
+  // Per row count of forwards whose experts move by cost: the last whole-unit forward's load and
+  // compute lane times and wall time, and the last on-demand one's wall time (< 0: none yet).
+  struct ExpertMoveTimes {
+    double load = 0, compute = 0, whole_wall = -1, on_demand_wall = -1;
+  };
+  std::map<int64_t, ExpertMoveTimes> expert_move_times_;
   std::vector<int64_t> routed_;
 };
 

@@ -53,4 +53,15 @@ bool experts_on_demand(int64_t n_experts, int64_t k, int64_t rows) {
   return n_experts > 0 && expected_expert_share(n_experts, k, rows) <= kOnDemandExpertShare;
 }
 
+bool move_experts_on_demand(double share, double load_s, double experts_s, double compute_s,
+                            bool overlap) {
+  if (share <= kOnDemandExpertShare) return true;
+  if (share >= 1.0 || experts_s <= 0) return false;
+  const double rest = std::max(0.0, load_s - experts_s), fetched = share * experts_s;
+  if (!overlap) return rest + fetched < load_s;  // the same compute either way
+  // The fetched experts wait for routing and hold up compute; they also share the disk with the
+  // load lane's reads of the rest.
+  return std::max(rest, compute_s) + fetched < std::max(load_s, compute_s);
+}
+
 }  // namespace offgen

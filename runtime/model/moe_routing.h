@@ -27,9 +27,20 @@ void route_top_k(const float* logits, int64_t n_rows, int64_t n_experts, int64_t
 double expected_expert_share(int64_t n_experts, int64_t k, int64_t rows);
 // Whether a forward of `rows` rows whose experts are off memory moves only those it routes to
 // (after routing, on the compute lane) rather than whole MLP units ahead of compute (overlapped
-// with it): when it expects to need at most kOnDemandExpertShare of them. The weight store, the
-// cost model and the roofline all follow this rule.
+// with it), by the expected share alone: when it expects to need at most kOnDemandExpertShare of
+// them. Beyond that share, move_experts_on_demand decides by cost.
 inline constexpr double kOnDemandExpertShare = 0.5;
 bool experts_on_demand(int64_t n_experts, int64_t k, int64_t rows);
+
+// Whether a forward that expects to need `share` of the experts moves only those: always up to
+// kOnDemandExpertShare; beyond it (and below all of them) when that takes less time by the
+// caller's estimates: whole units cost max(load, compute) overlapped (load + compute without
+// overlap), on-demand experts max(load - experts, compute) + share x experts (their reads follow
+// routing on the compute lane and share the disk with the load lane's), where `load` is the
+// seconds of the forward's whole-unit loads and `experts` their experts' part. The executor
+// decides with the times it measured and the roofline with its bounds; the cost model costs the
+// forward both ways and keeps the faster (the same rule on its finer schedule).
+bool move_experts_on_demand(double share, double load_s, double experts_s, double compute_s,
+                            bool overlap);
 
 }  // namespace offgen

@@ -2,6 +2,7 @@
 // and profile, the planner's limits and monotonicity, and the JSON / TOML round trips.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <csignal>
 
 #include "policies/cost_model.h"
@@ -140,11 +141,22 @@ TEST_CASE("cost model: a mixture of experts on disk moves the experts a small fo
   CHECK(one.prefill_seconds == Approx(0.001 + attn + 0.003));
   p.overlap = false;
   CHECK(predict(m, hw.compute[0], hw, p, w).prefill_seconds == Approx(0.002 + attn + 0.003));
-  // Four rows expect 1 - (3/4)^4 = 68% of them: the whole unit moves ahead of compute (5 pages).
+  // Four rows expect 1 - (3/4)^4 = 68% of them: more than half, so the faster way counts. The
+  // whole unit (5 pages) loads while the attention computes (8 ms): whole units.
   p.overlap = true;
   w.prompt_len = 4;
   const Prediction four = predict(m, hw.compute[0], hw, p, w);
   CHECK(four.prefill_lanes.load == Approx(0.006));
+  // The attention unit loads (1 ms) and computes 4 rows (8 ms and 10 pairs), then the MLP's 4
+  // rows and the output (5 ms).
+  CHECK(four.prefill_seconds == Approx(0.001 + 0.008 + 1e-5 + 0.005));
+  // On a disk ten times slower the load binds (50 ms for the MLP unit): the compute lane reads
+  // the 2.73 experts expected (27.3 ms) after the heads' 20 ms instead.
+  HardwareProfile slow = hw;
+  slow.disk_read = TimeCurve{{4096, 8192}, {1e-2, 2e-2}};
+  const Prediction od = predict(m, slow.compute[0], slow, p, w);
+  CHECK(od.prefill_lanes.load == Approx(0.020));
+  CHECK(od.prefill_seconds == Approx(0.020 + 4 * (1 - std::pow(0.75, 4)) * 0.010 + 0.005));
 }
 
 TEST_CASE("cost model: KV on disk reads the used pages and writes the new one, serialised",

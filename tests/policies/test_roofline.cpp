@@ -2,6 +2,8 @@
 // model and profile, the binding resource, blocks of a workload, and the JSON the reports read.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "policies/planner.h"
 #include "policies/roofline.h"
 #include "runtime/core/error.h"
@@ -111,6 +113,39 @@ TEST_CASE("roofline: weights on disk are read every forward; the disk binds", "[
   CHECK(r.bound_seconds == Approx(0.006));
   // Staging: each blob's disk part written to RAM besides the matmul's read of it.
   CHECK(r.decode_step.memory_bytes == Approx(2 * 12288 + (1 << 20) + 2 * 2 * 1024));
+}
+
+TEST_CASE("roofline: a mixture of experts on disk reads the experts its rows route to when that is "
+          "faster",
+          "[roofline][moe]") {
+  // The MLP unit: a 4 KiB head and 4 experts of 4 KiB, 1 used per token; 4 sequences.
+  ModelFacts m = tiny_model();
+  m.unit_bytes = {4096, 4096 + 4 * 4096};
+  m.unit_experts_at = {4096, 4096};
+  m.n_experts = 4, m.n_experts_used = 1;
+  m.weight_slots = 3;
+  HardwareProfile hw = tiny_hw();
+  Workload w;
+  w.prompt_len = 1;
+  w.gen_len = 2;
+  Policy p = block_of(4);
+  p.weight_gpu_percent = 0;
+  // 4 rows expect 68% of the experts. At 1 ms a page the 6 pages of whole units (6 ms) hide under
+  // the step's 7 ms of compute, which on-demand reads would lengthen: whole units.
+  const Roofline whole = roofline(m, hw.compute[0], hw, p, w);
+  CHECK(whole.decode_step.disk_bytes == 24576);
+  CHECK(whole.prefill_forward.disk_bytes == 24576);
+  // At 10 ms a page the disk binds (60 ms): the heads and the experts routed to.
+  hw.disk_read = TimeCurve{{4096, 8192}, {1e-2, 2e-2}};
+  const Roofline routed = roofline(m, hw.compute[0], hw, p, w);
+  const double experts = 16384 * (1 - std::pow(0.75, 4));
+  CHECK(routed.decode_step.disk_bytes == Approx(8192 + experts));
+  CHECK(routed.prefill_forward.disk_bytes == Approx(8192 + experts));
+  // One sequence (25% of the experts) reads only its expert, whatever the times.
+  Policy single = block_of(1);
+  single.weight_gpu_percent = 0;
+  const Roofline one = roofline(m, tiny_hw().compute[0], tiny_hw(), single, w);
+  CHECK(one.decode_step.disk_bytes == 8192 + 4096);
 }
 
 TEST_CASE("roofline: KV on disk reads the used pages and writes the new row's page", "[roofline]") {

@@ -48,6 +48,24 @@ TEST_CASE("MoE routing: softmax over all experts, top k, lower index on ties, re
   CHECK(r.active() == 4);
 }
 
+TEST_CASE("MoE: experts move on demand up to half of them, beyond that when it is faster",
+          "[moe]") {
+  // By the share alone: 1 row of 1 in 4, 2 rows of 1 in 4 (44%); 4 rows expect 68%.
+  CHECK(experts_on_demand(4, 1, 1));
+  CHECK(experts_on_demand(4, 1, 2));
+  CHECK_FALSE(experts_on_demand(4, 1, 4));
+  CHECK(move_experts_on_demand(0.5, 1.0, 0.9, 100.0, true));  // whatever the times
+  // A load-bound forward (10 s of loads, 9 of them experts, 1 s of compute): reading 64% of the
+  // experts on the compute lane, 1 + 5.76 s, beats the 10 s of whole units.
+  CHECK(move_experts_on_demand(0.64, 10.0, 9.0, 1.0, true));
+  // A compute-bound one hides its loads: whole units (10 s) against 10 + 0.64 x 1.8 s.
+  CHECK_FALSE(move_experts_on_demand(0.64, 2.0, 1.8, 10.0, true));
+  // Without overlap fewer bytes are always faster; all of them, or no expert bytes, never are.
+  CHECK(move_experts_on_demand(0.99, 2.0, 1.8, 10.0, false));
+  CHECK_FALSE(move_experts_on_demand(1.0, 10.0, 9.0, 1.0, true));
+  CHECK_FALSE(move_experts_on_demand(0.64, 10.0, 0.0, 1.0, true));
+}
+
 TEST_CASE("MoE: expert tensors are row slices of GGUF's stacked ffn_*_exps", "[moe]") {
   ModelConfig c = architecture_config("qwen3moe");
   c.n_layers = 2, c.d_model = 64, c.ffn_dim = 24, c.n_experts = 8, c.n_experts_used = 2;
