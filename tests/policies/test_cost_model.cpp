@@ -8,6 +8,7 @@
 #include "policies/cost_model.h"
 #include "policies/planner.h"
 #include "runtime/core/error.h"
+#include "tests/policies/tiny_moe.h"
 #include "runtime/core/kv_format.h"
 
 using namespace offgen;
@@ -119,13 +120,8 @@ TEST_CASE("cost model: weights on disk overlap with compute; off means the sum",
 
 TEST_CASE("cost model: a mixture of experts on disk moves the experts a small forward routes to",
           "[cost][moe]") {
-  // The tiny model's attention unit (4 KiB) and an MLP unit of a 4 KiB head and 4 experts of
-  // 4 KiB, 1 used per token; three staging slots, as the engine gives MoE models.
-  ModelFacts m = tiny_model();
-  m.unit_bytes = {4096, 4096 + 4 * 4096};
-  m.unit_experts_at = {4096, 4096};
-  m.n_experts = 4, m.n_experts_used = 1;
-  m.weight_slots = 3;
+  // The tiny model's attention unit (4 KiB) and an MLP unit of a 4 KiB head and 4 experts.
+  const ModelFacts m = test::with_tiny_experts(tiny_model());
   const HardwareProfile hw = tiny_hw();
   Workload w;
   w.prompt_len = 1;

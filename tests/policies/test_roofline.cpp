@@ -7,6 +7,7 @@
 #include "policies/planner.h"
 #include "policies/roofline.h"
 #include "runtime/core/error.h"
+#include "tests/policies/tiny_moe.h"
 
 using namespace offgen;
 
@@ -119,11 +120,7 @@ TEST_CASE("roofline: a mixture of experts on disk reads the experts its rows rou
           "faster",
           "[roofline][moe]") {
   // The MLP unit: a 4 KiB head and 4 experts of 4 KiB, 1 used per token; 4 sequences.
-  ModelFacts m = tiny_model();
-  m.unit_bytes = {4096, 4096 + 4 * 4096};
-  m.unit_experts_at = {4096, 4096};
-  m.n_experts = 4, m.n_experts_used = 1;
-  m.weight_slots = 3;
+  const ModelFacts m = test::with_tiny_experts(tiny_model());
   HardwareProfile hw = tiny_hw();
   Workload w;
   w.prompt_len = 1;
