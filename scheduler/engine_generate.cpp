@@ -254,6 +254,13 @@ std::unique_ptr<Engine::Sequence> Engine::prepare(Run& run, size_t i) {
 void Engine::admit(Run& run) {
   // Admit waiting requests into free batch slots. A prepared request whose KV cache does not fit
   // the memory limits next to the running ones waits until some of them finish.
+  // The forwards' buffers are reserved once, at the round's largest shape: reserved request by
+  // request they would be re-allocated and zeroed as each admitted prompt grows the shape
+  // (quadratic in a block of many prompts). Where a reservation can fail for want of disk room
+  // (activation homes on disk), each request's comes before it is admitted, as a request's KV
+  // extent does.
+  const bool reserve_each = options_.policy.act_disk_percent() > 0;
+  ForwardShape round = forward_reserved_;
   while (static_cast<int64_t>(run.active.size()) < max_active() &&
          (run.prepared || !run.waiting.empty())) {
     checkpoint(false);  // preparing many requests (templates, tokenisers) can take long
@@ -268,7 +275,7 @@ void Engine::admit(Run& run) {
     after += kv_need(s.capacity);
     // The forwards' buffers grow with the running sequences (hidden rows, logits) and the
     // largest prompt chunk and table (scratch, scores, KV staging); they are kept at their most.
-    const ForwardShape shape = forward_reserved_.max(forward_shape_with(run, s));
+    const ForwardShape shape = round.max(forward_shape_with(run, s));
     const TierBytes need = after + forward_need(shape);
     if (!fits_memory(need) && !run.active.empty()) break;
     try {
@@ -284,7 +291,7 @@ void Engine::admit(Run& run) {
       continue;
     }
     try {
-      reserve_forward(shape);
+      if (reserve_each) reserve_forward(shape);
       s.kv = kv_->add(s.capacity, s.compact_to);
     } catch (const Error& e) {
       // The disk tier had no extent for it (free space split among running sequences', or the
@@ -293,6 +300,7 @@ void Engine::admit(Run& run) {
       break;
     }
     run.committed = after;
+    round = shape;
     const auto p = static_cast<int64_t>(s.prompt.size());
     run.prompt_tokens += p;
     run.longest_prompt = std::max(run.longest_prompt, p);
@@ -307,6 +315,7 @@ void Engine::admit(Run& run) {
     run.active.push_back(std::move(run.prepared));
     stats_.peak_active = std::max(stats_.peak_active, static_cast<int64_t>(run.active.size()));
   }
+  reserve_forward(round);
 }
 
 void Engine::step(Run& run) {
