@@ -66,15 +66,12 @@ struct Ctx {
   // forward that expects to need few of them: experts_on_demand; beyond that, by cost).
   bool lazy_experts(int64_t unit, int64_t rows) const {
     if (!m.lazy_experts(placement, unit)) return false;
-    if (experts_on_demand(m.n_experts, m.n_experts_used, rows)) return true;
-    return on_demand_beyond_share &&
-           expected_expert_share(m.n_experts, m.n_experts_used, rows) < 1.0;
+    return experts_on_demand(m.n_experts, m.n_experts_used, rows) ||
+           (on_demand_beyond_share && experts_by_cost(m.n_experts, m.n_experts_used, rows));
   }
   // Whether a forward of `rows` rows has experts that may move either way (by cost).
-  bool experts_by_cost(int64_t rows) const {
-    if (!load_weights || experts_on_demand(m.n_experts, m.n_experts_used, rows) ||
-        expected_expert_share(m.n_experts, m.n_experts_used, rows) >= 1.0)
-      return false;
+  bool moves_by_cost(int64_t rows) const {
+    if (!load_weights || !experts_by_cost(m.n_experts, m.n_experts_used, rows)) return false;
     for (size_t u = 0; u < m.unit_bytes.size(); ++u)
       if (m.lazy_experts(placement, static_cast<int64_t>(u))) return true;
     return false;
@@ -274,11 +271,11 @@ ForwardTime forward_time_as(const Ctx& x, const Ctx* xw, const std::vector<Batch
 }
 
 // xw: the costs of sliding-window layers' window tables (null: none; see KvTableLayout). A
-// forward whose experts may move either way (Ctx::experts_by_cost) is costed both ways; the
+// forward whose experts may move either way (Ctx::moves_by_cost) is costed both ways; the
 // faster counts, as the executor picks by the times it measures.
 ForwardTime forward_time(const Ctx& x, const Ctx* xw, const std::vector<Batch>& batches) {
   const ForwardTime whole = forward_time_as(x, xw, batches);
-  if (!x.experts_by_cost(rows_of(batches))) return whole;
+  if (!x.moves_by_cost(rows_of(batches))) return whole;
   Ctx y = x;
   y.on_demand_beyond_share = true;
   const ForwardTime on_demand = forward_time_as(y, xw, batches);

@@ -164,13 +164,10 @@ void BlockExecutor::fetch_experts(int64_t unit, int slot, int64_t batch, const v
 
 bool BlockExecutor::choose_on_demand(int64_t rows) {
   const ModelConfig& c = model_.config();
-  if (c.n_experts <= 0) return false;
-  const double share = expected_expert_share(c.n_experts, c.n_experts_used, rows);
-  if (share <= kOnDemandExpertShare) return true;
+  if (experts_on_demand(c.n_experts, c.n_experts_used, rows)) return true;
+  if (!weights_.any_lazy() || !experts_by_cost(c.n_experts, c.n_experts_used, rows)) return false;
   const auto it = expert_move_times_.find(rows);
-  if (share >= 1.0 || !weights_.any_lazy() || it == expert_move_times_.end() ||
-      it->second.whole_wall < 0)
-    return false;
+  if (it == expert_move_times_.end() || it->second.whole_wall < 0) return false;
   const ExpertMoveTimes& t = it->second;
   if (t.on_demand_wall >= 0) return t.on_demand_wall < t.whole_wall;
   // The experts' part of the load lane's time: their share of the disk bytes it reads.
@@ -180,14 +177,13 @@ bool BlockExecutor::choose_on_demand(int64_t rows) {
     experts += weights_.lazy_disk_bytes(u);
   }
   const double part = disk > 0 ? static_cast<double>(experts) / static_cast<double>(disk) : 0.0;
-  return move_experts_on_demand(share, t.load, part * t.load, t.compute, overlap_);
+  return move_experts_on_demand(expected_expert_share(c.n_experts, c.n_experts_used, rows), t.load,
+                                part * t.load, t.compute, overlap_);
 }
 
 void BlockExecutor::note_expert_move(int64_t rows, double load, double compute, double wall) {
   const ModelConfig& c = model_.config();
-  if (c.n_experts <= 0 || !weights_.any_lazy()) return;
-  const double share = expected_expert_share(c.n_experts, c.n_experts_used, rows);
-  if (share <= kOnDemandExpertShare || share >= 1.0) return;
+  if (!weights_.any_lazy() || !experts_by_cost(c.n_experts, c.n_experts_used, rows)) return;
   ExpertMoveTimes& t = expert_move_times_[rows];
   if (experts_on_demand_) {
     t.on_demand_wall = wall;

@@ -53,6 +53,12 @@ bool experts_on_demand(int64_t n_experts, int64_t k, int64_t rows) {
   return n_experts > 0 && expected_expert_share(n_experts, k, rows) <= kOnDemandExpertShare;
 }
 
+bool experts_by_cost(int64_t n_experts, int64_t k, int64_t rows) {
+  if (n_experts <= 0) return false;
+  const double share = expected_expert_share(n_experts, k, rows);
+  return share > kOnDemandExpertShare && share < 1.0;
+}
+
 bool move_experts_on_demand(double share, double load_s, double experts_s, double compute_s,
                             bool overlap) {
   if (share <= kOnDemandExpertShare) return true;

@@ -31,6 +31,9 @@ double expected_expert_share(int64_t n_experts, int64_t k, int64_t rows);
 // them. Beyond that share, move_experts_on_demand decides by cost.
 inline constexpr double kOnDemandExpertShare = 0.5;
 bool experts_on_demand(int64_t n_experts, int64_t k, int64_t rows);
+// Whether a forward of `rows` rows expects more than kOnDemandExpertShare of the experts and
+// fewer than all of them: a forward whose experts move by cost (move_experts_on_demand).
+bool experts_by_cost(int64_t n_experts, int64_t k, int64_t rows);
 
 // Whether a forward that expects to need `share` of the experts moves only those: always up to
 // kOnDemandExpertShare; beyond it (and below all of them) when that takes less time by the

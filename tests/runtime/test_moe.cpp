@@ -54,6 +54,11 @@ TEST_CASE("MoE: experts move on demand up to half of them, beyond that when it i
   CHECK(experts_on_demand(4, 1, 1));
   CHECK(experts_on_demand(4, 1, 2));
   CHECK_FALSE(experts_on_demand(4, 1, 4));
+  // Beyond half and short of all of them, the cost decides.
+  CHECK(experts_by_cost(4, 1, 4));
+  CHECK_FALSE(experts_by_cost(4, 1, 2));
+  CHECK_FALSE(experts_by_cost(4, 4, 1));  // every expert
+  CHECK_FALSE(experts_by_cost(0, 0, 64));  // no experts
   CHECK(move_experts_on_demand(0.5, 1.0, 0.9, 100.0, true));  // whatever the times
   // A load-bound forward (10 s of loads, 9 of them experts, 1 s of compute): reading 64% of the
   // experts on the compute lane, 1 + 5.76 s, beats the 10 s of whole units.
