@@ -65,6 +65,7 @@ EngineOptions engine_options(const CommonFlags& f, const Policy& policy, int64_t
   eo.policy = policy;
   eo.prefill_chunk = f.prefill_chunk;
   eo.max_context = max_context;
+  eo.expert_routing = measured_routing(f.model);
   return eo;
 }
 

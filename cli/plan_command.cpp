@@ -14,6 +14,8 @@
 #include "runtime/core/kv_format.h"
 #include "runtime/loaders/model_loader.h"
 #include "runtime/core/atomic_file.h"
+#include "runtime/core/memory_info.h"
+#include "eval/routing_calibration.h"
 
 namespace offgen {
 void calibration_progress(const std::string& what) {
@@ -61,6 +63,14 @@ void CalibrateCommand::add_to(CLI::App* app) {
   cmd_->add_option("--rounds", rounds,
                    "Rounds of every measurement; the best of them is kept (default 3, --quick 2)")
       ->check(CLI::Range(1, 100));
+  cmd_->add_option("--routing-sample", routing_sample,
+                   "A mixture of experts' routing is measured on this text file's lines (one "
+                   "prompt each; default a built-in sample): its hottest experts then stay in RAM "
+                   "when weights are split between RAM and disk")
+      ->check(CLI::ExistingFile);
+  cmd_->add_flag("--routing-only", routing_only,
+                 "Measure only the routing of --model (a mixture of experts), keeping the rest of "
+                 "the profile");
   cmd_->add_flag("--allow-busy", allow_busy,
                  "Keep figures measured while other processes load the machine (marked as such; "
                  "every plan from them warns)");
@@ -85,7 +95,9 @@ int CalibrateCommand::run() const {
                    "machine's speed was not stable; the best of each point is kept\n",
                    what.c_str(), p.spread * 100, p.spread_at.c_str());
   };
-  if (!allow_busy) check_quiet(probe_machine(1.0), "probed for a second before measuring");
+  // A routing sample is read before anything is measured: a bad one fails at once.
+  const RoutingSample sample =
+      routing_sample.empty() ? RoutingSample::built_in() : RoutingSample::from_file(routing_sample);
   // Keeps the compute entries of other models already in the file.
   HardwareProfile base;
   if (std::FILE* f = std::fopen(path.c_str(), "r")) {
@@ -96,6 +108,14 @@ int CalibrateCommand::run() const {
       std::fprintf(stderr, "offgen: replacing an unreadable profile: %s\n", e.what());
     }
   }
+  if (routing_only) {  // no timing: the machine's load does not matter
+    OFFGEN_CHECK(!model.empty(), kConfig, "--routing-only measures a model's routing: give --model");
+    routing_into(base, sample);
+    save_profile(path, base);
+    std::printf("profile written to %s\n", path.c_str());
+    return 0;
+  }
+  if (!allow_busy) check_quiet(probe_machine(1.0), "probed for a second before measuring");
   HardwareProfile hw = measure_transfers(co, std::move(base));
   quiet(hw.provenance, "disk and RAM figures");
   const auto now = static_cast<int64_t>(std::time(nullptr));
@@ -123,9 +143,47 @@ int CalibrateCommand::run() const {
       std::printf(" %.0f tokens %.2f ns (h2o %.2f)%s", c.prefill_pair.x[i], c.prefill_pair.seconds[i] * 1e9,
                   c.prefill_pair_evict.seconds[i] * 1e9, i + 1 < c.prefill_pair.x.size() ? "," : "\n");
   }
+  if (!model.empty()) routing_into(hw, sample);
   save_profile(path, hw);
   std::printf("profile written to %s\n", path.c_str());
   return 0;
+}
+
+void CalibrateCommand::routing_into(HardwareProfile& hw, const RoutingSample& sample) const {
+  bool moe = false;
+  int64_t unit_bytes = 0;
+  {
+    auto backend = make_cpu_backend(threads, WeightMode::parse(weight_dtype));
+    OpenedModel opened = open_model(model);
+    const DecoderModel m(*opened.source, *backend);
+    moe = m.config().moe();
+    for (int64_t u = 0; u < m.num_units(); ++u) unit_bytes += m.unit_bytes(u);
+  }
+  if (!moe) {
+    OFFGEN_CHECK(!routing_only, kConfig, "--routing-only: {} is not a mixture of experts", model);
+    if (!routing_sample.empty())
+      std::fprintf(stderr, "offgen: warning: --routing-sample: %s has no experts to route\n",
+                   model.c_str());
+    return;
+  }
+  // The weights in RAM where they take at most half of what is available, else streamed from the
+  // offload directory (the sample's one prefill forward reads them once).
+  EngineOptions eo;
+  eo.model = model;
+  eo.threads = threads;
+  eo.weight_dtype = WeightMode::parse(weight_dtype);
+  eo.policy.offload_dir = offload_dir;
+  const int64_t avail = available_ram_bytes();
+  const bool in_ram = avail <= 0 || unit_bytes <= avail / 2;
+  if (!in_ram) {
+    eo.policy.weight_gpu_percent = eo.policy.weight_cpu_percent = 0;
+    eo.prefill_chunk = 8192;
+  }
+  progress(fmt::format("expert routing of {} prompts ({}), weights {}", sample.prompts.size(),
+                       sample.name, in_ram ? "in RAM" : "streamed from disk"));
+  const RoutingProfile r = measure_routing(eo, sample);
+  std::printf("%s\n", r.summary(static_cast<int64_t>(std::time(nullptr))).c_str());
+  hw.put_routing(r);
 }
 
 void PlanCommand::add_to(CLI::App* app) {

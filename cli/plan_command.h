@@ -11,6 +11,7 @@
 #include "cli/policy_flags.h"
 #include "policies/planner.h"
 #include "eval/planning.h"
+#include "eval/routing_calibration.h"
 
 namespace offgen {
 
@@ -22,10 +23,12 @@ class CalibrateCommand {
 
  private:
   CLI::App* cmd_ = nullptr;
-  std::string offload_dir, json, model, weight_dtype = "native", kv_dtype;
+  std::string offload_dir, json, model, weight_dtype = "native", kv_dtype, routing_sample;
   int threads = 0;
   int rounds = 0;  // 0: CalibrateOptions' default
-  bool quick = false, allow_busy = false;
+  bool quick = false, allow_busy = false, routing_only = false;
+  // Measures a mixture of experts' routing on `sample` into hw (nothing for a dense model).
+  void routing_into(HardwareProfile& hw, const RoutingSample& sample) const;
 };
 
 class PlanCommand {

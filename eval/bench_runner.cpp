@@ -86,6 +86,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.on_demand_forwards = s.on_demand_forwards;
   r.expert_loads = s.expert_loads;
   r.expert_load_bytes = s.expert_load_bytes;
+  r.experts_hot_first = engine.experts_hot_first();
   r.backend = engine.backend().name();
   r.weight_dtype = engine.options().weight_dtype.name();
   r.kv_dtype = dtype_name(engine.kv_dtype());
@@ -129,7 +130,8 @@ nlohmann::json BenchReport::to_json() const {
         {"total", expert_loads},
         {"per_on_demand_forward",
          on_demand_forwards > 0 ? double(expert_loads) / double(on_demand_forwards) : 0.0},
-        {"bytes", expert_load_bytes}}},
+        {"bytes", expert_load_bytes},
+        {"order", experts_hot_first ? "hot_first" : "index"}}},
       {"lane_busy_seconds", {{"load", lanes.load}, {"compute", lanes.compute}, {"store", lanes.store}}},
       {"overlap_efficiency", overlap_efficiency},
       {"forward_overlap_efficiency", forward_overlap_efficiency},

@@ -33,6 +33,21 @@ std::string default_profile_path() {
   return std::string(home && *home ? home : "/tmp") + "/.cache/offgen/profile.json";
 }
 
+RoutingProfile measured_routing(const std::string& model, const std::string& path) {
+  const std::string file = path.empty() ? default_profile_path() : path;
+  std::error_code ec;
+  if (model.empty() || !std::filesystem::exists(file, ec)) return {};
+  try {
+    const HardwareProfile hw = load_profile(file);
+    if (hw.routing.empty()) return {};
+    const RoutingProfile* r = hw.find_routing(model_content_id(model));
+    return r ? *r : RoutingProfile{};
+  } catch (const Error& e) {
+    std::fprintf(stderr, "offgen: warning: no measured expert routing: %s\n", e.what());
+    return {};
+  }
+}
+
 HardwareProfile load_profile(const std::string& path) {
   std::ifstream in(path);
   OFFGEN_CHECK(in.good(), kIo, "{}: cannot read the hardware profile", path);
@@ -167,6 +182,13 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
   opened.source->release_pages();  // its tensors are copied out
   const std::string storage = ctx.weight_dtype.name();  // part of the profile's keys
   in.facts = model_facts(model, storage);
+  // Measured routing: the engine places each layer's experts hottest first (cli engine_options),
+  // and the costs expect the rows' experts by it.
+  if (const RoutingProfile* r = in.hw.find_routing(opened.content_id)) {
+    in.facts.use_routing(r->counts);
+    std::fprintf(stderr, "offgen: expert %s\n",
+                 r->summary(static_cast<int64_t>(std::time(nullptr))).c_str());
+  }
   const int threads = backend->threads().threads();
   // The measurements share the RAM limit with the model's resident tensors.
   co.memory_limit =

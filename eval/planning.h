@@ -21,6 +21,10 @@ std::string default_profile_path();
 // Throws Error(kInput) naming the path and field on a malformed profile, kIo when unreadable.
 HardwareProfile load_profile(const std::string& path);
 void save_profile(const std::string& path, const HardwareProfile& p);  // atomic
+// The routing `offgen calibrate --model` measured for `model` (EngineOptions::expert_routing),
+// from the profile at `path` (empty: the default one): empty when there is none, the model is
+// not there, or the profile cannot be read (then with a warning on stderr).
+RoutingProfile measured_routing(const std::string& model, const std::string& path = "");
 
 struct PlanningContext {
   std::string model;                // as EngineOptions::model

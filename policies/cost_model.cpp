@@ -94,9 +94,16 @@ struct Ctx {
     const int64_t total = m.unit_bytes[unit], head = m.unit_experts_at[unit];
     const int64_t tail = total - head, disk_part = placement.weight_blob(total).disk;
     const auto e = static_cast<double>(m.n_experts);
-    const double distinct = e * expected_expert_share(m.n_experts, m.n_experts_used, rows);
     const double each = static_cast<double>(tail) / e;
     const double on_disk = std::min<double>(1.0, static_cast<double>(disk_part) / tail);
+    if (!m.expert_choice.empty()) {
+      // Measured routing, experts hottest first: the disk holds the coldest (the blob's tail).
+      const double from_disk = on_disk * e * m.expected_tail_share(on_disk, rows);
+      const double from_ram = e * m.expected_tail_share(1.0, rows) - from_disk;
+      return from_ram * copy(static_cast<int64_t>(each)) +
+             from_disk * read(page_up(static_cast<int64_t>(each)));
+    }
+    const double distinct = e * expected_expert_share(m.n_experts, m.n_experts_used, rows);
     return distinct * (copy(static_cast<int64_t>(each * (1 - on_disk))) +
                        read(page_up(static_cast<int64_t>(each * on_disk))));
   }
@@ -287,6 +294,39 @@ void add(LaneSeconds& a, const LaneSeconds& b, double w = 1) {
 }
 
 }  // namespace
+
+void ModelFacts::use_routing(const RoutingCounts& measured) {
+  expert_choice.clear();
+  if (measured.empty() || n_experts <= 0) return;
+  std::vector<double> sum(static_cast<size_t>(n_experts), 0.0);
+  int64_t layers = 0;
+  for (size_t l = 0; l < measured.counts.size(); ++l) {
+    if (measured.rows[l] == 0 || static_cast<int64_t>(measured.counts[l].size()) != n_experts)
+      continue;
+    std::vector<double> p = measured.choice_probability(static_cast<int64_t>(l));
+    std::sort(p.rbegin(), p.rend());  // the blob's order: hottest first
+    for (size_t i = 0; i < p.size(); ++i) sum[i] += p[i];
+    ++layers;
+  }
+  if (layers == 0) return;
+  for (double& x : sum) x /= static_cast<double>(layers);
+  expert_choice = std::move(sum);
+}
+
+double ModelFacts::expected_tail_share(double tail, int64_t rows) const {
+  if (expert_choice.empty()) return expected_expert_share(n_experts, n_experts_used, rows);
+  // Positions [E (1 - tail), E): the boundary expert counts by the part of it in the tail.
+  const auto e = static_cast<double>(expert_choice.size());
+  const double from = e * (1.0 - std::clamp(tail, 0.0, 1.0));
+  double used = 0, n = 0;
+  for (size_t i = 0; i < expert_choice.size(); ++i) {
+    const double w = std::clamp(static_cast<double>(i + 1) - from, 0.0, 1.0);
+    if (w <= 0) continue;
+    used += w * (1.0 - std::pow(1.0 - std::clamp(expert_choice[i], 0.0, 1.0), static_cast<double>(rows)));
+    n += w;
+  }
+  return n > 0 ? used / n : 0.0;
+}
 
 bool ModelFacts::lazy_experts(const Placement& placement, int64_t unit) const {
   const auto u = static_cast<size_t>(unit);

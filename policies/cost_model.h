@@ -30,6 +30,14 @@ struct ModelFacts {
   // memory, a unit's experts move on demand (WeightStore's lazy tail): those a forward routes to.
   std::vector<int64_t> unit_experts_at;
   int64_t n_experts = 0, n_experts_used = 0;
+  // Measured routing (offgen calibrate --model; empty: uniform, k / n_experts each): per position
+  // of a unit blob's experts (hottest first), the probability that one row chooses the expert
+  // there, averaged over the layers.
+  std::vector<double> expert_choice;
+  void use_routing(const RoutingCounts& measured);  // sets expert_choice
+  // The expected share of the experts in the last `tail` fraction of a unit's expert slices (the
+  // disk part of a blob split between RAM and disk) that a forward of `rows` rows routes to.
+  double expected_tail_share(double tail, int64_t rows) const;
   int64_t weight_slots = kWeightStagingSlots;  // the weight store's staging slots
   // Whether unit u's experts are a lazy tail of the weight store under `placement` (moved on
   // demand by forwards that need few of them): the unit has experts, is staged (a disk part) and

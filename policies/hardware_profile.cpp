@@ -35,6 +35,44 @@ void HardwareProfile::put_compute(ComputeProfile c) {
   compute.push_back(std::move(c));
 }
 
+const RoutingProfile* HardwareProfile::find_routing(const std::string& model_id) const {
+  for (const RoutingProfile& r : routing)
+    if (r.model_id == model_id) return &r;
+  return nullptr;
+}
+
+void HardwareProfile::put_routing(RoutingProfile r) {
+  for (RoutingProfile& old : routing)
+    if (old.model_id == r.model_id) {
+      old = std::move(r);
+      return;
+    }
+  routing.push_back(std::move(r));
+}
+
+std::string RoutingProfile::summary(int64_t now_unix) const {
+  // The hottest quarter of each layer's experts: their share of the layer's choices, averaged.
+  double share = 0;
+  int64_t layers = 0, rows = 0;
+  for (size_t l = 0; l < counts.counts.size(); ++l) {
+    const std::vector<int64_t>& c = counts.counts[l];
+    if (c.empty() || counts.rows[l] == 0) continue;
+    std::vector<int64_t> sorted = c;
+    std::sort(sorted.rbegin(), sorted.rend());
+    int64_t top = 0, all = 0;
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      all += sorted[i];
+      if (i < (sorted.size() + 3) / 4) top += sorted[i];
+    }
+    if (all > 0) share += static_cast<double>(top) / static_cast<double>(all), ++layers;
+    rows = std::max(rows, counts.rows[l]);
+  }
+  return fmt::format("routing of {} rows ({}) {}: the hottest quarter of a layer's "
+                     "experts takes {:.0f}% of its choices",
+                     rows, sample, provenance_line(provenance, now_unix),
+                     layers > 0 ? 100 * share / static_cast<double>(layers) : 0.0);
+}
+
 namespace {
 
 nlohmann::json curve_json(const TimeCurve& c) { return {{"x", c.x}, {"seconds", c.seconds}}; }
@@ -66,6 +104,21 @@ struct Reader {
     const auto& v = at(j, key, where);
     OFFGEN_CHECK(v.is_string(), kInput, "{}: '{}{}' must be a string", source, where, key);
     return v.get<std::string>();
+  }
+  // An array of whole numbers >= 0.
+  std::vector<int64_t> counts(const nlohmann::json& j, const std::string& key,
+                              const std::string& where) const {
+    return counts_of(at(j, key, where), where + key);
+  }
+  std::vector<int64_t> counts_of(const nlohmann::json& a, const std::string& what) const {
+    OFFGEN_CHECK(a.is_array(), kInput, "{}: '{}' must be an array", source, what);
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < a.size(); ++i) {
+      OFFGEN_CHECK(a[i].is_number_integer() && a[i].get<int64_t>() >= 0, kInput,
+                   "{}: '{}[{}]' must be a whole number >= 0", source, what, i);
+      out.push_back(a[i].get<int64_t>());
+    }
+    return out;
   }
   TimeCurve curve(const nlohmann::json& j, const std::string& key, const std::string& where) const {
     const auto& c = at(j, key, where);
@@ -116,6 +169,15 @@ nlohmann::json HardwareProfile::to_json() const {
                   {"memory_limit", c.memory_limit},
                   {"provenance", c.provenance.to_json()}});
   j["compute"] = cs;
+  nlohmann::json rs = nlohmann::json::array();
+  for (const RoutingProfile& r : routing)
+    rs.push_back({{"model_id", r.model_id},
+                  {"model", r.model},
+                  {"sample", r.sample},
+                  {"rows", r.counts.rows},
+                  {"counts", r.counts.counts},
+                  {"provenance", r.provenance.to_json()}});
+  j["routing"] = rs;
   return j;
 }
 
@@ -159,6 +221,27 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::s
       c.provenance = ProfileProvenance::from_json(
           cs[i]["provenance"], fmt::format("{} ({})", source, where.substr(0, where.size() - 1)));
     p.compute.push_back(std::move(c));
+  }
+  if (!j.contains("routing")) return p;  // written before routing was measured
+  const auto& rs = j["routing"];
+  OFFGEN_CHECK(rs.is_array(), kInput, "{}: 'routing' must be an array", source);
+  for (size_t i = 0; i < rs.size(); ++i) {
+    const std::string where = "routing[" + std::to_string(i) + "].";
+    RoutingProfile rp;
+    rp.model_id = r.text(rs[i], "model_id", where);
+    rp.model = r.text(rs[i], "model", where);
+    rp.sample = r.text(rs[i], "sample", where);
+    rp.counts.rows = r.counts(rs[i], "rows", where);
+    const auto& cs2 = r.at(rs[i], "counts", where);
+    OFFGEN_CHECK(cs2.is_array() && cs2.size() == rp.counts.rows.size(), kInput,
+                 "{}: '{}counts' must be an array of one array per layer ({})", source, where,
+                 rp.counts.rows.size());
+    for (size_t l = 0; l < cs2.size(); ++l)
+      rp.counts.counts.push_back(r.counts_of(cs2[l], where + "counts[" + std::to_string(l) + "]"));
+    if (rs[i].contains("provenance"))
+      rp.provenance = ProfileProvenance::from_json(
+          rs[i]["provenance"], fmt::format("{} ({})", source, where.substr(0, where.size() - 1)));
+    p.routing.push_back(std::move(rp));
   }
   return p;
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "policies/profile_provenance.h"
+#include "runtime/model/moe_routing.h"
 
 namespace offgen {
 
@@ -43,6 +44,19 @@ struct ComputeProfile {
   ProfileProvenance provenance;
 };
 
+// A mixture of experts' routing measured on a sample (offgen calibrate --model): which experts
+// each layer chose how often. Keyed by the model's content, not its shape: the weights decide.
+struct RoutingProfile {
+  std::string model_id;  // OpenedModel::content_id
+  std::string model;     // the spec it was measured with (for messages)
+  std::string sample;    // what was routed ("built-in sample", a file name)
+  RoutingCounts counts;
+  ProfileProvenance provenance;
+  bool empty() const { return counts.empty(); }
+  // One line: rows routed, the hottest quarter's share of the choices, when.
+  std::string summary(int64_t now_unix) const;
+};
+
 struct HardwareProfile {
   static constexpr int kVersion = 2;
   int version = kVersion;
@@ -55,10 +69,13 @@ struct HardwareProfile {
   bool has_gpu = false;       // host<->device figures exist only with a GPU backend
   ProfileProvenance provenance;  // of the disk and RAM figures
   std::vector<ComputeProfile> compute;
+  std::vector<RoutingProfile> routing;  // absent from profiles written before it was measured
 
   const ComputeProfile* find_compute(const std::string& model_key, int threads) const;
   // Replaces the entry for the same model key and threads, or appends.
   void put_compute(ComputeProfile c);
+  const RoutingProfile* find_routing(const std::string& model_id) const;
+  void put_routing(RoutingProfile r);  // replaces the entry of the same model_id, or appends
 
   nlohmann::json to_json() const;
   // Throws Error(kInput) naming `source` and the offending field.

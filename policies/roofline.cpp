@@ -55,16 +55,17 @@ struct Ctx {
   double weight_disk = 0, weight_memory = 0;  // per forward
   // Mixtures of experts whose experts move on demand (cost_model.h ModelFacts): the disk bytes of
   // every layer's experts (weight_disk leaves them out).
-  double expert_disk = 0;
+  double expert_disk = 0, expert_total = 0;  // and all of their bytes
   int64_t global_layers = 0, window_layers = 0, window = 0;
 
   // The weights' disk bytes of one forward of `rows` rows whose FLOPs take `compute_s`: with
   // experts moved on demand (move_experts_on_demand, on the bound's disk and compute times), the
-  // expected share of experts that uniform routing reaches.
+  // expected share of the experts on disk that the rows route to (ModelFacts::expected_tail_share:
+  // uniform routing, or measured routing with the coldest experts on disk).
   double weight_disk_at(double rows, double compute_s) const {
     if (expert_disk <= 0) return weight_disk;
     const double share =
-        expected_expert_share(m.n_experts, m.n_experts_used, static_cast<int64_t>(rows));
+        m.expected_tail_share(expert_disk / expert_total, static_cast<int64_t>(rows));
     const double rate = rates.disk_bytes_per_second;
     const bool on_demand = move_experts_on_demand(share, (weight_disk + expert_disk) / rate,
                                                   expert_disk / rate, compute_s, p.overlap);
@@ -234,6 +235,7 @@ Roofline roofline(const ModelFacts& m, const ComputeProfile& c, const HardwarePr
       const int64_t head_disk = std::max<int64_t>(0, m.unit_experts_at[u] - (bytes - t.disk));
       x.weight_disk += static_cast<double>(head_disk);
       x.expert_disk += static_cast<double>(t.disk - head_disk);
+      x.expert_total += static_cast<double>(bytes - m.unit_experts_at[u]);
     } else {
       x.weight_disk += static_cast<double>(t.disk);
     }

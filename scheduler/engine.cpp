@@ -22,6 +22,28 @@ namespace offgen {
 
 namespace {
 
+// The expert order that `routing` gives the model `model_id` of config `c`: hottest first when it
+// was measured on this model (same content, layers and experts); else index order, with a warning
+// where routing was given for another model.
+ExpertOrder expert_order_for(const RoutingProfile& routing, const std::string& model_id,
+                             const ModelConfig& c, const std::string& spec) {
+  if (routing.empty() || !c.moe()) return {};
+  const RoutingCounts& r = routing.counts;
+  bool fits = routing.model_id == model_id && static_cast<int64_t>(r.counts.size()) == c.n_layers;
+  for (const std::vector<int64_t>& layer : r.counts)
+    fits = fits && static_cast<int64_t>(layer.size()) == c.n_experts;
+  if (!fits) {
+    log_warn("the routing statistics given ({}) were measured on another model than {}: its "
+             "experts keep their index order",
+             routing.model.empty() ? routing.model_id : routing.model, spec);
+    return {};
+  }
+  log_info("experts of each layer placed hottest first ({} rows routed, {}): a share of the "
+           "weights in RAM holds the most chosen ones",
+           *std::max_element(r.rows.begin(), r.rows.end()), routing.sample);
+  return hot_first_order(r);
+}
+
 // The storages `caps` lists, for messages: plain ones by name, GGML block formats as a group.
 std::string storage_list(const BackendCaps& caps) {
   std::vector<std::string_view> names{"native"};
@@ -110,7 +132,11 @@ Engine::Engine(EngineOptions options, StopToken stop) : options_(std::move(optio
   model_id_ = std::move(opened.content_id);
   const auto t0 = EngineClock::now();
   source_ = std::move(opened.source);
-  model_ = std::make_unique<DecoderModel>(*source_, *backend_, options_.max_context);
+  const ExpertOrder order = expert_order_for(options_.expert_routing, model_id_,
+                                             source_->config(), options_.model);
+  experts_hot_first_ = !order.empty();
+  model_ = std::make_unique<DecoderModel>(*source_, *backend_, options_.max_context, order);
+  if (options_.count_routing) model_->count_routing(&routing_counts_);
   // The file's pages of tensors copied out leave the resident set (they count for nothing the
   // placement holds); so do each unit's once the weight store has homed it.
   source_->release_pages();

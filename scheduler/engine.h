@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "offload/io_stats.h"
+#include "policies/hardware_profile.h"
 #include "policies/policy.h"
 #include "runtime/core/stop.h"
 #include "runtime/model/config.h"
@@ -49,6 +50,12 @@ struct EngineOptions {
   // streamed to the GPU move once for it).
   int64_t prefill_chunk = 0;
   int64_t max_context = 0;        // 0 = the model's context length
+  // A mixture of experts' measured routing (`offgen calibrate --model`): each layer's experts lie
+  // in the unit blobs hottest first, so that the RAM share of weights split between RAM and disk
+  // holds the most chosen ones (outputs do not change). Used when its model_id is this model's
+  // content id and its layers and experts match; otherwise ignored with a warning on stderr.
+  RoutingProfile expert_routing;
+  bool count_routing = false;     // count every forward's routing (Engine::routing_counts)
   void validate() const;          // throws offgen::Error(kConfig)
   int64_t batch_size() const { return policy.block_size(); }
 };
@@ -182,6 +189,10 @@ class Engine {
   int64_t max_context() const { return max_context_; }
   // The model's content identity (runtime/loaders/model_loader.h: OpenedModel::content_id).
   const std::string& model_id() const { return model_id_; }
+  // Whether a mixture of experts' experts lie hottest first (options().expert_routing was used).
+  bool experts_hot_first() const { return experts_hot_first_; }
+  // The routing of every forward since the engine was built (with options().count_routing).
+  const RoutingCounts& routing_counts() const { return routing_counts_; }
   // All weight bytes: resident tensors and every unit blob's homes (not the staging).
   int64_t weight_bytes() const;
   // Peak memory by tier: the weights (resident tensors, homes, staging, bounce buffers), the KV
@@ -284,6 +295,8 @@ class Engine {
   std::unique_ptr<Tokenizer> tokenizer_;
   int64_t max_context_ = 0;
   std::string model_id_;
+  bool experts_hot_first_ = false;
+  RoutingCounts routing_counts_;
   GenerationStats stats_;
   const GenerateCallbacks* callbacks_ = nullptr;  // during generate()
   const char* phase_ = "prepare";                  // what generate() is doing (stopped_in)

@@ -227,6 +227,7 @@ void bind_engine(nb::module_& m) {
             o.policy = policy;
             o.max_context = max_context;
             o.prefill_chunk = prefill_chunk;
+            o.expert_routing = measured_routing(model);  // hot experts first, as the CLI
             new (self) PyEngine(std::move(o));
           },
           "model"_a, "backend"_a, "threads"_a, "weight_dtype"_a, "policy"_a, "max_context"_a,

@@ -112,13 +112,22 @@ void check_opened_model(OpenedModel& m, const std::string& spec) {
   }
 }
 
+std::string model_content_id(const std::string& spec) {
+  namespace fs = std::filesystem;
+  if (spec.rfind("dummy:", 0) == 0) return spec;  // the weights are a function of the preset and format
+  std::error_code ec;
+  OFFGEN_CHECK(fs::exists(spec, ec), kIo, "{}: model file not found", spec);
+  if (fs::is_directory(spec, ec)) return dir_content_id(spec);
+  return "gguf:" + file_content_id(spec);
+}
+
 OpenedModel open_model(const std::string& spec, StopToken stop) {
   namespace fs = std::filesystem;
   OFFGEN_CHECK(!spec.empty(), kConfig, "no model given (--model PATH.gguf, a Hugging Face checkpoint directory or dummy:PRESET)");
   if (spec.rfind("dummy:", 0) == 0) {
     auto src = std::make_unique<DummyWeightSource>(spec.substr(6), stop);
     OpenedModel m;
-    m.content_id = spec;  // the weights are a function of the preset and format
+    m.content_id = model_content_id(spec);
     m.vocab = src->vocab();
     m.source = std::move(src);
     return m;
@@ -155,13 +164,13 @@ OpenedModel open_model(const std::string& spec, StopToken stop) {
                                       fs::exists(tc, ec) ? tc.string() : std::string());
     add_generation_eos(dir / "generation_config.json", m.vocab);
     m.source = std::move(src);
-    m.content_id = dir_content_id(spec);
+    m.content_id = model_content_id(spec);
   } else {
     auto src = std::make_unique<GgufWeightSource>(GgufFile::open(spec));
     m.vocab = vocab_from_gguf(src->file());
     src->file().release_arrays();  // the vocabulary's copy in the metadata is read
     m.source = std::move(src);
-    m.content_id = "gguf:" + file_content_id(spec);
+    m.content_id = model_content_id(spec);
   }
   stop.check("load");
   check_opened_model(m, spec);

@@ -24,6 +24,10 @@ struct OpenedModel {
 // rest), hex. Throws Error(kIo) when it cannot be read.
 std::string file_content_id(const std::string& path);
 
+// OpenedModel::content_id of a model spec without opening it (reads what the hash covers).
+// Throws Error(kIo) when the model is not there.
+std::string model_content_id(const std::string& spec);
+
 // Throws offgen::Error with one clear line when the spec is missing, unreadable or malformed.
 // `stop` is checked ("load") once the files are read, and by a dummy model's source while it
 // generates tensors (throws Stopped).

@@ -13,6 +13,24 @@
 namespace offgen {
 namespace {
 
+// An expert order (DecoderModel's constructor) is empty or a permutation of each layer's experts.
+void check_expert_order(const ExpertOrder& order, const ModelConfig& c) {
+  if (order.empty()) return;
+  OFFGEN_CHECK(c.moe() && static_cast<int64_t>(order.size()) == c.n_layers, kConfig,
+               "an expert order of {} layers for a model of {} layers{}", order.size(),
+               c.n_layers, c.moe() ? "" : " without experts");
+  for (size_t l = 0; l < order.size(); ++l) {
+    std::vector<uint8_t> seen(static_cast<size_t>(c.n_experts), 0);
+    bool ok = static_cast<int64_t>(order[l].size()) == c.n_experts;
+    for (int64_t e : order[l]) {
+      ok = ok && e >= 0 && e < c.n_experts && seen[static_cast<size_t>(e)] == 0;
+      if (ok) seen[static_cast<size_t>(e)] = 1;
+    }
+    OFFGEN_CHECK(ok, kConfig, "the expert order of layer {} is not a permutation of its {} experts",
+                 l, c.n_experts);
+  }
+}
+
 std::string layer_name(int64_t l, const char* what) { return fmt::format("blk.{}.{}", l, what); }
 
 // Checks that `t` is a matrix [rows, cols] (GGML dims {cols, rows}).
@@ -124,10 +142,12 @@ void DecoderScratch::reserve(Backend& be, const ModelConfig& c, int64_t rows) {
   }
 }
 
-DecoderModel::DecoderModel(const WeightSource& src, Backend& backend, int64_t context)
-    : src_(src), config_(src.config()), backend_(backend) {
+DecoderModel::DecoderModel(const WeightSource& src, Backend& backend, int64_t context,
+                           const ExpertOrder& expert_order)
+    : src_(src), config_(src.config()), backend_(backend), expert_order_(expert_order) {
   const ModelConfig& c = config_;
   c.validate();
+  check_expert_order(expert_order_, c);
   const int64_t d = c.d_model, e = c.embed_width();
   TensorRef emb = src.tensor("token_embd.weight");
   expect_matrix(emb, c.vocab_size, e, src.describe());
@@ -214,6 +234,7 @@ DecoderModel::Layout DecoderModel::make_layout(int64_t unit) const {
   const ModelConfig& c = config_;
   const int64_t l = unit_layer(unit);
   Layout L;
+  L.layer = l;
   std::vector<std::string> n0, n1;
   std::vector<int64_t> r0, r1;
   int64_t cols0 = c.d_model, cols1 = 0;
@@ -275,7 +296,8 @@ DecoderModel::Layout DecoderModel::make_layout(int64_t unit) const {
       at = place_matrix({layer_name(l, "ffn_gate_inp_shexp.weight")}, {1}, c.d_model, at,
                         L.shared_gate);
     L.experts.resize(static_cast<size_t>(c.n_experts));
-    for (int64_t e = 0; e < c.n_experts; ++e) {
+    for (int64_t i = 0; i < c.n_experts; ++i) {
+      const int64_t e = expert_order_.empty() ? i : expert_order_[static_cast<size_t>(l)][i];
       Expert& x = L.experts[static_cast<size_t>(e)];
       x.at = at = align_up(at, kBlobAlign);
       at = place_matrix({expert_tensor(l, "ffn_gate", e), expert_tensor(l, "ffn_up", e)},
@@ -308,6 +330,11 @@ void DecoderModel::matmul(const float* x, int64_t rows, const Matrix& m, const u
 
 int64_t DecoderModel::unit_bytes(int64_t unit) const { return layout(unit).bytes; }
 
+void DecoderModel::count_routing(RoutingCounts* counts) {
+  routing_counts_ = counts;
+  if (counts) counts->reset(config_.n_layers, config_.moe() ? config_.n_experts : 0);
+}
+
 int64_t DecoderModel::unit_expert_bytes(int64_t unit) const {
   int64_t b = 0;
   for (const Expert& x : layout(unit).experts) b += x.bytes;
@@ -316,7 +343,9 @@ int64_t DecoderModel::unit_expert_bytes(int64_t unit) const {
 
 int64_t DecoderModel::unit_head_bytes(int64_t unit) const {
   const Layout& L = layout(unit);
-  return L.experts.empty() ? L.bytes : L.experts.front().at;
+  int64_t head = L.bytes;  // the first expert slice in the blob (whatever its index)
+  for (const Expert& x : L.experts) head = std::min(head, x.at);
+  return head;
 }
 
 int64_t DecoderModel::resident_bytes() const {

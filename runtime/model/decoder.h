@@ -60,8 +60,13 @@ class DecoderModel {
  public:
   // Prepares the resident tensors (embedding table, output norm and head). `src` must outlive the
   // model: build_unit reads it. `context`: the context window the model runs with (0: the
-  // config's context_length), which picks LongRoPE's short or long factors.
-  DecoderModel(const WeightSource& src, Backend& backend, int64_t context = 0);
+  // config's context_length), which picks LongRoPE's short or long factors. `expert_order`: a
+  // mixture of experts' experts per layer in the order their slices lie in the unit blobs
+  // (empty: index order), e.g. hottest first, so that the RAM share of a blob split between RAM
+  // and disk (Placement::weight_blob) holds the most chosen ones. Outputs do not depend on it.
+  // Throws Error(kConfig) when it is not a permutation of every layer's experts.
+  DecoderModel(const WeightSource& src, Backend& backend, int64_t context = 0,
+               const ExpertOrder& expert_order = {});
 
   const ModelConfig& config() const { return config_; }
   Backend& backend() const { return backend_; }
@@ -86,6 +91,10 @@ class DecoderModel {
   // run_unit will read of the blob's experts. Reads only the blob's head (unit_head_bytes).
   void route_unit(int64_t unit, const void* blob, const float* hidden, int64_t rows,
                   DecoderScratch& s, std::vector<int64_t>& experts) const;
+  // Counts every routing of the MLP units' forwards into `counts` (reset to this model's layers
+  // and experts) from now on; nullptr stops. Not thread-safe: forwards run one at a time.
+  void count_routing(RoutingCounts* counts);
+  const ExpertOrder& expert_order() const { return expert_order_; }
   // Writes unit u's blob (unit_bytes(u), 64-byte aligned) from the weight source. Thread-safe.
   void build_unit(int64_t unit, void* dst) const;
   int64_t resident_bytes() const;  // embedding + output head + norms
@@ -137,11 +146,13 @@ class DecoderModel {
     int64_t at = 0, bytes = 0;
   };
   struct Layout {  // byte offsets inside a unit blob (-1: absent)
+    int64_t layer = 0;
     int64_t norm = 0, norm_b = -1, post_norm = -1, q_norm = -1, k_norm = -1, b0 = -1, b1 = -1;
     int64_t bytes = 0;
     Matrix w0, w1;  // MoE units: the shared expert's (empty without one)
     Matrix router, shared_gate;  // MoE units: [n_experts, d_model] and [1, d_model]
-    std::vector<Expert> experts;  // MoE units, after everything else
+    std::vector<Expert> experts;  // MoE units, after everything else (by index; their slices in
+                                  // the blob in expert_order_)
   };
   // The MLP of a mixture of experts over `rows` normalised rows `in`, into s.proj.
   void moe_mlp(const Layout& L, const uint8_t* base, const float* in, int64_t rows,
@@ -174,6 +185,8 @@ class DecoderModel {
   Buffer out_norm_, out_norm_b_;  // device memory; empty without a final norm
   Weight lm_head_;   // [vocab, embed_width]
   std::vector<Layout> layouts_;  // per unit
+  ExpertOrder expert_order_;     // per layer (empty: index order)
+  RoutingCounts* routing_counts_ = nullptr;
   std::vector<float> inv_freq_, inv_freq_local_;  // RoPE of the global / sliding-window layers
 };
 

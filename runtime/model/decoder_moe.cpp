@@ -54,6 +54,7 @@ void DecoderModel::moe_mlp(const Layout& L, const uint8_t* base, const float* in
   const int64_t d = c.d_model, f = c.ffn_dim, ne = c.n_experts;
   const bool shared = c.shared_ffn_dim > 0;
   const float* host = moe_route(L, base, in, rows, s);
+  if (routing_counts_) routing_counts_->add(L.layer, s.routing, rows);
   // Each expert over its rows, its outputs added into theirs in expert order, the shared
   // expert's last: a row's sum does not depend on the other rows of the batch.
   backend_.zero(s.proj.data(), rows * d);

@@ -43,6 +43,53 @@ void route_top_k(const float* logits, int64_t n_rows, int64_t n_experts, int64_t
   }
 }
 
+bool RoutingCounts::empty() const {
+  return std::all_of(rows.begin(), rows.end(), [](int64_t r) { return r == 0; });
+}
+
+void RoutingCounts::reset(int64_t n_layers, int64_t n_experts) {
+  rows.assign(static_cast<size_t>(n_layers), 0);
+  counts.assign(static_cast<size_t>(n_layers),
+                std::vector<int64_t>(static_cast<size_t>(n_experts), 0));
+}
+
+void RoutingCounts::add(int64_t layer, const MoeRouting& routing, int64_t n_rows) {
+  std::vector<int64_t>& c = counts.at(static_cast<size_t>(layer));
+  for (size_t e = 0; e < routing.rows.size() && e < c.size(); ++e)
+    c[e] += static_cast<int64_t>(routing.rows[e].size());
+  rows.at(static_cast<size_t>(layer)) += n_rows;
+}
+
+std::vector<int64_t> RoutingCounts::hot_first(int64_t layer) const {
+  const std::vector<int64_t>& c = counts.at(static_cast<size_t>(layer));
+  std::vector<int64_t> order(c.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&c](int64_t a, int64_t b) { return c[a] > c[b]; });
+  return order;
+}
+
+std::vector<double> RoutingCounts::choice_probability(int64_t layer) const {
+  const std::vector<int64_t>& c = counts.at(static_cast<size_t>(layer));
+  const auto n = static_cast<double>(rows.at(static_cast<size_t>(layer)));
+  std::vector<double> p(c.size(), 0.0);
+  for (size_t e = 0; e < c.size() && n > 0; ++e) p[e] = static_cast<double>(c[e]) / n;
+  return p;
+}
+
+ExpertOrder hot_first_order(const RoutingCounts& counts) {
+  ExpertOrder order;
+  if (counts.empty()) return order;
+  for (size_t l = 0; l < counts.counts.size(); ++l)
+    order.push_back(counts.hot_first(static_cast<int64_t>(l)));
+  return order;
+}
+
+double expected_experts(const std::vector<double>& p, int64_t rows) {
+  double n = 0;
+  for (double q : p) n += 1.0 - std::pow(1.0 - std::clamp(q, 0.0, 1.0), static_cast<double>(rows));
+  return n;
+}
+
 double expected_expert_share(int64_t n_experts, int64_t k, int64_t rows) {
   if (n_experts <= 0) return 1.0;
   const double p = static_cast<double>(k) / static_cast<double>(n_experts);

@@ -15,6 +15,28 @@ struct MoeRouting {
   int64_t active() const;
 };
 
+// How often each mixture-of-experts layer chose each of its experts: the statistics behind the
+// hot-first order of experts in a unit blob (DecoderModel, ExpertOrder) and the planner's expected
+// experts per step. Measured by `offgen calibrate --model` on a sample (eval/routing_sample.h).
+struct RoutingCounts {
+  std::vector<int64_t> rows;                 // per layer: rows routed (0: none, or no experts)
+  std::vector<std::vector<int64_t>> counts;  // per layer and expert: rows that chose it
+  bool empty() const;
+  // Sized for n_layers layers of n_experts (zeroed).
+  void reset(int64_t n_layers, int64_t n_experts);
+  // Adds one routing of `routing`'s rows in `layer` (sized by reset).
+  void add(int64_t layer, const MoeRouting& routing, int64_t n_rows);
+  // Layer l's experts, most chosen first (equal counts: lower index first).
+  std::vector<int64_t> hot_first(int64_t layer) const;
+  // The probability that one row of layer l chooses expert e: counts / rows (k of them sum to k).
+  std::vector<double> choice_probability(int64_t layer) const;
+};
+
+// Per layer, the experts in the order their slices lie in a unit blob (empty: index order).
+using ExpertOrder = std::vector<std::vector<int64_t>>;
+// Every layer's experts hottest first by `counts` (empty when counts is).
+ExpertOrder hot_first_order(const RoutingCounts& counts);
+
 // Routes `n_rows` rows of router logits (row r at logits + r * stride, n_experts each) to their
 // top k experts as Hugging Face's routers do: softmax over all experts in fp32, the k largest
 // probabilities (the lower index first on ties), renormalised to sum 1 when `renormalise`.
@@ -25,6 +47,10 @@ void route_top_k(const float* logits, int64_t n_rows, int64_t n_experts, int64_t
 // The expected share of a layer's experts that `rows` rows route to when each picks k of
 // n_experts uniformly: 1 - (1 - k / n_experts)^rows.
 double expected_expert_share(int64_t n_experts, int64_t k, int64_t rows);
+// The expected number of distinct experts among those with choice probabilities p (one row
+// chooses expert e with probability p[e]) that `rows` independent rows route to:
+// sum of 1 - (1 - p_e)^rows.
+double expected_experts(const std::vector<double>& p, int64_t rows);
 // Whether a forward of `rows` rows whose experts are off memory moves only those it routes to
 // (after routing, on the compute lane) rather than whole MLP units ahead of compute (overlapped
 // with it), by the expected share alone: when it expects to need at most kOnDemandExpertShare of

@@ -117,4 +117,40 @@ rc=$?
 check "generate --policy auto, no valid line: exit 3 (got $rc)" test "$rc" -eq 3
 check "generate --policy auto, no valid line: two error records" \
   test "$(grep -c '"error"' "$work/bad_out.jsonl")" -eq 2
+# A mixture of experts: calibrate also routes a sample and keeps the counts; a later bench on the
+# model lays each layer's experts out hottest first (half of each MLP blob in RAM).
+moe="$(cd "$(dirname "${BASH_SOURCE[0]}")/../data/hf_models/qwen3_moe" && pwd)"
+"$bin" calibrate --quick --allow-busy --offload-dir "$work" --model "$moe" --threads 1 \
+  > "$work/moe_cal.txt" 2> "$work/moe_cal.err"
+rc=$?
+check "calibrate on a mixture of experts exits 0 (got $rc)" test "$rc" -eq 0
+check "calibrate prints the routing it measured" \
+  grep -q "^routing of [0-9]* rows (built-in sample) measured .*hottest quarter" "$work/moe_cal.txt"
+"$bin" bench --model "$moe" --threads 1 --percent 0 50 100 0 100 0 --batch-size 1 --prompt-len 8 \
+  --gen-len 4 --no-warmup --offload-dir "$work" --json "$work/moe_bench.json" > /dev/null 2> "$work/moe_bench.err"
+rc=$?
+check "bench on it exits 0 (got $rc)" test "$rc" -eq 0
+check "bench says the experts lie hottest first" grep -q "experts of each layer placed hottest first" "$work/moe_bench.err"
+check "bench --json: experts_loaded.order is hot_first" python3 -c \
+  "import json, sys; sys.exit(json.load(open(sys.argv[1]))['experts_loaded']['order'] != 'hot_first')" "$work/moe_bench.json"
+"$bin" plan --model "$moe" --threads 1 --prompt-len 8 --gen-len 4 --num-requests 2 --offload-dir "$work" \
+  > /dev/null 2> "$work/moe_plan.err"
+check "plan uses the measured routing" grep -q "expert routing of [0-9]* rows" "$work/moe_plan.err"
+# A sample of one's own: its lines are the prompts; one without text is refused, naming the file.
+printf 'The first prompt.\n\n   \nA second, longer prompt about trains and rivers.\n' > "$work/sample.txt"
+"$bin" calibrate --quick --allow-busy --offload-dir "$work" --model "$moe" --threads 1 \
+  --routing-sample "$work/sample.txt" > "$work/moe_cal2.txt" 2> "$work/moe_cal2.err"
+check "calibrate --routing-sample exits 0" test $? -eq 0
+check "calibrate --routing-sample routes the file's lines" grep -q "^routing of [0-9]* rows ($work/sample.txt)" "$work/moe_cal2.txt"
+"$bin" calibrate --routing-only --model "$moe" --threads 1 --offload-dir "$work" > "$work/moe_cal4.txt" 2>&1
+check "calibrate --routing-only exits 0" test $? -eq 0
+check "calibrate --routing-only measures no disk" bash -c "! grep -q 'disk read' '$work/moe_cal4.txt'"
+"$bin" calibrate --routing-only --model "$model" --threads 1 > /dev/null 2> "$work/dense.err"
+check "calibrate --routing-only on a dense model fails, saying why" grep -q "is not a mixture of experts" "$work/dense.err"
+printf '\n  \n' > "$work/blank.txt"
+"$bin" calibrate --quick --allow-busy --offload-dir "$work" --model "$moe" --threads 1 \
+  --routing-sample "$work/blank.txt" > /dev/null 2> "$work/moe_cal3.err"
+rc=$?
+check "calibrate --routing-sample of a blank file fails (got $rc)" test "$rc" -ne 0
+check "... naming the file" grep -q "blank.txt: the routing sample holds no text" "$work/moe_cal3.err"
 exit $fail

@@ -155,6 +155,36 @@ TEST_CASE("cost model: a mixture of experts on disk moves the experts a small fo
   CHECK(od.prefill_seconds == Approx(0.020 + 4 * (1 - std::pow(0.75, 4)) * 0.010 + 0.005));
 }
 
+TEST_CASE("cost model: measured routing with hot experts in RAM expects fewer of them on disk",
+          "[cost][moe]") {
+  ModelFacts m = test::with_tiny_experts(tiny_model());
+  // Without measurements: uniform (1 of 4 per row), wherever the tail starts.
+  CHECK(m.expected_tail_share(0.625, 1) == Approx(0.25));
+  CHECK(m.expected_tail_share(1.0, 4) == Approx(1 - std::pow(0.75, 4)));
+  // Measured: one expert takes 70% of the choices (it lies first), the others 10% each.
+  RoutingCounts c;
+  c.reset(1, 4);
+  c.rows = {100};
+  c.counts = {{10, 10, 70, 10}};
+  m.use_routing(c);
+  REQUIRE(m.expert_choice.size() == 4);
+  CHECK(m.expert_choice[0] == Approx(0.7));
+  CHECK(m.expected_tail_share(1.0, 1) == Approx(0.25));  // one of four, on average
+  // Half of the MLP blob (4 KiB head, 16 KiB of experts) in RAM leaves 62.5% of the experts'
+  // bytes on disk: positions 1.5 to 4 of the hot-first order, each chosen by 10% of the rows.
+  CHECK(m.expected_tail_share(0.625, 1) == Approx(0.1));
+  const HardwareProfile hw = tiny_hw();
+  Workload w;
+  w.prompt_len = 1;
+  w.gen_len = 2;
+  Policy p = all_ram(1, 1);
+  p.weight_gpu_percent = 0, p.weight_cpu_percent = 50;
+  const Prediction hot = predict(m, hw.compute[0], hw, p, w);
+  m.expert_choice.clear();
+  const Prediction uniform = predict(m, hw.compute[0], hw, p, w);
+  CHECK(hot.prefill_seconds < uniform.prefill_seconds);
+}
+
 TEST_CASE("cost model: KV on disk reads the used pages and writes the new one, serialised",
           "[cost]") {
   const ModelFacts m = tiny_model();

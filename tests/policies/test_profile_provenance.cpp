@@ -1,6 +1,6 @@
-// Profile provenance: JSON round trips (absent in old profiles), timestamps, the busy-machine
-// rule on injected loads, and the warnings a plan prints for busy, unstable, foreign and old
-// figures.
+// Profile provenance: JSON round trips (absent in old profiles; measured expert routing too),
+// timestamps, the busy-machine rule on injected loads, and the warnings a plan prints for busy,
+// unstable, foreign and old figures.
 #include <catch2/catch.hpp>
 
 #include "policies/hardware_profile.h"
@@ -118,4 +118,40 @@ TEST_CASE("provenance: JSON round trip in the profile; absent in older profiles"
   bad = hw.to_json();
   bad["provenance"]["measured_at"] = "yesterday";
   CHECK_THROWS_WITH(HardwareProfile::from_json(bad, "p.json"), Catch::Contains("measured_at"));
+}
+
+TEST_CASE("profile: measured expert routing round trips by model; absent in older profiles",
+          "[provenance][moe]") {
+  HardwareProfile hw;
+  hw.disk_read = hw.disk_write = hw.ram_copy = TimeCurve{{4096}, {1e-3}};
+  RoutingProfile r;
+  r.model_id = "gguf:abc";
+  r.model = "m.gguf";
+  r.sample = "built-in sample";
+  r.counts.rows = {3, 3};
+  r.counts.counts = {{2, 1, 2, 1}, {0, 6, 0, 0}};
+  r.provenance = quiet();
+  hw.put_routing(r);
+  r.counts.counts[1] = {6, 0, 0, 0};
+  hw.put_routing(r);  // the same model: replaced
+  CHECK(hw.routing.size() == 1);
+  const HardwareProfile back = HardwareProfile::from_json(hw.to_json(), "p.json");
+  REQUIRE(back.find_routing("gguf:abc") != nullptr);
+  CHECK(back.find_routing("gguf:other") == nullptr);
+  CHECK(back.find_routing("gguf:abc")->counts.counts == r.counts.counts);
+  CHECK(back.find_routing("gguf:abc")->counts.rows == r.counts.rows);
+  CHECK_THAT(back.routing[0].summary(kNow), Catch::Contains("3 rows (built-in sample)"));
+  // Layer 0's hottest quarter (one expert) takes 2 of 6 choices, layer 1's all of them.
+  CHECK_THAT(back.routing[0].summary(kNow), Catch::Contains("takes 67%"));
+  nlohmann::json old = hw.to_json();
+  old.erase("routing");
+  CHECK(HardwareProfile::from_json(old, "old.json").routing.empty());
+  nlohmann::json bad = hw.to_json();
+  bad["routing"][0]["counts"][1][2] = -1;
+  CHECK_THROWS_WITH(HardwareProfile::from_json(bad, "p.json"),
+                    Catch::Contains("p.json: 'routing[0].counts[1][2]' must be a whole number"));
+  bad = hw.to_json();
+  bad["routing"][0]["counts"].erase(1);
+  CHECK_THROWS_WITH(HardwareProfile::from_json(bad, "p.json"),
+                    Catch::Contains("'routing[0].counts' must be an array of one array per layer"));
 }

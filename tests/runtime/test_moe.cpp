@@ -1,6 +1,6 @@
 // Mixtures of experts beyond the golden logits: the router's top-k (ties, renormalisation, NaN),
-// configs that are refused with the field named, the GGUF experts' row slices, and a Q8_0 file
-// from llama-quantize.
+// routing counts and the hot-first expert order, configs that are refused with the field named,
+// the GGUF experts' row slices, and a Q8_0 file from llama-quantize.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -46,6 +46,40 @@ TEST_CASE("MoE routing: softmax over all experts, top k, lower index on ties, re
   const float nan[] = {NAN, 1.0f, NAN, 0.0f};
   route_top_k(nan, 1, 4, 4, 4, false, r);
   CHECK(r.active() == 4);
+}
+
+TEST_CASE("MoE routing counts: per layer and expert, hottest first, choice probabilities", "[moe]") {
+  RoutingCounts c;
+  CHECK(c.empty());
+  CHECK(hot_first_order(c).empty());
+  c.reset(2, 4);
+  CHECK(c.empty());
+  // Layer 0: row 0 picks 2 and 0, row 1 picks 1 and 3 (as in the test above); then row 0 again.
+  const float logits[] = {1.0f, -2.0f, 3.0f, 0.5f, /**/ 0.0f, 2.0f, -1.0f, 2.0f};
+  MoeRouting r;
+  route_top_k(logits, 2, 4, 4, 2, true, r);
+  c.add(0, r, 2);
+  route_top_k(logits, 1, 4, 4, 2, true, r);
+  c.add(0, r, 1);
+  CHECK_FALSE(c.empty());
+  CHECK(c.rows == std::vector<int64_t>{3, 0});
+  CHECK(c.counts[0] == std::vector<int64_t>{2, 1, 2, 1});
+  // Equal counts keep the lower index first.
+  CHECK(c.hot_first(0) == std::vector<int64_t>{0, 2, 1, 3});
+  CHECK(c.hot_first(1) == std::vector<int64_t>{0, 1, 2, 3});
+  const std::vector<double> p = c.choice_probability(0);
+  CHECK(p[0] == Approx(2.0 / 3));
+  CHECK(p[0] + p[1] + p[2] + p[3] == Approx(2.0));  // k = 2 choices per row
+  CHECK(hot_first_order(c).size() == 2);
+  // Under uniform probabilities the expected experts are the uniform share's.
+  const std::vector<double> uniform(128, 8.0 / 128);
+  for (int64_t rows : {1, 8, 64})
+    CHECK(expected_experts(uniform, rows) ==
+          Approx(128 * expected_expert_share(128, 8, rows)).epsilon(1e-12));
+  // A skew concentrates the same choices on fewer experts.
+  std::vector<double> skewed(128, 4.0 / 96);
+  for (int e = 0; e < 32; ++e) skewed[e] = 4.0 / 32;
+  CHECK(expected_experts(skewed, 8) < expected_experts(uniform, 8));
 }
 
 TEST_CASE("MoE: experts move on demand up to half of them, beyond that when it is faster",

@@ -2,8 +2,9 @@
 // positions, biases), Qwen2 (QKV bias, fp16), Gemma 3 (sliding-window layers, QK-norm, sandwich
 // norms, GeGLU), Gemma 2 (soft-capping), Qwen3 (QK-norm), Llama 3.1 (scaled RoPE) and the
 // mixtures of experts (Mixtral, Qwen2-MoE with its shared expert, Qwen3-MoE: experts in RAM, on
-// disk or split between them with the MLP units) checkpoints give bitwise identical logits for
-// every placement and overlap setting, and identical greedy tokens across batch splits.
+// disk or split between them with the MLP units, in index order or hottest first by measured
+// routing) checkpoints give bitwise identical logits for every placement and overlap setting, and
+// identical greedy tokens across batch splits.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -22,14 +23,18 @@ struct Run {
   std::vector<Result> results;
   test::Logits logits;
   GenerationStats stats;
+  RoutingProfile routing;  // the forwards' routing, as measured
+  bool hot_first = false;
 };
 
-Run run(const std::string& model, const Policy& p) {
+Run run(const std::string& model, const Policy& p, const RoutingProfile& order = {}) {
   const test::TempDir dir;
   EngineOptions eo;
   eo.model = model;
   eo.policy = p;
   eo.policy.offload_dir = dir.path();
+  eo.expert_routing = order;
+  eo.count_routing = true;
   Engine engine(eo);
   std::vector<Request> reqs;
   for (const char* prompt : {"Hello, the other day", "42 + 17 =", "ok", "haha 中中 😀!!"}) {
@@ -45,6 +50,10 @@ Run run(const std::string& model, const Policy& p) {
   test::record_logits(cb, out.logits);
   out.results = engine.generate(reqs, cb);
   out.stats = engine.last_stats();
+  out.routing.model_id = engine.model_id();
+  out.routing.model = model;
+  out.routing.counts = engine.routing_counts();
+  out.hot_first = engine.experts_hot_first();
   return out;
 }
 
@@ -111,5 +120,44 @@ TEST_CASE("MoE checkpoints with experts on disk: a forward of few rows moves onl
       CHECK(disk.stats.expert_loads > 0);
       CHECK(disk.stats.expert_load_bytes > 0);
     }
+  }
+}
+
+TEST_CASE("MoE experts placed hottest first by measured routing: the same logits anywhere, and "
+          "the RAM share holds the most chosen experts",
+          "[placement][hf][moe]") {
+  // The requests' own routing (counted in RAM) orders the experts; with half of each MLP blob in
+  // RAM, one-row decode steps then find more of their experts there than in index order.
+  for (const char* name : {"mixtral", "qwen2_moe", "qwen3_moe"}) {
+    const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/" + name;
+    INFO(name);
+    const Run ram = run(model, placement(100, 0, 100, 0, true, 1, 1));
+    CHECK_FALSE(ram.hot_first);
+    REQUIRE_FALSE(ram.routing.empty());
+    const RoutingCounts& c = ram.routing.counts;
+    const int64_t k = std::string(name) == "qwen3_moe" ? 3 : 2;  // their num_experts_per_tok
+    for (size_t l = 0; l < c.counts.size(); ++l) {
+      int64_t choices = 0;
+      for (int64_t n : c.counts[l]) choices += n;
+      CHECK(c.rows[l] > 0);
+      CHECK(choices == c.rows[l] * k);
+    }
+    const Run index = run(model, placement(0, 50, 100, 0, true, 1, 1));
+    for (const Policy& p : {placement(100, 0, 100, 0, true, 1, 1), placement(0, 50, 100, 0, true, 1, 1),
+                            placement(0, 0, 100, 0, false, 1, 1), placement(0, 50, 100, 0, true, 2, 2)}) {
+      const Run hot = run(model, p, ram.routing);
+      CHECK(hot.hot_first);
+      REQUIRE(hot.logits.size() == ram.logits.size());
+      int mismatched = 0;
+      for (const auto& [key, row] : ram.logits)
+        mismatched += std::memcmp(row.data(), hot.logits.at(key).data(), row.size() * 4) != 0;
+      CHECK(mismatched == 0);
+      if (p.weight_cpu_percent == 50 && p.gpu_batch_size == 1)
+        CHECK(hot.stats.io.bytes_read < index.stats.io.bytes_read);
+    }
+    // Routing measured on another model is not used.
+    RoutingProfile other = ram.routing;
+    other.model_id = "dummy:another";
+    CHECK_FALSE(run(model, placement(0, 50, 100, 0, true, 1, 1), other).hot_first);
   }
 }

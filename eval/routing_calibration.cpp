@@ -1,0 +1,103 @@
+// Measuring a mixture of experts' routing on a sample.
+#include "eval/routing_calibration.h"
+
+#include <algorithm>
+#include <ctime>
+#include <fstream>
+
+#include "runtime/core/error.h"
+#include "runtime/core/machine_info.h"
+
+namespace offgen {
+
+RoutingSample RoutingSample::built_in() {
+  // Varied registers, so that no one kind of text decides which experts count as hot.
+  return {"built-in sample",
+          {
+              "The committee met on a rainy Tuesday to decide whether the old railway bridge "
+              "should be repaired or replaced, and after three hours of argument they agreed "
+              "only to commission another survey.",
+              "def merge_sorted(a, b):\n    out, i, j = [], 0, 0\n    while i < len(a) and j < "
+              "len(b):\n        if a[i] <= b[j]:\n            out.append(a[i]); i += 1\n        "
+              "else:\n            out.append(b[j]); j += 1\n    return out + a[i:] + b[j:]",
+              "Question: a train leaves at 14:35 and arrives at 17:10. How long is the journey? "
+              "Answer: from 14:35 to 17:35 is three hours, minus 25 minutes, so 2 hours 35 minutes.",
+              "To make a simple tomato sauce, soften a chopped onion in olive oil, add two cloves "
+              "of garlic, pour in a tin of tomatoes, season, and let it simmer for twenty minutes.",
+              "In 1869 the first transcontinental railroad in the United States was completed, "
+              "cutting the journey from coast to coast from months to about a week.",
+              "Photosynthesis turns light, water and carbon dioxide into glucose and oxygen; the "
+              "light-dependent reactions happen in the thylakoid membranes of the chloroplast.",
+              "SELECT customer_id, SUM(amount) AS total FROM orders WHERE created_at >= "
+              "'2024-01-01' GROUP BY customer_id HAVING SUM(amount) > 1000 ORDER BY total DESC;",
+              "Dear Ms. Alvarez, thank you for your letter of 3 March. I am sorry to hear that the "
+              "parcel arrived damaged and have arranged for a replacement to be sent today.",
+              "Let f(x) = x^3 - 6x^2 + 11x - 6. Since f(1) = 0, (x - 1) is a factor, and dividing "
+              "gives x^2 - 5x + 6 = (x - 2)(x - 3), so the roots are 1, 2 and 3.",
+              "The goalkeeper dived to his left, but the penalty went straight down the middle, "
+              "and the stadium erupted as the home side took the lead in the final minute.",
+              "Der schnelle braune Fuchs springt über den faulen Hund. Le renard brun rapide saute "
+              "par-dessus le chien paresseux. El zorro marrón salta sobre el perro perezoso.",
+              "#include <stdio.h>\nint main(void) {\n  for (int i = 1; i <= 15; ++i)\n    "
+              "printf(i % 15 == 0 ? \"FizzBuzz\\n\" : i % 3 == 0 ? \"Fizz\\n\" : i % 5 == 0 ? "
+              "\"Buzz\\n\" : \"%d\\n\", i);\n  return 0;\n}",
+              "User: What is the capital of Australia?\nAssistant: The capital of Australia is "
+              "Canberra, not Sydney, which is its largest city.",
+              "The patient presented with a persistent dry cough and mild fever for five days; a "
+              "chest X-ray showed no consolidation, and she was advised to rest and drink fluids.",
+              "Markets fell sharply on Thursday after the central bank raised interest rates by "
+              "half a percentage point, its largest increase in more than two decades.",
+              "Once upon a time, in a village at the edge of a great forest, there lived a "
+              "clockmaker who could mend anything except the one clock that had stopped the day "
+              "his daughter left.",
+          }};
+}
+
+RoutingSample RoutingSample::from_file(const std::string& path) {
+  std::ifstream in(path);
+  OFFGEN_CHECK(in, kIo, "{}: cannot read the routing sample", path);
+  RoutingSample s{path, {}};
+  for (std::string line; std::getline(in, line);)
+    if (line.find_first_not_of(" \t\r") != std::string::npos) s.prompts.push_back(line);
+  OFFGEN_CHECK(!s.prompts.empty(), kInput, "{}: the routing sample holds no text", path);
+  return s;
+}
+
+RoutingProfile measure_routing(EngineOptions options, const RoutingSample& sample) {
+  options.count_routing = true;
+  options.expert_routing = {};
+  Engine engine(options);
+  OFFGEN_CHECK(engine.config().moe(), kConfig,
+               "{}: routing is measured on a mixture of experts; this model has none",
+               options.model);
+  std::vector<Request> requests;
+  for (size_t i = 0; i < sample.prompts.size(); ++i) {
+    Request r;
+    r.id = "routing-" + std::to_string(i);
+    r.prompt = sample.prompts[i];
+    // Tokenised here, so that a prompt longer than the context window routes its beginning.
+    r.prompt_ids = engine.encode_prompt(r);
+    const auto room = static_cast<size_t>(std::max<int64_t>(1, engine.max_context() - 1));
+    if (r.prompt_ids.size() > room) r.prompt_ids.resize(room);
+    r.sampling.max_tokens = 1;  // the prompt's forward routes every token; none decodes
+    requests.push_back(std::move(r));
+  }
+  const std::vector<Result> results = engine.generate(requests);
+  for (const Result& r : results)
+    OFFGEN_CHECK(r.error.empty(), kInput, "{}: a prompt of the routing sample failed: {}",
+                 sample.name, r.error);
+  RoutingProfile out;
+  out.model_id = engine.model_id();
+  out.model = options.model;
+  out.sample = sample.name;
+  out.counts = engine.routing_counts();
+  const MachineInfo m = machine_info();
+  out.provenance.measured_at = utc_timestamp(static_cast<int64_t>(std::time(nullptr)));
+  out.provenance.cpu_model = m.cpu_model;
+  out.provenance.kernel = m.kernel;
+  out.provenance.cpus = m.cpus;
+  out.provenance.loadavg = m.loadavg;
+  return out;
+}
+
+}  // namespace offgen
