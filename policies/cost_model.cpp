@@ -300,7 +300,7 @@ void ModelFacts::use_routing(const RoutingCounts& measured) {
   if (measured.empty() || n_experts <= 0) return;
   std::vector<double> sum(static_cast<size_t>(n_experts), 0.0);
   int64_t layers = 0;
-  for (size_t l = 0; l < measured.counts.size(); ++l) {
+  for (size_t l = 0; l < std::min(measured.counts.size(), measured.rows.size()); ++l) {
     if (measured.rows[l] == 0 || static_cast<int64_t>(measured.counts[l].size()) != n_experts)
       continue;
     std::vector<double> p = measured.choice_probability(static_cast<int64_t>(l));

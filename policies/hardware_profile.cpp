@@ -54,7 +54,7 @@ std::string RoutingProfile::summary(int64_t now_unix) const {
   // The hottest quarter of each layer's experts: their share of the layer's choices, averaged.
   double share = 0;
   int64_t layers = 0, rows = 0;
-  for (size_t l = 0; l < counts.counts.size(); ++l) {
+  for (size_t l = 0; l < std::min(counts.counts.size(), counts.rows.size()); ++l) {
     const std::vector<int64_t>& c = counts.counts[l];
     if (c.empty() || counts.rows[l] == 0) continue;
     std::vector<int64_t> sorted = c;

@@ -59,17 +59,19 @@ struct Ctx {
   int64_t global_layers = 0, window_layers = 0, window = 0;
 
   // The weights' disk bytes of one forward of `rows` rows whose FLOPs take `compute_s`: with
-  // experts moved on demand (move_experts_on_demand, on the bound's disk and compute times), the
-  // expected share of the experts on disk that the rows route to (ModelFacts::expected_tail_share:
-  // uniform routing, or measured routing with the coldest experts on disk).
+  // experts moved on demand (move_experts_on_demand on the bound's disk and compute times, with
+  // the uniform share as the executor decides), the expected share of the experts on disk that
+  // the rows route to (ModelFacts::expected_tail_share: uniform routing, or measured routing with
+  // the coldest experts on disk).
   double weight_disk_at(double rows, double compute_s) const {
     if (expert_disk <= 0) return weight_disk;
-    const double share =
-        m.expected_tail_share(expert_disk / expert_total, static_cast<int64_t>(rows));
+    const auto n = static_cast<int64_t>(rows);
     const double rate = rates.disk_bytes_per_second;
-    const bool on_demand = move_experts_on_demand(share, (weight_disk + expert_disk) / rate,
-                                                  expert_disk / rate, compute_s, p.overlap);
-    return weight_disk + expert_disk * (on_demand ? share : 1.0);
+    const bool on_demand = move_experts_on_demand(
+        expected_expert_share(m.n_experts, m.n_experts_used, n), (weight_disk + expert_disk) / rate,
+        expert_disk / rate, compute_s, p.overlap);
+    return weight_disk +
+           expert_disk * (on_demand ? m.expected_tail_share(expert_disk / expert_total, n) : 1.0);
   }
 
   StepCost timed(StepCost s) const {

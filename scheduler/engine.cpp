@@ -33,8 +33,8 @@ ExpertOrder expert_order_for(const RoutingProfile& routing, const std::string& m
   for (const std::vector<int64_t>& layer : r.counts)
     fits = fits && static_cast<int64_t>(layer.size()) == c.n_experts;
   if (!fits) {
-    log_warn("the routing statistics given ({}) were measured on another model than {}: its "
-             "experts keep their index order",
+    log_warn("the routing statistics given ({}) do not match {} (another model, or other "
+             "layers or experts): its experts keep their index order",
              routing.model.empty() ? routing.model_id : routing.model, spec);
     return {};
   }
