@@ -64,9 +64,10 @@ void CalibrateCommand::add_to(CLI::App* app) {
                    "Rounds of every measurement; the best of them is kept (default 3, --quick 2)")
       ->check(CLI::Range(1, 100));
   cmd_->add_option("--routing-sample", routing_sample,
-                   "A mixture of experts' routing is measured on this text file's lines (one "
-                   "prompt each; default a built-in sample): its hottest experts then stay in RAM "
-                   "when weights are split between RAM and disk")
+                   "A mixture of experts' routing is measured on these prompts (a JSONL request "
+                   "file such as the job's --input, or a text file of one prompt per line; default "
+                   "a built-in sample): its hottest experts then stay in RAM when weights are split "
+                   "between RAM and disk")
       ->check(CLI::ExistingFile);
   cmd_->add_flag("--routing-only", routing_only,
                  "Measure only the routing of --model (a mixture of experts), keeping the rest of "
@@ -179,7 +180,7 @@ void CalibrateCommand::routing_into(HardwareProfile& hw, const RoutingSample& sa
     eo.policy.weight_gpu_percent = eo.policy.weight_cpu_percent = 0;
     eo.prefill_chunk = 8192;
   }
-  progress(fmt::format("expert routing of {} prompts ({}), weights {}", sample.prompts.size(),
+  progress(fmt::format("expert routing of {} prompts ({}), weights {}", sample.size(),
                        sample.name, in_ram ? "in RAM" : "streamed from disk"));
   const RoutingProfile r = measure_routing(eo, sample);
   std::printf("%s\n", r.summary(static_cast<int64_t>(std::time(nullptr))).c_str());

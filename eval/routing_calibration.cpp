@@ -5,6 +5,8 @@
 #include <ctime>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/core/error.h"
 #include "runtime/core/machine_info.h"
 
@@ -56,10 +58,48 @@ RoutingSample RoutingSample::built_in() {
 RoutingSample RoutingSample::from_file(const std::string& path) {
   std::ifstream in(path);
   OFFGEN_CHECK(in, kIo, "{}: cannot read the routing sample", path);
-  RoutingSample s{path, {}};
-  for (std::string line; std::getline(in, line);)
-    if (line.find_first_not_of(" \t\r") != std::string::npos) s.prompts.push_back(line);
-  OFFGEN_CHECK(!s.prompts.empty(), kInput, "{}: the routing sample holds no text", path);
+  RoutingSample s{path, {}, {}};
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+  auto blank = [](const std::string& l) { return l.find_first_not_of(" \t\r") == std::string::npos; };
+  // JSONL when the first line with text opens an object.
+  bool jsonl = false;
+  for (const std::string& l : lines)
+    if (!blank(l)) {
+      jsonl = l[l.find_first_not_of(" \t\r")] == '{';
+      break;
+    }
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (blank(lines[i])) continue;
+    if (!jsonl) {
+      s.prompts.push_back(lines[i]);
+      continue;
+    }
+    const nlohmann::json j = nlohmann::json::parse(lines[i], nullptr, false);
+    OFFGEN_CHECK(!j.is_discarded() && j.is_object(), kInput,
+                 "{}: line {}: not a JSON object (a JSONL routing sample holds requests)", path, i + 1);
+    if (j.contains("prompt_ids")) {
+      const auto& ids = j["prompt_ids"];
+      OFFGEN_CHECK(ids.is_array() && !ids.empty(), kInput,
+                   "{}: line {}: 'prompt_ids' must be a non-empty list of token ids", path, i + 1);
+      std::vector<int32_t> v;
+      for (const auto& t : ids) {
+        OFFGEN_CHECK(t.is_number_integer() && t.get<int64_t>() >= 0 &&
+                         t.get<int64_t>() <= INT32_MAX,
+                     kInput, "{}: line {}: 'prompt_ids' holds {}, not a token id", path, i + 1,
+                     t.dump());
+        v.push_back(static_cast<int32_t>(t.get<int64_t>()));
+      }
+      s.prompt_ids.push_back(std::move(v));
+    } else {
+      OFFGEN_CHECK(j.contains("prompt") && j["prompt"].is_string() &&
+                       !j["prompt"].get<std::string>().empty(),
+                   kInput, "{}: line {}: a request needs a 'prompt' text or 'prompt_ids'", path,
+                   i + 1);
+      s.prompts.push_back(j["prompt"].get<std::string>());
+    }
+  }
+  OFFGEN_CHECK(s.size() > 0, kInput, "{}: the routing sample holds no text", path);
   return s;
 }
 
@@ -70,17 +110,27 @@ RoutingProfile measure_routing(EngineOptions options, const RoutingSample& sampl
   OFFGEN_CHECK(engine.config().moe(), kConfig,
                "{}: routing is measured on a mixture of experts; this model has none",
                options.model);
+  // Tokenised here, so that a prompt longer than the context window routes its beginning.
+  const auto room = static_cast<size_t>(
+      std::max<int64_t>(1, engine.max_context() - kRoutingSampleGenerated));
   std::vector<Request> requests;
-  for (size_t i = 0; i < sample.prompts.size(); ++i) {
-    Request r;
-    r.id = "routing-" + std::to_string(i);
-    r.prompt = sample.prompts[i];
-    // Tokenised here, so that a prompt longer than the context window routes its beginning.
-    r.prompt_ids = engine.encode_prompt(r);
-    const auto room = static_cast<size_t>(std::max<int64_t>(1, engine.max_context() - 1));
+  auto add = [&](Request r) {
+    r.id = "routing-" + std::to_string(requests.size());
+    if (r.prompt_ids.empty()) r.prompt_ids = engine.encode_prompt(r);
     if (r.prompt_ids.size() > room) r.prompt_ids.resize(room);
-    r.sampling.max_tokens = 1;  // the prompt's forward routes every token; none decodes
+    r.sampling.max_tokens = kRoutingSampleGenerated;
+    r.sampling.ignore_eos = true;
     requests.push_back(std::move(r));
+  };
+  for (const std::string& text : sample.prompts) {
+    Request r;
+    r.prompt = text;
+    add(std::move(r));
+  }
+  for (const std::vector<int32_t>& ids : sample.prompt_ids) {
+    Request r;
+    r.prompt_ids = ids;
+    add(std::move(r));
   }
   const std::vector<Result> results = engine.generate(requests);
   for (const Result& r : results)

@@ -147,6 +147,22 @@ check "calibrate --routing-only exits 0" test $? -eq 0
 check "calibrate --routing-only measures no disk" bash -c "! grep -q 'disk read' '$work/moe_cal4.txt'"
 "$bin" calibrate --routing-only --model "$model" --threads 1 > /dev/null 2> "$work/dense.err"
 check "calibrate --routing-only on a dense model fails, saying why" grep -q "is not a mixture of experts" "$work/dense.err"
+# A job's own JSONL requests as the sample: a "prompt" text or "prompt_ids" each; the rows counted
+# are the prompts' (3 + 5 tokens) and the 16 generated tokens' 15 decode forwards of both (30).
+printf '%s\n' '{"id": "a", "prompt_ids": [11, 12, 13], "max_tokens": 4}' \
+  '{"id": "b", "prompt_ids": [21, 22, 23, 24, 25]}' > "$work/sample.jsonl"
+"$bin" calibrate --routing-only --model "$moe" --threads 1 --offload-dir "$work" \
+  --routing-sample "$work/sample.jsonl" > "$work/moe_cal5.txt" 2>&1
+check "calibrate --routing-sample of a JSONL file exits 0" test $? -eq 0
+check "... routes its prompts and their decode steps (38 rows)" \
+  grep -q "^routing of 38 rows ($work/sample.jsonl)" "$work/moe_cal5.txt"
+printf '%s\n' '{"id": "a", "prompt": "Hello there."}' '{"id": "b", "max_tokens": 3}' > "$work/bad_sample.jsonl"
+"$bin" calibrate --routing-only --model "$moe" --threads 1 --offload-dir "$work" \
+  --routing-sample "$work/bad_sample.jsonl" > /dev/null 2> "$work/moe_cal6.err"
+rc=$?
+check "a JSONL sample line without a prompt fails (got $rc)" test "$rc" -ne 0
+check "... naming the file and line" \
+  grep -q "bad_sample.jsonl: line 2: a request needs a 'prompt' text or 'prompt_ids'" "$work/moe_cal6.err"
 printf '\n  \n' > "$work/blank.txt"
 "$bin" calibrate --quick --allow-busy --offload-dir "$work" --model "$moe" --threads 1 \
   --routing-sample "$work/blank.txt" > /dev/null 2> "$work/moe_cal3.err"
