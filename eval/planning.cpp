@@ -185,7 +185,7 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
   // Measured routing: the engine places each layer's experts hottest first (cli engine_options),
   // and the costs expect the rows' experts by it.
   if (const RoutingProfile* r = in.hw.find_routing(opened.content_id)) {
-    in.facts.use_routing(r->counts);
+    in.facts.use_routing(r->counts, r->first_half);
     std::fprintf(stderr, "offgen: expert %s\n",
                  r->summary(static_cast<int64_t>(std::time(nullptr))).c_str());
   }

@@ -52,7 +52,8 @@ RoutingSample RoutingSample::built_in() {
               "Once upon a time, in a village at the edge of a great forest, there lived a "
               "clockmaker who could mend anything except the one clock that had stopped the day "
               "his daughter left.",
-          }};
+          },
+          {}};
 }
 
 RoutingSample RoutingSample::from_file(const std::string& path) {
@@ -132,11 +133,19 @@ RoutingProfile measure_routing(EngineOptions options, const RoutingSample& sampl
     r.prompt_ids = ids;
     add(std::move(r));
   }
-  const std::vector<Result> results = engine.generate(requests);
-  for (const Result& r : results)
-    OFFGEN_CHECK(r.error.empty(), kInput, "{}: a prompt of the routing sample failed: {}",
-                 sample.name, r.error);
+  // In two halves of the prompts, so that plans can estimate the skew on prompts the hot-first
+  // order was not measured on (ranked_choice_probability).
   RoutingProfile out;
+  const auto half = static_cast<std::ptrdiff_t>(requests.size() / 2);
+  const std::vector<std::vector<Request>> halves = {
+      {requests.begin(), requests.begin() + half}, {requests.begin() + half, requests.end()}};
+  for (const std::vector<Request>& part : halves) {
+    if (part.empty()) continue;
+    for (const Result& r : engine.generate(part))
+      OFFGEN_CHECK(r.error.empty(), kInput, "{}: a prompt of the routing sample failed: {}",
+                   sample.name, r.error);
+    if (&part == &halves[0]) out.first_half = engine.routing_counts();
+  }
   out.model_id = engine.model_id();
   out.model = options.model;
   out.sample = sample.name;

@@ -31,8 +31,9 @@ inline constexpr int64_t kRoutingSampleGenerated = 16;
 
 // Runs every prompt of `sample` (its first tokens where it is longer than the context) and
 // kRoutingSampleGenerated generated tokens with the engine `options` describe (their placement:
-// weights may stream from disk) and returns the routing of each layer's rows, for the model's
-// content id, with the machine and time it was measured on.
+// weights may stream from disk), the first half of the prompts and then the rest, and returns the
+// routing of each layer's rows (all of them, and the first half's), for the model's content id,
+// with the machine and time it was measured on.
 RoutingProfile measure_routing(EngineOptions options, const RoutingSample& sample);
 
 }  // namespace offgen

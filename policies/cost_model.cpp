@@ -295,22 +295,10 @@ void add(LaneSeconds& a, const LaneSeconds& b, double w = 1) {
 
 }  // namespace
 
-void ModelFacts::use_routing(const RoutingCounts& measured) {
+void ModelFacts::use_routing(const RoutingCounts& measured, const RoutingCounts& first_half) {
   expert_choice.clear();
   if (measured.empty() || n_experts <= 0) return;
-  std::vector<double> sum(static_cast<size_t>(n_experts), 0.0);
-  int64_t layers = 0;
-  for (size_t l = 0; l < std::min(measured.counts.size(), measured.rows.size()); ++l) {
-    if (measured.rows[l] == 0 || static_cast<int64_t>(measured.counts[l].size()) != n_experts)
-      continue;
-    std::vector<double> p = measured.choice_probability(static_cast<int64_t>(l));
-    std::sort(p.rbegin(), p.rend());  // the blob's order: hottest first
-    for (size_t i = 0; i < p.size(); ++i) sum[i] += p[i];
-    ++layers;
-  }
-  if (layers == 0) return;
-  for (double& x : sum) x /= static_cast<double>(layers);
-  expert_choice = std::move(sum);
+  expert_choice = ranked_choice_probability(measured, first_half, n_experts);
 }
 
 double ModelFacts::expected_tail_share(double tail, int64_t rows) const {

@@ -32,9 +32,10 @@ struct ModelFacts {
   int64_t n_experts = 0, n_experts_used = 0;
   // Measured routing (offgen calibrate --model; empty: uniform, k / n_experts each): per position
   // of a unit blob's experts (hottest first), the probability that one row chooses the expert
-  // there, averaged over the layers.
+  // there, averaged over the layers, held out where the sample was measured in halves
+  // (ranked_choice_probability).
   std::vector<double> expert_choice;
-  void use_routing(const RoutingCounts& measured);  // sets expert_choice
+  void use_routing(const RoutingCounts& measured, const RoutingCounts& first_half = {});
   // The expected share of the experts in the last `tail` fraction of a unit's expert slices (the
   // disk part of a blob split between RAM and disk) that a forward of `rows` rows routes to.
   double expected_tail_share(double tail, int64_t rows) const;

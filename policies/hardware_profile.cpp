@@ -67,10 +67,22 @@ std::string RoutingProfile::summary(int64_t now_unix) const {
     if (all > 0) share += static_cast<double>(top) / static_cast<double>(all), ++layers;
     rows = std::max(rows, counts.rows[l]);
   }
+  std::string held_out;
+  if (!first_half.empty() && !counts.counts.empty()) {
+    const std::vector<double> p = ranked_choice_probability(
+        counts, first_half, static_cast<int64_t>(counts.counts[0].size()));
+    double top = 0, all = 0;
+    for (size_t i = 0; i < p.size(); ++i) {
+      all += p[i];
+      if (i < (p.size() + 3) / 4) top += p[i];
+    }
+    if (all > 0)
+      held_out = fmt::format(" ({:.0f}% of a held-out half's, which plans use)", 100 * top / all);
+  }
   return fmt::format("routing of {} rows ({}) {}: the hottest quarter of a layer's "
-                     "experts takes {:.0f}% of its choices",
+                     "experts takes {:.0f}% of its choices{}",
                      rows, sample, provenance_line(provenance, now_unix),
-                     layers > 0 ? 100 * share / static_cast<double>(layers) : 0.0);
+                     layers > 0 ? 100 * share / static_cast<double>(layers) : 0.0, held_out);
 }
 
 namespace {
@@ -143,6 +155,18 @@ struct Reader {
   }
 };
 
+// A routing entry's (or its first half's) "rows" and "counts" (one array per layer).
+void read_routing_counts(const Reader& r, const nlohmann::json& j, const std::string& where,
+                         RoutingCounts& out) {
+  out.rows = r.counts(j, "rows", where);
+  const auto& cs = r.at(j, "counts", where);
+  OFFGEN_CHECK(cs.is_array() && cs.size() == out.rows.size(), kInput,
+               "{}: '{}counts' must be an array of one array per layer ({})", r.source, where,
+               out.rows.size());
+  for (size_t l = 0; l < cs.size(); ++l)
+    out.counts.push_back(r.counts_of(cs[l], where + "counts[" + std::to_string(l) + "]"));
+}
+
 }  // namespace
 
 nlohmann::json HardwareProfile::to_json() const {
@@ -170,13 +194,17 @@ nlohmann::json HardwareProfile::to_json() const {
                   {"provenance", c.provenance.to_json()}});
   j["compute"] = cs;
   nlohmann::json rs = nlohmann::json::array();
-  for (const RoutingProfile& r : routing)
-    rs.push_back({{"model_id", r.model_id},
-                  {"model", r.model},
-                  {"sample", r.sample},
-                  {"rows", r.counts.rows},
-                  {"counts", r.counts.counts},
-                  {"provenance", r.provenance.to_json()}});
+  for (const RoutingProfile& r : routing) {
+    nlohmann::json e = {{"model_id", r.model_id},
+                        {"model", r.model},
+                        {"sample", r.sample},
+                        {"rows", r.counts.rows},
+                        {"counts", r.counts.counts},
+                        {"provenance", r.provenance.to_json()}};
+    if (!r.first_half.rows.empty())
+      e["first_half"] = {{"rows", r.first_half.rows}, {"counts", r.first_half.counts}};
+    rs.push_back(std::move(e));
+  }
   j["routing"] = rs;
   return j;
 }
@@ -231,13 +259,14 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::s
     rp.model_id = r.text(rs[i], "model_id", where);
     rp.model = r.text(rs[i], "model", where);
     rp.sample = r.text(rs[i], "sample", where);
-    rp.counts.rows = r.counts(rs[i], "rows", where);
-    const auto& cs2 = r.at(rs[i], "counts", where);
-    OFFGEN_CHECK(cs2.is_array() && cs2.size() == rp.counts.rows.size(), kInput,
-                 "{}: '{}counts' must be an array of one array per layer ({})", source, where,
-                 rp.counts.rows.size());
-    for (size_t l = 0; l < cs2.size(); ++l)
-      rp.counts.counts.push_back(r.counts_of(cs2[l], where + "counts[" + std::to_string(l) + "]"));
+    read_routing_counts(r, rs[i], where, rp.counts);
+    // Absent in profiles measured before the sample was routed in halves.
+    if (rs[i].contains("first_half")) {
+      read_routing_counts(r, rs[i]["first_half"], where + "first_half.", rp.first_half);
+      OFFGEN_CHECK(rp.first_half.rows.size() == rp.counts.rows.size(), kInput,
+                   "{}: '{}first_half' must have as many layers as 'counts' ({})", source, where,
+                   rp.counts.rows.size());
+    }
     if (rs[i].contains("provenance"))
       rp.provenance = ProfileProvenance::from_json(
           rs[i]["provenance"], fmt::format("{} ({})", source, where.substr(0, where.size() - 1)));

@@ -51,9 +51,13 @@ struct RoutingProfile {
   std::string model;     // the spec it was measured with (for messages)
   std::string sample;    // what was routed ("built-in sample", a file name)
   RoutingCounts counts;
+  // The part of `counts` from the sample's first half of prompts (empty: not measured in halves),
+  // for the held-out estimate of the skew (ranked_choice_probability).
+  RoutingCounts first_half;
   ProfileProvenance provenance;
   bool empty() const { return counts.empty(); }
-  // One line: rows routed, the hottest quarter's share of the choices, when.
+  // One line: rows routed, the hottest quarter's share of the choices (in the sample, and held
+  // out where measured in halves), when.
   std::string summary(int64_t now_unix) const;
 };
 

@@ -76,6 +76,42 @@ std::vector<double> RoutingCounts::choice_probability(int64_t layer) const {
   return p;
 }
 
+std::vector<double> ranked_choice_probability(const RoutingCounts& all,
+                                              const RoutingCounts& first_half, int64_t n_experts) {
+  std::vector<double> sum(static_cast<size_t>(std::max<int64_t>(0, n_experts)), 0.0);
+  int64_t layers = 0;
+  const size_t n_layers = std::min(all.counts.size(), all.rows.size());
+  const bool halves = first_half.counts.size() == n_layers && first_half.rows.size() == n_layers;
+  for (size_t l = 0; l < n_layers; ++l) {
+    if (all.rows[l] == 0 || static_cast<int64_t>(all.counts[l].size()) != n_experts) continue;
+    const auto layer = static_cast<int64_t>(l);
+    std::vector<double> ranked(sum.size(), 0.0);
+    const bool split = halves && first_half.counts[l].size() == all.counts[l].size() &&
+                       first_half.rows[l] > 0 && first_half.rows[l] < all.rows[l];
+    if (split) {
+      RoutingCounts a, b;  // this layer of the two halves
+      a.rows = {first_half.rows[l]};
+      a.counts = {first_half.counts[l]};
+      b.rows = {all.rows[l] - first_half.rows[l]};
+      b.counts = {all.counts[l]};
+      for (size_t e = 0; e < b.counts[0].size(); ++e) b.counts[0][e] -= a.counts[0][e];
+      const std::vector<int64_t> order_a = a.hot_first(0), order_b = b.hot_first(0);
+      const std::vector<double> pa = a.choice_probability(0), pb = b.choice_probability(0);
+      for (size_t i = 0; i < ranked.size(); ++i)
+        ranked[i] = 0.5 * (pb[static_cast<size_t>(order_a[i])] + pa[static_cast<size_t>(order_b[i])]);
+    } else {
+      const std::vector<double> p = all.choice_probability(layer);
+      const std::vector<int64_t> order = all.hot_first(layer);
+      for (size_t i = 0; i < ranked.size(); ++i) ranked[i] = p[static_cast<size_t>(order[i])];
+    }
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += ranked[i];
+    ++layers;
+  }
+  if (layers == 0) return {};
+  for (double& x : sum) x /= static_cast<double>(layers);
+  return sum;
+}
+
 ExpertOrder hot_first_order(const RoutingCounts& counts) {
   ExpertOrder order;
   if (counts.empty()) return order;

@@ -32,6 +32,16 @@ struct RoutingCounts {
   std::vector<double> choice_probability(int64_t layer) const;
 };
 
+// The probability that one row chooses the expert at each position of a layer's hot-first order,
+// averaged over the layers, for rows that route like the sample's but were not in it (a job's):
+// by split halves when `first_half` holds part of `all`'s rows (the counts of the sample's first
+// half of prompts; the rest is the second): each half's hot-first order with the other half's
+// probabilities, the two averaged. Ranking a sample's experts by its own counts and reading the
+// same counts overstates the skew (the hottest by chance rank first); the held-out estimate does
+// not. Layers without both halves, and every layer when `first_half` is empty: in-sample.
+std::vector<double> ranked_choice_probability(const RoutingCounts& all,
+                                              const RoutingCounts& first_half, int64_t n_experts);
+
 // Per layer, the experts in the order their slices lie in a unit blob (empty: index order).
 using ExpertOrder = std::vector<std::vector<int64_t>>;
 // Every layer's experts hottest first by `counts` (empty when counts is).

@@ -166,7 +166,18 @@ TEST_CASE("cost model: measured routing with hot experts in RAM expects fewer of
   c.reset(1, 4);
   c.rows = {100};
   c.counts = {{10, 10, 70, 10}};
+  // Measured in halves ({10, 0, 35, 5} and {0, 10, 35, 5} of 50 rows each): both rank expert 2
+  // first, but each half's second-hottest is the other's coldest, so held out the coldest half of
+  // the order takes 0.1 + 0.2 of the choices, not the sample's 0.1 + 0.1.
+  RoutingCounts half = c;
+  half.rows = {50};
+  half.counts = {{10, 0, 35, 5}};
+  m.use_routing(c, half);
+  REQUIRE(m.expert_choice.size() == 4);
+  CHECK(m.expert_choice[0] == Approx(0.7));
+  CHECK(m.expected_tail_share(0.5, 1) == Approx(0.15));
   m.use_routing(c);
+  CHECK(m.expected_tail_share(0.5, 1) == Approx(0.1));
   REQUIRE(m.expert_choice.size() == 4);
   CHECK(m.expert_choice[0] == Approx(0.7));
   CHECK(m.expected_tail_share(1.0, 1) == Approx(0.25));  // one of four, on average

@@ -143,7 +143,22 @@ TEST_CASE("profile: measured expert routing round trips by model; absent in olde
   CHECK_THAT(back.routing[0].summary(kNow), Catch::Contains("3 rows (built-in sample)"));
   // Layer 0's hottest quarter (one expert) takes 2 of 6 choices, layer 1's all of them.
   CHECK_THAT(back.routing[0].summary(kNow), Catch::Contains("takes 67%"));
+  // Measured in halves: kept, and the summary adds the held-out share that plans use.
+  CHECK(back.routing[0].first_half.empty());
+  r.first_half.rows = {1, 1};
+  r.first_half.counts = {{1, 0, 1, 0}, {2, 0, 0, 0}};
+  hw.put_routing(r);
+  const HardwareProfile halves = HardwareProfile::from_json(hw.to_json(), "p.json");
+  CHECK(halves.routing[0].first_half.counts == r.first_half.counts);
+  CHECK_THAT(halves.routing[0].summary(kNow), Catch::Contains("of a held-out half's"));
+  nlohmann::json short_half = hw.to_json();
+  short_half["routing"][0]["first_half"]["rows"] = {1};
+  short_half["routing"][0]["first_half"]["counts"] = {{1, 0, 1, 0}};
+  CHECK_THROWS_WITH(HardwareProfile::from_json(short_half, "p.json"),
+                    Catch::Contains("'routing[0].first_half' must have as many layers"));
   nlohmann::json old = hw.to_json();
+  old["routing"][0].erase("first_half");
+  CHECK(HardwareProfile::from_json(old, "old.json").routing[0].first_half.empty());
   old.erase("routing");
   CHECK(HardwareProfile::from_json(old, "old.json").routing.empty());
   nlohmann::json bad = hw.to_json();

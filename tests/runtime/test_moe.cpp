@@ -48,6 +48,38 @@ TEST_CASE("MoE routing: softmax over all experts, top k, lower index on ties, re
   CHECK(r.active() == 4);
 }
 
+TEST_CASE("MoE ranked choice probability: in-sample, or held out by halves", "[moe]") {
+  // One choice per row of 4 experts. Two halves of 10 rows that agree: held out = in-sample.
+  RoutingCounts all, half;
+  all.reset(2, 4);
+  half.reset(2, 4);
+  all.rows = {20, 0};
+  all.counts[0] = {12, 4, 2, 2};
+  half.rows = {10, 0};
+  half.counts[0] = {6, 2, 1, 1};
+  const std::vector<double> in_sample = ranked_choice_probability(all, {}, 4);
+  REQUIRE(in_sample.size() == 4);
+  CHECK(in_sample[0] == Approx(0.6));
+  CHECK(in_sample[3] == Approx(0.1));
+  const std::vector<double> agree = ranked_choice_probability(all, half, 4);
+  for (size_t i = 0; i < 4; ++i) CHECK(agree[i] == Approx(in_sample[i]));
+  // Halves that disagree on the hottest: the first half chose expert 0 only, the second expert 1
+  // only. In the sample the two look equally hot (0.5 each); held out, the expert one half ranks
+  // first is the one the other never chose.
+  all.counts[0] = {10, 10, 0, 0};
+  half.counts[0] = {10, 0, 0, 0};
+  const std::vector<double> noisy = ranked_choice_probability(all, {}, 4);
+  CHECK(noisy[0] == Approx(0.5));
+  const std::vector<double> held = ranked_choice_probability(all, half, 4);
+  CHECK(held[0] == Approx(0.0));
+  CHECK(held[1] == Approx(1.0));
+  CHECK(held[0] + held[1] + held[2] + held[3] == Approx(1.0));  // still one choice per row
+  // A half with every row (or none) of a layer is no split: in-sample.
+  half.rows = {20, 0};
+  CHECK(ranked_choice_probability(all, half, 4)[0] == Approx(0.5));
+  CHECK(ranked_choice_probability(all, half, 8).empty());  // another model's expert count
+}
+
 TEST_CASE("MoE routing counts: per layer and expert, hottest first, choice probabilities", "[moe]") {
   RoutingCounts c;
   CHECK(c.empty());
