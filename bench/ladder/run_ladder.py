@@ -177,7 +177,9 @@ def markdown(result: dict) -> str:
         for key in sorted(points, key=lambda k: (points[k]["prompts"], points[k]["system"], points[k]["mode"])):
             p = points[key]
             if "error" in p:
-                rows.append(f"| {preset} | {p['prompts']} | {key} | error: {p['error'][:80]} |||||||||")
+                said = re.search(r"offgen: error: ([^\n]*)", p["error"])  # offgen's own line
+                rows.append(f"| {preset} | {p['prompts']} | {key} | error: "
+                            f"{(said.group(1) if said else p['error'])[:160]} |||||||||")
                 continue
             rows.append(
                 f"| {preset} | {p['prompts']} | {p['system']} {p['mode']} | {p['batch']} | {fmt(p['total_tok_s'])} "
@@ -276,7 +278,9 @@ def main() -> None:
                     try:
                         points[key] = fn() | {"file_bytes": size}
                     except (RuntimeError, KeyError, ValueError) as e:
-                        points[key] = {"prompts": n, "error": str(e)[-1500:]}
+                        system, mode = name.split(" ", 1)
+                        points[key] = {"system": system, "mode": mode, "prompts": n,
+                                       "error": str(e)[-1500:]}
                     log(json.dumps({k: v for k, v in points[key].items() if k != "raw"}))
                     save()
         finally:
