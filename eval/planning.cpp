@@ -37,15 +37,22 @@ RoutingProfile measured_routing(const std::string& model, const std::string& pat
   const std::string file = path.empty() ? default_profile_path() : path;
   std::error_code ec;
   if (model.empty() || !std::filesystem::exists(file, ec)) return {};
+  HardwareProfile hw;
   try {
-    const HardwareProfile hw = load_profile(file);
-    if (hw.routing.empty()) return {};
-    const RoutingProfile* r = hw.find_routing(model_content_id(model));
-    return r ? *r : RoutingProfile{};
+    hw = load_profile(file);
   } catch (const Error& e) {
     std::fprintf(stderr, "offgen: warning: no measured expert routing: %s\n", e.what());
     return {};
   }
+  if (hw.routing.empty()) return {};
+  std::string id;
+  try {
+    id = model_content_id(model);
+  } catch (const Error&) {
+    return {};  // a model that cannot be opened: the job itself says why, once
+  }
+  const RoutingProfile* r = hw.find_routing(id);
+  return r ? *r : RoutingProfile{};
 }
 
 HardwareProfile load_profile(const std::string& path) {

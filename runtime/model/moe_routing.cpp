@@ -94,7 +94,8 @@ std::vector<double> ranked_choice_probability(const RoutingCounts& all,
       a.counts = {first_half.counts[l]};
       b.rows = {all.rows[l] - first_half.rows[l]};
       b.counts = {all.counts[l]};
-      for (size_t e = 0; e < b.counts[0].size(); ++e) b.counts[0][e] -= a.counts[0][e];
+      for (size_t e = 0; e < b.counts[0].size(); ++e)  // (a half larger than all: none left)
+        b.counts[0][e] = std::max<int64_t>(0, b.counts[0][e] - a.counts[0][e]);
       const std::vector<int64_t> order_a = a.hot_first(0), order_b = b.hot_first(0);
       const std::vector<double> pa = a.choice_probability(0), pb = b.choice_probability(0);
       for (size_t i = 0; i < ranked.size(); ++i)

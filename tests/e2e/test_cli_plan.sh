@@ -136,6 +136,12 @@ check "bench --json: experts_loaded.order is hot_first" python3 -c \
 "$bin" plan --model "$moe" --threads 1 --prompt-len 8 --gen-len 4 --num-requests 2 --offload-dir "$work" \
   > /dev/null 2> "$work/moe_plan.err"
 check "plan uses the measured routing" grep -q "expert routing of [0-9]* rows" "$work/moe_plan.err"
+# With routing in the profile, a model that cannot be opened is still one clear line.
+printf '%s\n' '{"id": "a", "prompt": "hi"}' > "$work/one.jsonl"
+"$bin" generate --model "$work/missing.gguf" --input "$work/one.jsonl" --output "$work/o_missing.jsonl" \
+  2> "$work/missing.err"
+check "missing model with routing in the profile: exit 1" test $? -eq 1
+check "... one clear line" test "$(wc -l < "$work/missing.err")" -eq 1
 # A sample of one's own: its lines are the prompts; one without text is refused, naming the file.
 printf 'The first prompt.\n\n   \nA second, longer prompt about trains and rivers.\n' > "$work/sample.txt"
 "$bin" calibrate --quick --allow-busy --offload-dir "$work" --model "$moe" --threads 1 \
