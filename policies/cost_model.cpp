@@ -296,9 +296,7 @@ void add(LaneSeconds& a, const LaneSeconds& b, double w = 1) {
 }  // namespace
 
 void ModelFacts::use_routing(const RoutingCounts& measured, const RoutingCounts& first_half) {
-  expert_choice.clear();
-  if (measured.empty() || n_experts <= 0) return;
-  expert_choice = ranked_choice_probability(measured, first_half, n_experts);
+  expert_choice = ranked_choice_probability(measured, first_half, n_experts);  // empty: uniform
 }
 
 double ModelFacts::expected_tail_share(double tail, int64_t rows) const {

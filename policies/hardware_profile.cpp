@@ -51,38 +51,30 @@ void HardwareProfile::put_routing(RoutingProfile r) {
 }
 
 std::string RoutingProfile::summary(int64_t now_unix) const {
-  // The hottest quarter of each layer's experts: their share of the layer's choices, averaged.
-  double share = 0;
-  int64_t layers = 0, rows = 0;
-  for (size_t l = 0; l < std::min(counts.counts.size(), counts.rows.size()); ++l) {
-    const std::vector<int64_t>& c = counts.counts[l];
-    if (c.empty() || counts.rows[l] == 0) continue;
-    std::vector<int64_t> sorted = c;
-    std::sort(sorted.rbegin(), sorted.rend());
-    int64_t top = 0, all = 0;
-    for (size_t i = 0; i < sorted.size(); ++i) {
-      all += sorted[i];
-      if (i < (sorted.size() + 3) / 4) top += sorted[i];
-    }
-    if (all > 0) share += static_cast<double>(top) / static_cast<double>(all), ++layers;
-    rows = std::max(rows, counts.rows[l]);
-  }
-  std::string held_out;
-  if (!first_half.empty() && !counts.counts.empty()) {
-    const std::vector<double> p = ranked_choice_probability(
-        counts, first_half, static_cast<int64_t>(counts.counts[0].size()));
+  // The hottest quarter of a layer's experts: their share of its choices, averaged over the
+  // layers (every layer's ranked probabilities sum to k), in the sample and held out.
+  int64_t rows = 0;
+  size_t experts = 0;
+  for (size_t l = 0; l < std::min(counts.counts.size(), counts.rows.size()); ++l)
+    rows = std::max(rows, counts.rows[l]), experts = std::max(experts, counts.counts[l].size());
+  auto hottest_quarter = [&](const RoutingCounts& half) {
+    const std::vector<double> p =
+        ranked_choice_probability(counts, half, static_cast<int64_t>(experts));
     double top = 0, all = 0;
     for (size_t i = 0; i < p.size(); ++i) {
       all += p[i];
       if (i < (p.size() + 3) / 4) top += p[i];
     }
-    if (all > 0)
-      held_out = fmt::format(" ({:.0f}% of a held-out half's, which plans use)", 100 * top / all);
-  }
+    return all > 0 ? 100 * top / all : 0.0;
+  };
+  const std::string held_out =
+      first_half.empty()
+          ? std::string()
+          : fmt::format(" ({:.0f}% of a held-out half's, which plans use)", hottest_quarter(first_half));
   return fmt::format("routing of {} rows ({}) {}: the hottest quarter of a layer's "
                      "experts takes {:.0f}% of its choices{}",
-                     rows, sample, provenance_line(provenance, now_unix),
-                     layers > 0 ? 100 * share / static_cast<double>(layers) : 0.0, held_out);
+                     rows, sample, provenance_line(provenance, now_unix), hottest_quarter({}),
+                     held_out);
 }
 
 namespace {
