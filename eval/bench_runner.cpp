@@ -86,6 +86,8 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.on_demand_forwards = s.on_demand_forwards;
   r.expert_loads = s.expert_loads;
   r.expert_load_bytes = s.expert_load_bytes;
+  r.experts_ahead = s.experts_ahead;
+  r.experts_ahead_used = s.experts_ahead_used;
   r.experts_hot_first = engine.experts_hot_first();
   r.backend = engine.backend().name();
   r.weight_dtype = engine.options().weight_dtype.name();
@@ -131,6 +133,8 @@ nlohmann::json BenchReport::to_json() const {
         {"per_on_demand_forward",
          on_demand_forwards > 0 ? double(expert_loads) / double(on_demand_forwards) : 0.0},
         {"bytes", expert_load_bytes},
+        {"fetched_ahead", experts_ahead},
+        {"fetched_ahead_used", experts_ahead_used},
         {"order", experts_hot_first ? "hot_first" : "index"}}},
       {"lane_busy_seconds", {{"load", lanes.load}, {"compute", lanes.compute}, {"store", lanes.store}}},
       {"overlap_efficiency", overlap_efficiency},
@@ -158,10 +162,11 @@ std::string BenchReport::summary() const {
       lanes.wall, overlap_efficiency, forward_overlap_efficiency) +
          (expert_loads > 0
               ? fmt::format("\n  experts moved on demand: {:.1f} per forward over all layers ({} "
-                            "in {} of the {} forwards; the others moved whole units), {}",
+                            "in {} of the {} forwards; the others moved whole units), {}; {} "
+                            "fetched ahead, {} of them routed to",
                             double(expert_loads) / double(std::max<int64_t>(1, on_demand_forwards)),
                             expert_loads, on_demand_forwards, forwards,
-                            format_bytes(expert_load_bytes))
+                            format_bytes(expert_load_bytes), experts_ahead, experts_ahead_used)
               : std::string());
 }
 

@@ -107,6 +107,15 @@ void WeightStore::load(int64_t unit, int slot, Stream& stream, bool whole) {
 
 void WeightStore::load_ranges(int64_t unit, int slot,
                               std::span<const std::pair<int64_t, int64_t>> ranges) {
+  wait_ranges(fetch_ranges(unit, slot, ranges));
+}
+
+void WeightStore::wait_ranges(std::optional<Ticket> ticket) {
+  if (ticket) disk_->wait(*ticket);
+}
+
+std::optional<Ticket> WeightStore::fetch_ranges(
+    int64_t unit, int slot, std::span<const std::pair<int64_t, int64_t>> ranges, bool ahead) {
   const Unit& x = units_[unit];
   auto* dst = static_cast<std::byte*>(staging_[slot].data());
   // Each range's part in RAM (after the device part, which is empty where device memory is host
@@ -130,8 +139,10 @@ void WeightStore::load_ranges(int64_t unit, int slot,
     }
     ++lazy_ranges_;
     lazy_range_bytes_ += bytes;
+    if (ahead) ++lazy_ahead_;
   }
-  if (!ops.empty()) disk_->wait(disk_->submit(ops));
+  if (ops.empty()) return std::nullopt;
+  return disk_->submit(ops);
 }
 
 const void* WeightStore::acquire(int64_t unit, int slot) {

@@ -5,7 +5,8 @@
 // for compute (kWeightStagingSlots of them: loads run ahead of compute). Loads run on a stream of
 // the schedule's load lane and are ordered with compute by events. A unit may have a lazy tail
 // (a mixture of experts' experts): load() assembles the bytes before it, and the compute lane
-// brings the ranges it needs with load_ranges() once it knows them (the experts a batch routes to).
+// brings the ranges it needs with load_ranges() once it knows them (the experts a batch routes to),
+// or queues them ahead with fetch_ranges() (the experts it expects a later unit to route to).
 #pragma once
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -24,9 +26,10 @@
 
 namespace offgen {
 
-// The bytes a load moves: whole units by load(), and the lazy ranges load_ranges() brought.
+// The lazy ranges load_ranges() and fetch_ranges() brought (whole units by load() not counted);
+// of them, those fetched ahead.
 struct WeightLoadStats {
-  int64_t ranges = 0, range_bytes = 0;
+  int64_t ranges = 0, range_bytes = 0, ahead = 0;
 };
 
 struct WeightStoreStats {
@@ -82,8 +85,16 @@ class WeightStore {
   // multiples) into `slot` from their homes, at their offsets in the blob, blocking the caller:
   // the RAM parts copied, the disk parts read as one batch of I/O (queued together).
   void load_ranges(int64_t unit, int slot, std::span<const std::pair<int64_t, int64_t>> ranges);
+  // The same without blocking on the disk: the RAM parts are copied now, the disk parts queued;
+  // wait_ranges() with the ticket (none: nothing queued) before anything reads them or the slot
+  // is loaded again. `ahead`: counted as fetched ahead (load_stats). A unit's lazy ranges are
+  // outside what load() writes, so the load lane may load the same slot's head meanwhile.
+  std::optional<Ticket> fetch_ranges(int64_t unit, int slot,
+                                     std::span<const std::pair<int64_t, int64_t>> ranges,
+                                     bool ahead = false);
+  void wait_ranges(std::optional<Ticket> ticket);
   WeightLoadStats load_stats() const {
-    return {lazy_ranges_.load(), lazy_range_bytes_.load()};
+    return {lazy_ranges_.load(), lazy_range_bytes_.load(), lazy_ahead_.load()};
   }
   const WeightStoreStats& stats() const { return stats_; }
   int64_t h2d_bytes() const { return h2d_bytes_.load(); }  // host/disk -> device copies so far
@@ -112,7 +123,7 @@ class WeightStore {
   bool split_ = false;  // device memory is not host memory: shares on both
   WeightStoreStats stats_;
   std::atomic<int64_t> h2d_bytes_{0};
-  std::atomic<int64_t> lazy_ranges_{0}, lazy_range_bytes_{0};
+  std::atomic<int64_t> lazy_ranges_{0}, lazy_range_bytes_{0}, lazy_ahead_{0};
 };
 
 }  // namespace offgen

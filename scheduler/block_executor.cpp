@@ -147,19 +147,80 @@ std::vector<SeqSpan> BlockExecutor::layer_spans(const BatchInput& b, int64_t lay
   return spans;
 }
 
-void BlockExecutor::fetch_experts(int64_t unit, int slot, int64_t batch, const void* blob,
-                                  const float* h, int64_t rows) {
-  if (experts_held_.size() <= static_cast<size_t>(slot)) experts_held_.resize(slot + 1);
-  std::vector<uint8_t>& held = experts_held_[static_cast<size_t>(slot)];
-  if (batch == 0) held.assign(static_cast<size_t>(model_.config().n_experts), 0);
+BlockExecutor::SlotExperts& BlockExecutor::slot_experts(int slot, int64_t unit) {
+  if (slot_experts_.size() <= static_cast<size_t>(slot)) slot_experts_.resize(slot + 1);
+  SlotExperts& x = slot_experts_[static_cast<size_t>(slot)];
+  if (x.unit != unit || x.forward != forwards_) {
+    OFFGEN_CHECK(x.pending.empty(), kInternal, "weight slot {}: reads of unit {} still pending",
+                 slot, x.unit);
+    const auto n = static_cast<size_t>(model_.config().n_experts);
+    x.unit = unit;
+    x.forward = forwards_;
+    x.held.assign(n, 0);
+    x.ahead.assign(n, 0);
+  }
+  return x;
+}
+
+void BlockExecutor::drain_ahead(bool quiet) {
+  for (SlotExperts& x : slot_experts_) {
+    while (!x.pending.empty()) {
+      const Ticket t = x.pending.back();
+      x.pending.pop_back();
+      try {
+        weights_.wait_ranges(t);
+      } catch (...) {
+        if (!quiet) throw;  // else the failure that ended the run is the one reported
+      }
+    }
+  }
+}
+
+void BlockExecutor::fetch_experts(int64_t unit, int slot, const void* blob, const float* h,
+                                  int64_t rows) {
+  SlotExperts& x = slot_experts(slot, unit);
   model_.route_unit(unit, blob, h, rows, scratch_, routed_);
   std::vector<std::pair<int64_t, int64_t>> missing;
   for (int64_t e : routed_) {
-    if (held[static_cast<size_t>(e)] != 0) continue;
-    held[static_cast<size_t>(e)] = 1;
+    const auto i = static_cast<size_t>(e);
+    if (x.ahead[i] == 1) {
+      x.ahead[i] = 2;
+      ++ahead_.used;
+    }
+    if (x.held[i] != 0) continue;
+    x.held[i] = 1;
     missing.push_back(model_.expert_range(unit, e));
   }
-  weights_.load_ranges(unit, slot, missing);  // read together: the disk queue stays full
+  // Read together with what is still on its way from ahead (the disk queue stays full); a wait
+  // that throws leaves the rest pending for the failure path (drain_ahead).
+  if (const std::optional<Ticket> t = weights_.fetch_ranges(unit, slot, missing))
+    x.pending.push_back(*t);
+  while (!x.pending.empty()) {
+    const Ticket t = x.pending.back();
+    x.pending.pop_back();
+    weights_.wait_ranges(t);
+  }
+}
+
+void BlockExecutor::fetch_ahead(int64_t unit, const float* h, int64_t rows) {
+  const int64_t next = unit + 2;  // the next MLP unit
+  // Its slot is the attention unit's before this one (three slots), whose compute has finished.
+  if (!experts_ahead_ || weights_.staging_slots() < 3 || next >= model_.num_units() ||
+      !weights_.lazy(next) || !model_.predict_experts(next, h, rows, scratch_, predicted_))
+    return;
+  const int slot = static_cast<int>(next % weights_.staging_slots());
+  SlotExperts& x = slot_experts(slot, next);
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (int64_t e : predicted_) {
+    const auto i = static_cast<size_t>(e);
+    if (x.held[i] != 0) continue;
+    x.held[i] = 1;
+    x.ahead[i] = 1;
+    ++ahead_.fetched;
+    ranges.push_back(model_.expert_range(next, e));
+  }
+  if (const std::optional<Ticket> t = weights_.fetch_ranges(next, slot, ranges, true))
+    x.pending.push_back(*t);
 }
 
 bool BlockExecutor::choose_on_demand(int64_t rows) {
@@ -181,9 +242,27 @@ bool BlockExecutor::choose_on_demand(int64_t rows) {
                                 part * t.load, t.compute, overlap_);
 }
 
+bool BlockExecutor::choose_ahead(int64_t rows) {
+  if (!overlap_ || !weights_.any_lazy()) return false;
+  const auto it = expert_move_times_.find(rows);
+  if (it == expert_move_times_.end() || it->second.plain_wall < 0) return false;
+  ExpertMoveTimes& t = it->second;
+  if (t.ahead_wall < 0) return true;
+  const bool faster = t.ahead_wall < t.plain_wall;
+  if (++t.since_probe < kAheadProbe) return faster;
+  t.since_probe = 0;
+  return !faster;
+}
+
 void BlockExecutor::note_expert_move(int64_t rows, double load, double compute, double wall) {
   const ModelConfig& c = model_.config();
-  if (!weights_.any_lazy() || !experts_by_cost(c.n_experts, c.n_experts_used, rows)) return;
+  if (!weights_.any_lazy()) return;
+  if (experts_on_demand_) {
+    double& avg = experts_ahead_ ? expert_move_times_[rows].ahead_wall
+                                 : expert_move_times_[rows].plain_wall;
+    avg = avg < 0 ? wall : 0.75 * avg + 0.25 * wall;
+  }
+  if (!experts_by_cost(c.n_experts, c.n_experts_used, rows)) return;
   ExpertMoveTimes& t = expert_move_times_[rows];
   if (experts_on_demand_) {
     t.on_demand_wall = wall;
@@ -222,8 +301,10 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
                          b.external ? b.external_policy : policy_};
       const int wslot = static_cast<int>(t.unit % weights_.staging_slots());
       const void* blob = weights_.acquire(t.unit, wslot);
-      if (experts_on_demand_ && weights_.lazy(t.unit))
-        fetch_experts(t.unit, wslot, t.batch, blob, h, rows);
+      if (experts_on_demand_ && weights_.lazy(t.unit)) {
+        fetch_experts(t.unit, wslot, blob, h, rows);
+        fetch_ahead(t.unit, h, rows);
+      }
       model_.run_unit(t.unit, blob, h, ub, scratch_);
       weights_.release(t.unit, wslot);
       if (t.unit + 1 == model_.num_units()) {
@@ -294,6 +375,7 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
   int64_t rows = 0;
   for (const BatchInput& b : batches) rows += static_cast<int64_t>(b.ids.size());
   experts_on_demand_ = choose_on_demand(rows);
+  experts_ahead_ = experts_on_demand_ && choose_ahead(rows);
   if (experts_on_demand_ && weights_.any_lazy()) ++on_demand_forwards_;
   const int64_t K = static_cast<int64_t>(batches.size());
   StepShape shape;
@@ -364,6 +446,7 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
       } catch (...) {  // nothing may still be reading or writing the buffers of this run
         backend_.synchronize();
         load_stream_->synchronize();
+        drain_ahead(true);
         throw;
       }
       const double dt = since(t0);
@@ -424,11 +507,13 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
   store_thread.join();
   if (!error) {
     const auto t0 = Clock::now();
+    drain_ahead(false);  // none left: each was waited for by the unit it was fetched for
     finish();
     compute_busy += since(t0);
   } else {  // nothing may still be reading or writing the buffers of this run
     backend_.synchronize();
     load_stream_->synchronize();
+    drain_ahead(true);
   }
   if (!error) note_expert_move(rows, load_busy, compute_busy, since(t_wall));
   times_.load += load_busy;

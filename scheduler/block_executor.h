@@ -61,20 +61,47 @@ class BlockExecutor {
   int64_t forwards() const { return forwards_; }     // run() calls so far
   // Of them, those that moved a mixture of experts' experts on demand (experts_on_demand).
   int64_t on_demand_forwards() const { return on_demand_forwards_; }
+  // In those, the experts fetched ahead (a unit's likely experts, guessed from the previous MLP
+  // unit's input while it computes; choose_ahead) and, of them, the ones the unit then routed to.
+  struct AheadStats {
+    int64_t fetched = 0, used = 0;
+  };
+  AheadStats ahead() const { return ahead_; }
 
  private:
   void execute(const Task& t, const std::vector<BatchInput>& batches);
   // A unit whose experts the weight store moves on demand: routes batch `batch`'s rows and brings
   // the experts they chose that `slot` does not hold yet (the block's first batch starts afresh),
   // so that a step moves the union of its batches' experts once.
-  void fetch_experts(int64_t unit, int slot, int64_t batch, const void* blob, const float* h,
-                     int64_t rows);
+  void fetch_experts(int64_t unit, int slot, const void* blob, const float* h, int64_t rows);
+  // With lanes overlapping, from the compute of MLP unit `unit` over `rows` rows of h: the next
+  // MLP unit's experts that its router (DecoderModel::predict_experts) picks for h, queued into
+  // its weight slot so that they arrive while this unit and the next attention unit compute.
+  void fetch_ahead(int64_t unit, const float* h, int64_t rows);
+  // The experts of `unit` that weight slot `slot` holds or has on the way, reset for a unit or
+  // forward other than the last one's.
+  struct SlotExperts {
+    int64_t unit = -1, forward = -1;
+    std::vector<uint8_t> held;    // expert -> in the slot (or queued)
+    std::vector<uint8_t> ahead;   // expert -> 1: fetched ahead, 2: and routed to
+    std::vector<Ticket> pending;  // reads fetched ahead, not yet waited for
+  };
+  SlotExperts& slot_experts(int slot, int64_t unit);
+  // Waits for every read fetched ahead (each ticket once); on a failure path, without throwing.
+  void drain_ahead(bool quiet);
   // Whether a forward of `rows` rows moves only the experts it routes to: by the expected share
   // (experts_on_demand); beyond it, whichever way its row count last measured faster, the
   // on-demand way first tried when move_experts_on_demand expects it to be (a row count's first
   // such forward moves whole units). Outputs are the same either way.
   bool choose_on_demand(int64_t rows);
-  // Records a forward's lane times and wall time for choose_on_demand.
+  // Whether an on-demand forward of `rows` rows fetches experts ahead (fetch_ahead): a wrong guess
+  // costs disk reads, which a forward that the disk binds pays in full, so by measurement: a row
+  // count's first such forward does not, its second does, and later ones do whichever way has
+  // the lower average wall time (each way's average moves a quarter of the way to every new
+  // forward's), but every kAheadProbe-th tries the other way again. Only with lanes overlapping.
+  bool choose_ahead(int64_t rows);
+  static constexpr int kAheadProbe = 8;
+  // Records a forward's lane times and wall time for choose_on_demand and choose_ahead.
   void note_expert_move(int64_t rows, double load, double compute, double wall);
   std::vector<KvSeqView> kv_views(const BatchInput& b, int64_t layer, int slot);
   // The batch's spans for one layer: n_past as the layer's table holds it (a window table's
@@ -118,11 +145,18 @@ class BlockExecutor {
   int64_t d2h_bytes_ = 0;
   int64_t forwards_ = 0, on_demand_forwards_ = 0;
   bool experts_on_demand_ = false;  // this forward moves only the experts it routes to
-  std::vector<std::vector<uint8_t>> experts_held_;  // per weight slot: expert -> in the slot
+  bool experts_ahead_ = false;      // and fetches the next MLP unit's likely ones ahead
+  std::vector<SlotExperts> slot_experts_;  // per weight slot
+  AheadStats ahead_;
+  std::vector<int64_t> predicted_;
   // Per row count of forwards whose experts move by cost: the last whole-unit forward's load and
   // compute lane times and wall time, and the last on-demand one's wall time (< 0: none yet).
+  // Per row count of on-demand forwards: the average wall time without and with experts fetched
+  // ahead.
   struct ExpertMoveTimes {
     double load = 0, compute = 0, whole_wall = -1, on_demand_wall = -1;
+    double plain_wall = -1, ahead_wall = -1;
+    int since_probe = 0;
   };
   std::map<int64_t, ExpertMoveTimes> expert_move_times_;
   std::vector<int64_t> routed_;

@@ -82,6 +82,9 @@ struct GenerationStats {
   // Mixtures of experts whose experts move on demand: experts brought (once per forward and
   // layer each, the union over the block's batches) and their bytes.
   int64_t expert_loads = 0, expert_load_bytes = 0;
+  // Of those experts, the ones fetched ahead (guessed from the previous MLP unit's input) and, of
+  // them, the ones then routed to.
+  int64_t experts_ahead = 0, experts_ahead_used = 0;
   // Shared contexts (requests with a context): built once each — prefilled (its tokens count in
   // prefill_tokens, its time in prefill_seconds) and compressed — and held once for all of them.
   int64_t contexts = 0;           // contexts built

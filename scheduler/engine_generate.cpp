@@ -43,6 +43,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
   const int64_t forwards0 = executor_->forwards();
   const int64_t on_demand0 = executor_->on_demand_forwards();
   const WeightLoadStats loads0 = weights_->load_stats();
+  const BlockExecutor::AheadStats ahead0 = executor_->ahead();
   Run run(requests, cb);
   run.committed = weight_need_;
   for (size_t i = 0; i < requests.size(); ++i) run.waiting.push_back(i);
@@ -57,6 +58,8 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
     const WeightLoadStats loads = weights_->load_stats();
     stats_.expert_loads = loads.ranges - loads0.ranges;
     stats_.expert_load_bytes = loads.range_bytes - loads0.range_bytes;
+    stats_.experts_ahead = executor_->ahead().fetched - ahead0.fetched;
+    stats_.experts_ahead_used = executor_->ahead().used - ahead0.used;
     const LaneTimes& l = executor_->times();
     stats_.lanes = LaneTimes{l.load - lanes0.load, l.compute - lanes0.compute,
                              l.store - lanes0.store, l.wall - lanes0.wall, l.bound - lanes0.bound};

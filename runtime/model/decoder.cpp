@@ -190,9 +190,36 @@ DecoderModel::DecoderModel(const WeightSource& src, Backend& backend, int64_t co
                               : backend_.prepare_table(emb.dtype, emb.data, c.vocab_size, e);
   }
   for (int64_t u = 0; u < num_units(); ++u) layouts_.push_back(make_layout(u));
+  copy_routers();
   if (!c.learned_pos) {
     inv_freq_ = c.rope_inv_freq(false, context);
     if (c.n_sliding_layers() > 0) inv_freq_local_ = c.rope_inv_freq(true);
+  }
+}
+
+void DecoderModel::copy_routers() {
+  const ModelConfig& c = config_;
+  if (!c.moe() || !backend_.device_is_host()) return;
+  routers_.resize(static_cast<size_t>(num_units()));
+  for (int64_t u = 0; u < num_units(); ++u) {
+    const Layout& L = layout(u);
+    if (L.experts.empty()) continue;
+    RouterCopy& r = routers_[static_cast<size_t>(u)];
+    r.layout.layer = L.layer;
+    r.layout.norm = 0;  // then the router, as the blob stores it
+    std::vector<std::string> names;
+    std::vector<int64_t> rows;
+    for (const Part& p : L.router.parts) {
+      names.insert(names.end(), p.names.begin(), p.names.end());
+      rows.insert(rows.end(), p.tensor_rows.begin(), p.tensor_rows.end());
+    }
+    const int64_t end = place_matrix(names, rows, c.d_model, align_up(c.d_model * 4, 64),
+                                     r.layout.router);
+    r.bytes = backend_.alloc(align_up(end, 4096), Tier::kDevice);
+    auto* base = static_cast<uint8_t*>(r.bytes.data());
+    const auto gain = load_gain(src_, layer_name(L.layer, "ffn_norm.weight"), c.d_model);
+    std::memcpy(base, gain.data(), gain.size() * 4);
+    build_matrix(r.layout.router, base);
   }
 }
 
@@ -349,8 +376,10 @@ int64_t DecoderModel::unit_head_bytes(int64_t unit) const {
 }
 
 int64_t DecoderModel::resident_bytes() const {
+  int64_t routers = 0;
+  for (const RouterCopy& r : routers_) routers += r.bytes.bytes();
   return tok_embd_.bytes() + pos_embd_.bytes() + proj_in_.bytes() + proj_out_.bytes() +
-         lm_head_.bytes() + out_norm_.bytes() + out_norm_b_.bytes();
+         lm_head_.bytes() + out_norm_.bytes() + out_norm_b_.bytes() + routers;
 }
 
 ForwardLayout DecoderModel::forward_layout() const {

@@ -91,13 +91,19 @@ class DecoderModel {
   // run_unit will read of the blob's experts. Reads only the blob's head (unit_head_bytes).
   void route_unit(int64_t unit, const void* blob, const float* hidden, int64_t rows,
                   DecoderScratch& s, std::vector<int64_t>& experts) const;
+  // The same from a resident copy of unit u's norm gain and router (no blob needed), so that a
+  // schedule can guess a later unit's experts from an earlier unit's input and fetch them ahead.
+  // Mixtures of experts on host backends keep the copies (resident_bytes counts them); false,
+  // with no experts, elsewhere.
+  bool predict_experts(int64_t unit, const float* hidden, int64_t rows, DecoderScratch& s,
+                       std::vector<int64_t>& experts) const;
   // Counts every routing of the MLP units' forwards into `counts` (reset to this model's layers
   // and experts) from now on; nullptr stops. Not thread-safe: forwards run one at a time.
   void count_routing(RoutingCounts* counts);
   const ExpertOrder& expert_order() const { return expert_order_; }
   // Writes unit u's blob (unit_bytes(u), 64-byte aligned) from the weight source. Thread-safe.
   void build_unit(int64_t unit, void* dst) const;
-  int64_t resident_bytes() const;  // embedding + output head + norms
+  int64_t resident_bytes() const;  // embedding + output head + norms (+ the router copies)
   // What a forward on this backend holds per row, sequence and compute thread (the block
   // executor's buffers, DecoderScratch, the backend's workspace) for the memory accounting.
   ForwardLayout forward_layout() const;
@@ -161,6 +167,17 @@ class DecoderModel {
   // (then the shared expert's gate logits, [rows] after [rows][n_experts]).
   const float* moe_route(const Layout& L, const uint8_t* base, const float* in, int64_t rows,
                          DecoderScratch& s) const;
+  // The experts (ascending) that L's norm and router, in the bytes at `base`, pick for `rows`
+  // rows of hidden.
+  void routed_experts(const Layout& L, const uint8_t* base, const float* hidden, int64_t rows,
+                      DecoderScratch& s, std::vector<int64_t>& experts) const;
+  // Mixture-of-experts MLP units' norm gain and router, resident (predict_experts): their own
+  // bytes, laid out as a Layout whose other members are absent.
+  struct RouterCopy {
+    Buffer bytes;
+    Layout layout;
+  };
+  void copy_routers();
   Layout make_layout(int64_t unit) const;
   // The matmul storage of tensor `name` (rows of `cols` elements coming as `src`): the backend's
   // WeightMode, for a mode that quantises through the rule table (quant_rules.h).
@@ -186,6 +203,7 @@ class DecoderModel {
   Weight lm_head_;   // [vocab, embed_width]
   std::vector<Layout> layouts_;  // per unit
   ExpertOrder expert_order_;     // per layer (empty: index order)
+  std::vector<RouterCopy> routers_;  // per unit (empty: none kept)
   RoutingCounts* routing_counts_ = nullptr;
   std::vector<float> inv_freq_, inv_freq_local_;  // RoPE of the global / sliding-window layers
 };

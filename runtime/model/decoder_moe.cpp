@@ -27,13 +27,10 @@ const float* DecoderModel::moe_route(const Layout& L, const uint8_t* base, const
   return host;
 }
 
-void DecoderModel::route_unit(int64_t unit, const void* blob, const float* hidden, int64_t rows,
-                              DecoderScratch& s, std::vector<int64_t>& experts) const {
-  experts.clear();
-  const Layout& L = layout(unit);
-  if (L.experts.empty()) return;
+void DecoderModel::routed_experts(const Layout& L, const uint8_t* base, const float* hidden,
+                                  int64_t rows, DecoderScratch& s,
+                                  std::vector<int64_t>& experts) const {
   const ModelConfig& c = config_;
-  const auto* base = static_cast<const uint8_t*>(blob);
   s.reserve(backend_, c, rows);
   // The MLP unit's input as run_unit forms it (RMSNorm before the MLP: ModelConfig::validate).
   const auto* norm = reinterpret_cast<const float*>(base + L.norm);
@@ -41,6 +38,24 @@ void DecoderModel::route_unit(int64_t unit, const void* blob, const float* hidde
   moe_route(L, base, s.x.data(), rows, s);
   for (int64_t e = 0; e < c.n_experts; ++e)
     if (!s.routing.rows[static_cast<size_t>(e)].empty()) experts.push_back(e);
+}
+
+void DecoderModel::route_unit(int64_t unit, const void* blob, const float* hidden, int64_t rows,
+                              DecoderScratch& s, std::vector<int64_t>& experts) const {
+  experts.clear();
+  const Layout& L = layout(unit);
+  if (L.experts.empty()) return;
+  routed_experts(L, static_cast<const uint8_t*>(blob), hidden, rows, s, experts);
+}
+
+bool DecoderModel::predict_experts(int64_t unit, const float* hidden, int64_t rows,
+                                   DecoderScratch& s, std::vector<int64_t>& experts) const {
+  experts.clear();
+  if (unit < 0 || unit >= static_cast<int64_t>(routers_.size())) return false;
+  const RouterCopy& r = routers_[static_cast<size_t>(unit)];
+  if (r.bytes.data() == nullptr) return false;
+  routed_experts(r.layout, static_cast<const uint8_t*>(r.bytes.data()), hidden, rows, s, experts);
+  return true;
 }
 
 std::pair<int64_t, int64_t> DecoderModel::expert_range(int64_t unit, int64_t e) const {

@@ -99,26 +99,39 @@ TEST_CASE("OPT, Qwen2/3, Gemma 2/3, Llama 3.1 and MoE checkpoints: logits bitwis
 }
 
 TEST_CASE("MoE checkpoints with experts on disk: a forward of few rows moves only its experts, "
-          "with the same logits",
+          "fetching the next layer's likely ones ahead, with the same logits",
           "[placement][hf][moe]") {
-  // One sequence per forward: each decode step routes one row to k of E experts (k/E <= 1/2 in
-  // all three), so only those move; the prompts' forwards expect most experts and move whole
-  // units. Logits are those of the same split with the weights in RAM.
+  // One or two sequences per forward (one or two batches): each decode step routes them to k of
+  // E experts (few enough in all three), so only those move; the prompts' forwards expect most
+  // experts and move whole units. With lanes overlapping, each MLP unit also fetches the next
+  // one's likely experts ahead (its router over this unit's input). Logits are those of the same
+  // split with the weights in RAM.
   for (const char* name : {"mixtral", "qwen2_moe", "qwen3_moe"}) {
     const std::string model = std::string(OFFGEN_TEST_DATA) + "/hf_models/" + name;
-    INFO(name);
-    const Run ram = run(model, placement(100, 0, 100, 0, true, 1, 1));
-    CHECK(ram.stats.expert_loads == 0);
-    for (const Policy& p : {placement(0, 0, 100, 0, true, 1, 1), placement(0, 0, 100, 0, false, 1, 1),
-                            placement(0, 30, 100, 0, true, 1, 1)}) {
-      const Run disk = run(model, p);
-      REQUIRE(disk.logits.size() == ram.logits.size());
-      int mismatched = 0;
-      for (const auto& [key, row] : ram.logits)
-        mismatched += std::memcmp(row.data(), disk.logits.at(key).data(), row.size() * 4) != 0;
-      CHECK(mismatched == 0);
-      CHECK(disk.stats.expert_loads > 0);
-      CHECK(disk.stats.expert_load_bytes > 0);
+    for (const int batches : {1, 2}) {
+      INFO(name << ", " << batches << " batches");
+      const Run ram = run(model, placement(100, 0, 100, 0, true, 1, batches));
+      CHECK(ram.stats.expert_loads == 0);
+      CHECK(ram.stats.experts_ahead == 0);
+      for (const Policy& p :
+           {placement(0, 0, 100, 0, true, 1, batches), placement(0, 0, 100, 0, false, 1, batches),
+            placement(0, 30, 100, 0, true, 1, batches)}) {
+        const Run disk = run(model, p);
+        REQUIRE(disk.logits.size() == ram.logits.size());
+        int mismatched = 0;
+        for (const auto& [key, row] : ram.logits)
+          mismatched += std::memcmp(row.data(), disk.logits.at(key).data(), row.size() * 4) != 0;
+        CHECK(mismatched == 0);
+        CHECK(disk.stats.expert_loads > 0);
+        CHECK(disk.stats.expert_load_bytes > 0);
+        // Ahead only with overlapping lanes; a guess is counted used at most once.
+        if (p.overlap)
+          CHECK(disk.stats.experts_ahead > 0);
+        else
+          CHECK(disk.stats.experts_ahead == 0);
+        CHECK(disk.stats.experts_ahead_used <= disk.stats.experts_ahead);
+        CHECK(disk.stats.experts_ahead <= disk.stats.expert_loads);
+      }
     }
   }
 }

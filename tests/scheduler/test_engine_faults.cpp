@@ -14,6 +14,7 @@
 
 #include "runtime/core/stop.h"
 #include "scheduler/engine.h"
+#include "tests/temp_dir.h"
 
 using namespace offgen;
 
@@ -200,4 +201,35 @@ TEST_CASE("a stop token ends the model load between units", "[engine][faults][st
   }
   Engine engine(options(2));  // nothing left behind
   CHECK(engine.generate(requests(1, 2))[0].finish_reason == FinishReason::kLength);
+}
+
+TEST_CASE("a stop token inside the decode forwards of a mixture of experts fetching experts ahead",
+          "[engine][faults][stop][moe]") {
+  // Experts on disk, lanes overlapping, one sequence per forward: the MLP units fetch the next
+  // one's likely experts ahead, and a stop between two units leaves such reads in flight. They are
+  // waited for before generate() returns, and the engine gives the clean results again.
+  EngineOptions eo = options(1);
+  eo.model = std::string(OFFGEN_TEST_DATA) + "/hf_models/qwen3_moe";
+  eo.policy.weight_gpu_percent = 0;  // 100% on disk
+  eo.policy.weight_cpu_percent = 0;
+  const test::TempDir dir;
+  eo.policy.offload_dir = dir.path();
+  Engine engine(eo);
+  const auto reqs = requests(2, 8);
+  const std::vector<Result> clean = engine.generate(reqs);
+  REQUIRE(engine.last_stats().experts_ahead > 0);
+  for (const int64_t nth : {9, 22, 41}) {  // checkpoints into the decode phase: between units
+    INFO("stop at decode checkpoint " << nth);
+    StopSource source;
+    source.pause_at("decode", nth);
+    GenerateCallbacks cb;
+    cb.stop = source.token();
+    {
+      StopWhenPaused asker(source);
+      engine.generate(reqs, cb);
+    }
+    CHECK(engine.last_stats().interrupted);
+  }
+  const std::vector<Result> again = engine.generate(reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) CHECK(again[i].tokens == clean[i].tokens);
 }
