@@ -207,6 +207,26 @@ def plot(args, result: dict) -> None:
     sh([REPO / "build/bench/plot_lines", "--spec", spec_path, "--out", args.plot])
 
 
+def merge(args) -> None:
+    result = {"points": {}, "merged": []}
+    for f in args.merge.split(","):
+        part = json.loads(Path(f).read_text())
+        for preset, points in part["points"].items():
+            result["points"].setdefault(preset, {}).update(points)
+        result["merged"].append({k: part.get(k) for k in ("date", "commit", "cpu_mem", "loadavg")}
+                                | {"file": f})
+    # The plot's title names the run settings: those of the last file, and every --cpu-mem used.
+    for k in ("prompt_len", "gen_len", "threads"):
+        setattr(args, k, part.get(k, getattr(args, k)))
+    args.cpu_mem = " / ".join(sorted({str(m["cpu_mem"]) for m in result["merged"]}))
+    args.json.write_text(json.dumps(result, indent=1, default=str))
+    if args.md:
+        args.md.write_text(markdown(result))
+    if args.plot:
+        plot(args, result)
+    log(f"wrote {args.json}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--presets", default="llama-7b,llama-13b,llama-30b,llama-70b")
@@ -230,10 +250,15 @@ def main() -> None:
     ap.add_argument("--md", type=Path, help="Markdown table")
     ap.add_argument("--plot", type=Path, help="PNG: total tok/s against prompts (build/bench/plot_lines)")
     ap.add_argument("--resume", action="store_true", help="skip points already in --json")
+    ap.add_argument("--merge", help="runs nothing: merges the points of these JSON files (comma "
+                    "separated, later ones win a point both hold) into --json, --md and --plot")
     ap.add_argument("--quick", action="store_true",
                     help="smoke test: smollm2-135m in Q4_0, jobs of 2 and 4 prompts, prompt 8, gen 4, "
                          "1 thread, no fio; llama.cpp on it when --llama-bin is given")
     args = ap.parse_args()
+    if args.merge:
+        merge(args)
+        return
     if args.quick:
         args.presets, args.format, args.prompts = "smollm2-135m", "q4_0", "2,4"
         args.prompt_len, args.gen_len, args.threads, args.fio_gib = 8, 4, 1, 0
