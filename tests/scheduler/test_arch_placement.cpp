@@ -155,9 +155,13 @@ TEST_CASE("MoE experts placed hottest first by measured routing: the same logits
       CHECK(c.rows[l] > 0);
       CHECK(choices == c.rows[l] * k);
     }
-    const Run index = run(model, placement(0, 50, 100, 0, true, 1, 1));
-    for (const Policy& p : {placement(100, 0, 100, 0, true, 1, 1), placement(0, 50, 100, 0, true, 1, 1),
-                            placement(0, 0, 100, 0, false, 1, 1), placement(0, 50, 100, 0, true, 2, 2)}) {
+    // The bytes compared with lanes in sequence: overlapping lanes may also fetch experts ahead,
+    // as their measured wall times choose, and a wrong guess reads more.
+    const Run index = run(model, placement(0, 50, 100, 0, false, 1, 1));
+    for (const Policy& p :
+         {placement(100, 0, 100, 0, true, 1, 1), placement(0, 50, 100, 0, true, 1, 1),
+          placement(0, 50, 100, 0, false, 1, 1), placement(0, 0, 100, 0, false, 1, 1),
+          placement(0, 50, 100, 0, true, 2, 2)}) {
       const Run hot = run(model, p, ram.routing);
       CHECK(hot.hot_first);
       REQUIRE(hot.logits.size() == ram.logits.size());
@@ -165,7 +169,7 @@ TEST_CASE("MoE experts placed hottest first by measured routing: the same logits
       for (const auto& [key, row] : ram.logits)
         mismatched += std::memcmp(row.data(), hot.logits.at(key).data(), row.size() * 4) != 0;
       CHECK(mismatched == 0);
-      if (p.weight_cpu_percent == 50 && p.gpu_batch_size == 1)
+      if (p.weight_cpu_percent == 50 && p.gpu_batch_size == 1 && !p.overlap)
         CHECK(hot.stats.io.bytes_read < index.stats.io.bytes_read);
     }
     // Routing measured on another model is not used.
