@@ -115,7 +115,7 @@ void WeightStore::wait_ranges(std::optional<Ticket> ticket) {
 }
 
 std::optional<Ticket> WeightStore::fetch_ranges(
-    int64_t unit, int slot, std::span<const std::pair<int64_t, int64_t>> ranges, bool ahead) {
+    int64_t unit, int slot, std::span<const std::pair<int64_t, int64_t>> ranges) {
   const Unit& x = units_[unit];
   auto* dst = static_cast<std::byte*>(staging_[slot].data());
   // Each range's part in RAM (after the device part, which is empty where device memory is host
@@ -139,7 +139,6 @@ std::optional<Ticket> WeightStore::fetch_ranges(
     }
     ++lazy_ranges_;
     lazy_range_bytes_ += bytes;
-    if (ahead) ++lazy_ahead_;
   }
   if (ops.empty()) return std::nullopt;
   return disk_->submit(ops);

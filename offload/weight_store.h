@@ -26,10 +26,9 @@
 
 namespace offgen {
 
-// The lazy ranges load_ranges() and fetch_ranges() brought (whole units by load() not counted);
-// of them, those fetched ahead.
+// The lazy ranges load_ranges() and fetch_ranges() brought (whole units by load() not counted).
 struct WeightLoadStats {
-  int64_t ranges = 0, range_bytes = 0, ahead = 0;
+  int64_t ranges = 0, range_bytes = 0;
 };
 
 struct WeightStoreStats {
@@ -87,14 +86,13 @@ class WeightStore {
   void load_ranges(int64_t unit, int slot, std::span<const std::pair<int64_t, int64_t>> ranges);
   // The same without blocking on the disk: the RAM parts are copied now, the disk parts queued;
   // wait_ranges() with the ticket (none: nothing queued) before anything reads them or the slot
-  // is loaded again. `ahead`: counted as fetched ahead (load_stats). A unit's lazy ranges are
-  // outside what load() writes, so the load lane may load the same slot's head meanwhile.
+  // is loaded again. A unit's lazy ranges are outside what load() writes, so the load lane may
+  // load the same slot's head meanwhile.
   std::optional<Ticket> fetch_ranges(int64_t unit, int slot,
-                                     std::span<const std::pair<int64_t, int64_t>> ranges,
-                                     bool ahead = false);
+                                     std::span<const std::pair<int64_t, int64_t>> ranges);
   void wait_ranges(std::optional<Ticket> ticket);
   WeightLoadStats load_stats() const {
-    return {lazy_ranges_.load(), lazy_range_bytes_.load(), lazy_ahead_.load()};
+    return {lazy_ranges_.load(), lazy_range_bytes_.load()};
   }
   const WeightStoreStats& stats() const { return stats_; }
   int64_t h2d_bytes() const { return h2d_bytes_.load(); }  // host/disk -> device copies so far
@@ -123,7 +121,7 @@ class WeightStore {
   bool split_ = false;  // device memory is not host memory: shares on both
   WeightStoreStats stats_;
   std::atomic<int64_t> h2d_bytes_{0};
-  std::atomic<int64_t> lazy_ranges_{0}, lazy_range_bytes_{0}, lazy_ahead_{0};
+  std::atomic<int64_t> lazy_ranges_{0}, lazy_range_bytes_{0};
 };
 
 }  // namespace offgen

@@ -162,18 +162,20 @@ BlockExecutor::SlotExperts& BlockExecutor::slot_experts(int slot, int64_t unit) 
   return x;
 }
 
-void BlockExecutor::drain_ahead(bool quiet) {
-  for (SlotExperts& x : slot_experts_) {
-    while (!x.pending.empty()) {
-      const Ticket t = x.pending.back();
-      x.pending.pop_back();
-      try {
-        weights_.wait_ranges(t);
-      } catch (...) {
-        if (!quiet) throw;  // else the failure that ended the run is the one reported
-      }
+void BlockExecutor::wait_pending(SlotExperts& x, bool quiet) {
+  while (!x.pending.empty()) {
+    const Ticket t = x.pending.back();
+    x.pending.pop_back();
+    try {
+      weights_.wait_ranges(t);
+    } catch (...) {
+      if (!quiet) throw;  // else the failure that ended the run is the one reported
     }
   }
+}
+
+void BlockExecutor::drain_ahead(bool quiet) {
+  for (SlotExperts& x : slot_experts_) wait_pending(x, quiet);
 }
 
 void BlockExecutor::fetch_experts(int64_t unit, int slot, const void* blob, const float* h,
@@ -195,11 +197,7 @@ void BlockExecutor::fetch_experts(int64_t unit, int slot, const void* blob, cons
   // that throws leaves the rest pending for the failure path (drain_ahead).
   if (const std::optional<Ticket> t = weights_.fetch_ranges(unit, slot, missing))
     x.pending.push_back(*t);
-  while (!x.pending.empty()) {
-    const Ticket t = x.pending.back();
-    x.pending.pop_back();
-    weights_.wait_ranges(t);
-  }
+  wait_pending(x, false);
 }
 
 void BlockExecutor::fetch_ahead(int64_t unit, const float* h, int64_t rows) {
@@ -219,7 +217,7 @@ void BlockExecutor::fetch_ahead(int64_t unit, const float* h, int64_t rows) {
     ++ahead_.fetched;
     ranges.push_back(model_.expert_range(next, e));
   }
-  if (const std::optional<Ticket> t = weights_.fetch_ranges(next, slot, ranges, true))
+  if (const std::optional<Ticket> t = weights_.fetch_ranges(next, slot, ranges))
     x.pending.push_back(*t);
 }
 

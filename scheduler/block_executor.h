@@ -70,9 +70,9 @@ class BlockExecutor {
 
  private:
   void execute(const Task& t, const std::vector<BatchInput>& batches);
-  // A unit whose experts the weight store moves on demand: routes batch `batch`'s rows and brings
-  // the experts they chose that `slot` does not hold yet (the block's first batch starts afresh),
-  // so that a step moves the union of its batches' experts once.
+  // A unit whose experts the weight store moves on demand: routes one batch's rows and brings the
+  // experts they chose that `slot` does not hold or have on the way yet (slot_experts: afresh for
+  // each forward), so that a step moves the union of its batches' experts once.
   void fetch_experts(int64_t unit, int slot, const void* blob, const float* h, int64_t rows);
   // With lanes overlapping, from the compute of MLP unit `unit` over `rows` rows of h: the next
   // MLP unit's experts that its router (DecoderModel::predict_experts) picks for h, queued into
@@ -87,7 +87,9 @@ class BlockExecutor {
     std::vector<Ticket> pending;  // reads fetched ahead, not yet waited for
   };
   SlotExperts& slot_experts(int slot, int64_t unit);
-  // Waits for every read fetched ahead (each ticket once); on a failure path, without throwing.
+  // Waits for each of x's pending reads once, popping it first; `quiet` (a failure path): without
+  // throwing. drain_ahead: the same for every slot.
+  void wait_pending(SlotExperts& x, bool quiet);
   void drain_ahead(bool quiet);
   // Whether a forward of `rows` rows moves only the experts it routes to: by the expected share
   // (experts_on_demand); beyond it, whichever way its row count last measured faster, the
@@ -149,10 +151,9 @@ class BlockExecutor {
   std::vector<SlotExperts> slot_experts_;  // per weight slot
   AheadStats ahead_;
   std::vector<int64_t> predicted_;
-  // Per row count of forwards whose experts move by cost: the last whole-unit forward's load and
-  // compute lane times and wall time, and the last on-demand one's wall time (< 0: none yet).
-  // Per row count of on-demand forwards: the average wall time without and with experts fetched
-  // ahead.
+  // Per row count: of forwards whose experts move by cost, the last whole-unit forward's load and
+  // compute lane times and wall time and the last on-demand one's wall time; of on-demand
+  // forwards, the average wall time without and with experts fetched ahead (< 0: none yet).
   struct ExpertMoveTimes {
     double load = 0, compute = 0, whole_wall = -1, on_demand_wall = -1;
     double plain_wall = -1, ahead_wall = -1;
