@@ -57,6 +57,14 @@ Run run(const std::string& model, const Policy& p, const RoutingProfile& order =
   return out;
 }
 
+// Logits rows of `a` that `b` does not hold bitwise (b must hold every key of a).
+int mismatched_rows(const Run& a, const Run& b) {
+  int n = 0;
+  for (const auto& [key, row] : a.logits)
+    n += std::memcmp(row.data(), b.logits.at(key).data(), row.size() * 4) != 0;
+  return n;
+}
+
 Policy placement(double wg, double wc, double cg, double cc, bool overlap, int gbs = 2,
                  int ngb = 2) {
   Policy p;
@@ -83,10 +91,7 @@ TEST_CASE("OPT, Qwen2/3, Gemma 2/3, Llama 3.1 and MoE checkpoints: logits bitwis
                             placement(30, 20, 0, 50, true), placement(0, 0, 0, 0, false)}) {
       const Run r = run(model, p);
       REQUIRE(r.logits.size() == ref.logits.size());
-      int mismatched = 0;
-      for (const auto& [key, row] : ref.logits)
-        mismatched += std::memcmp(row.data(), r.logits.at(key).data(), row.size() * 4) != 0;
-      CHECK(mismatched == 0);
+      CHECK(mismatched_rows(ref, r) == 0);
     }
     for (auto [gbs, ngb] : {std::pair{1, 4}, {4, 1}, {3, 1}}) {
       const Run r = run(model, placement(40, 10, 50, 0, true, gbs, ngb));
@@ -118,10 +123,7 @@ TEST_CASE("MoE checkpoints with experts on disk: a forward of few rows moves onl
             placement(0, 30, 100, 0, true, 1, batches)}) {
         const Run disk = run(model, p);
         REQUIRE(disk.logits.size() == ram.logits.size());
-        int mismatched = 0;
-        for (const auto& [key, row] : ram.logits)
-          mismatched += std::memcmp(row.data(), disk.logits.at(key).data(), row.size() * 4) != 0;
-        CHECK(mismatched == 0);
+        CHECK(mismatched_rows(ram, disk) == 0);
         CHECK(disk.stats.expert_loads > 0);
         CHECK(disk.stats.expert_load_bytes > 0);
         // Ahead only with overlapping lanes; a guess is counted used at most once.
@@ -165,10 +167,7 @@ TEST_CASE("MoE experts placed hottest first by measured routing: the same logits
       const Run hot = run(model, p, ram.routing);
       CHECK(hot.hot_first);
       REQUIRE(hot.logits.size() == ram.logits.size());
-      int mismatched = 0;
-      for (const auto& [key, row] : ram.logits)
-        mismatched += std::memcmp(row.data(), hot.logits.at(key).data(), row.size() * 4) != 0;
-      CHECK(mismatched == 0);
+      CHECK(mismatched_rows(ram, hot) == 0);
       if (p.weight_cpu_percent == 50 && p.gpu_batch_size == 1 && !p.overlap)
         CHECK(hot.stats.io.bytes_read < index.stats.io.bytes_read);
     }
