@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -83,7 +84,14 @@ struct NvmeStore::Impl {
     return n;
   }
 
+  // The engine is driven by one thread at a time: the holder of io_mu while no reaper is blocked,
+  // or the reaper, which blocks in engine->reap() with io_mu released (`reaping` set) so that
+  // other threads keep submitting; their chunks wait in `pending` until the reaper wakes (at the
+  // next completion) and issues them. Threads waiting for their tickets meanwhile sleep on
+  // `reaped`, notified after each round of completions and when the reaper leaves.
   std::mutex io_mu;  // everything below
+  std::condition_variable reaped;
+  bool reaping = false;
   std::deque<Chunk> pending;
   std::vector<Chunk> slots;
   std::vector<uint32_t> free_slots;
@@ -186,9 +194,11 @@ struct NvmeStore::Impl {
     retry(c, progress == 0, "short transfer without progress");
   }
 
-  // Hands pending chunks to the engine up to the queue depth. If the engine throws, the batch is
-  // back in `pending` and nothing of it is in flight.
+  // Hands pending chunks to the engine up to the queue depth; leaves them queued while a reaper
+  // holds the engine (it issues them when it wakes). If the engine throws, the batch is back in
+  // `pending` and nothing of it is in flight.
   void issue() {
+    if (reaping) return;
     batch.clear();
     while (!pending.empty() && in_flight + batch.size() < depth) {
       Chunk c = pending.front();
@@ -212,12 +222,52 @@ struct NvmeStore::Impl {
     st.engine_ops.fetch_add(batch.size(), std::memory_order_relaxed);
   }
 
-  // Issues, then handles completions (blocking for at least one when `block`).
-  void pump(bool block) {
+  // Issues, then handles the completions that are there (never blocks; nothing while a reaper
+  // holds the engine).
+  void pump() {
+    if (reaping) return;
     issue();
     if (in_flight == 0) return;
-    const size_t n = engine->reap(completions, block ? 1 : 0);
+    const size_t n = engine->reap(completions, 0);
     for (size_t i = 0; i < n; ++i) complete(completions[i]);
+  }
+
+  // issue() for the reaper: a batch that the engine refuses fails the tickets it belongs to (their
+  // waiters raise it) instead of going to whichever thread happens to reap.
+  void issue_or_fail() {
+    try {
+      issue();
+    } catch (const std::exception& e) {
+      std::vector<Chunk> refused(pending.begin(), pending.begin() + batch.size());
+      pending.erase(pending.begin(), pending.begin() + batch.size());
+      for (const Chunk& c : refused) fail(c, EIO, e.what());
+    }
+  }
+
+  // As the reaper: issues what is pending, blocks for at least one completion with `lock`
+  // released, handles the completions and issues what was queued meanwhile. Sleeping waiters are
+  // woken when it returns or throws.
+  void reap_blocking(std::unique_lock<std::mutex>& lock) {
+    struct WakeWaiters {
+      std::condition_variable& cv;
+      ~WakeWaiters() { cv.notify_all(); }
+    } wake{reaped};
+    issue_or_fail();
+    if (in_flight == 0) return;
+    reaping = true;
+    size_t n = 0;
+    std::exception_ptr failure;
+    lock.unlock();
+    try {
+      n = engine->reap(completions, 1);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    lock.lock();
+    reaping = false;
+    if (failure) std::rethrow_exception(failure);
+    for (size_t i = 0; i < n; ++i) complete(completions[i]);
+    issue_or_fail();
   }
 
   void check_extent(const Extent& e, uint64_t offset, uint64_t bytes, const char* what) const {
@@ -260,15 +310,21 @@ struct NvmeStore::Impl {
     return id;
   }
 
-  void wait_locked(Ticket id) {
+  // Returns when the ticket's ops are done: as the reaper when none is blocked, else asleep until
+  // the reaper's next round. (The entry stays in `tickets` until then, so `it` stays valid.)
+  void wait_locked(Ticket id, std::unique_lock<std::mutex>& lock) {
     auto it = tickets.find(id);
     OFFGEN_CHECK(it != tickets.end(), kInput, "NVMe store {}: unknown or already waited ticket {}",
                  file.path(), id);
     while (it->second.outstanding > 0) {
+      if (reaping) {
+        reaped.wait(lock);
+        continue;
+      }
       OFFGEN_CHECK(in_flight > 0 || !pending.empty(), kInternal,
                    "NVMe store {}: ticket {} has {} outstanding ops but nothing is queued",
                    file.path(), id, it->second.outstanding);
-      pump(true);
+      reap_blocking(lock);
     }
     TicketState t = std::move(it->second);
     tickets.erase(it);
@@ -447,8 +503,8 @@ Ticket NvmeStore::submit(std::span<const IoOp> ops) {
 }
 
 void NvmeStore::wait(Ticket ticket) {
-  std::lock_guard lock(impl_->io_mu);
-  impl_->wait_locked(ticket);
+  std::unique_lock lock(impl_->io_mu);
+  impl_->wait_locked(ticket, lock);
 }
 
 bool NvmeStore::poll(Ticket ticket) {
@@ -456,14 +512,14 @@ bool NvmeStore::poll(Ticket ticket) {
   auto it = impl_->tickets.find(ticket);
   OFFGEN_CHECK(it != impl_->tickets.end(), kInput, "NVMe store {}: unknown ticket {}",
                impl_->file.path(), ticket);
-  if (it->second.outstanding > 0) impl_->pump(false);
+  if (it->second.outstanding > 0) impl_->pump();
   return impl_->tickets.at(ticket).outstanding == 0;
 }
 
 bool NvmeStore::register_buffers(std::span<const HostRegion> regions) {
   Impl& m = *impl_;
   std::lock_guard lock(m.io_mu);
-  OFFGEN_CHECK(m.in_flight == 0 && m.pending.empty(), kInput,
+  OFFGEN_CHECK(m.in_flight == 0 && m.pending.empty() && !m.reaping, kInput,
                "NVMe store {}: register_buffers while I/O is in flight", m.file.path());
   std::vector<HostRegion> all{HostRegion{m.staging.data(), m.staging.capacity()}};
   all.insert(all.end(), regions.begin(), regions.end());

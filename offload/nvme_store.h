@@ -49,9 +49,11 @@ struct IoOp {
 using Ticket = uint64_t;
 
 // Thread-safety: every member function may be called from any thread. I/O calls (read, write,
-// submit, wait, poll, register_buffers) are serialised by an internal mutex — wait() holds it while
-// blocking, so one I/O thread should drive the store; allocate(), stats() and the accessors do not
-// take it. Errors: Error(kIo) for I/O failures, Error(kResource) for ENOSPC/EDQUOT and capacity,
+// submit, wait, poll, register_buffers) take an internal mutex, but none holds it while blocking:
+// one waiting thread at a time drives the device with the mutex released, and submissions of
+// other threads queue meanwhile and reach the device at its next completion; the blocking read()
+// and write() are serialised among themselves by their staging buffer. allocate(), stats() and the
+// accessors do not take the mutex. Errors: Error(kIo) for I/O failures, Error(kResource) for ENOSPC/EDQUOT and capacity,
 // each naming path() and the file offset; Error(kInput) for misuse (misaligned op, bad extent).
 // The backing file never has a visible name (see OffloadFile); destroying the store drains
 // in-flight I/O and releases the space.
