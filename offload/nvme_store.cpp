@@ -311,23 +311,25 @@ struct NvmeStore::Impl {
   }
 
   // Returns when the ticket's ops are done: as the reaper when none is blocked, else asleep until
-  // the reaper's next round. (The entry stays in `tickets` until then, so `it` stays valid.)
+  // the reaper's next round. Other threads add tickets while the lock is released: a reference
+  // to the entry survives the map's rehashing, an iterator would not.
   void wait_locked(Ticket id, std::unique_lock<std::mutex>& lock) {
     auto it = tickets.find(id);
     OFFGEN_CHECK(it != tickets.end(), kInput, "NVMe store {}: unknown or already waited ticket {}",
                  file.path(), id);
-    while (it->second.outstanding > 0) {
+    const TicketState& state = it->second;
+    while (state.outstanding > 0) {
       if (reaping) {
         reaped.wait(lock);
         continue;
       }
       OFFGEN_CHECK(in_flight > 0 || !pending.empty(), kInternal,
                    "NVMe store {}: ticket {} has {} outstanding ops but nothing is queued",
-                   file.path(), id, it->second.outstanding);
+                   file.path(), id, state.outstanding);
       reap_blocking(lock);
     }
-    TicketState t = std::move(it->second);
-    tickets.erase(it);
+    TicketState t = std::move(tickets.at(id));
+    tickets.erase(id);
     if (t.failed) throw Error(t.category, t.message);
   }
 };
