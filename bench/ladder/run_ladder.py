@@ -138,17 +138,33 @@ def llama_kv_bytes(preset: str, contexts: int) -> int | None:
     return contexts * shape[0] * 2 * shape[1] * shape[2] * 2 if shape else None
 
 
-def llama_point(args, gguf: Path, preset: str, prompts: int) -> dict:
-    # Its best batch that fits: every prompt at once when the f16 KV cache fits the budget,
-    # else the largest halving of it (a job of more prompts runs in such waves).
-    npl = prompts
+def llama_flags(args, gguf: Path, preset: str, prompts: int) -> tuple[int, tuple]:
+    """llama.cpp's best batch and flags that fit: every prompt at once when its f16 KV cache fits
+    the budget, else the largest halving of it (a job of more prompts runs in such waves); its
+    per-sequence caches (the default, each padded to 256 cells) when they fit, else one unified
+    cache (-kvu); the whole prefill in one pass over the weights (-b/-ub up to 8192 tokens);
+    flash attention; and, for a file larger than half the RAM, --no-repack: repacked weights are
+    anonymous memory, which cannot page, so beyond RAM it runs on the mmap'd file as stored."""
+    ctx = args.prompt_len + args.gen_len
     budget = parse_size(args.llama_kv_max)
-    while npl > 1 and (llama_kv_bytes(preset, npl * (args.prompt_len + args.gen_len)) or 0) > budget:
+    kv = lambda cells: llama_kv_bytes(preset, cells) or 0
+    npl = prompts
+    while npl > 1 and kv(npl * ctx) > budget:
         npl //= 2
+    unified = kv(npl * -(-ctx // 256) * 256) > budget
+    ub = min(npl * args.prompt_len, 8192)
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    flags = ("-b", ub, "-ub", ub, "-fa", "on", *(("-kvu",) if unified else ()),
+             *(("--no-repack",) if gguf.stat().st_size > ram // 2 else ()))
+    return npl, flags
+
+
+def llama_point(args, gguf: Path, preset: str, prompts: int) -> dict:
+    npl, flags = llama_flags(args, gguf, preset, prompts)
     ns = argparse.Namespace(model=str(gguf), prompt_len=args.prompt_len, gen_len=args.gen_len,
                             threads=args.threads)
     r = run_peers.run_llama(str(args.llama_bin / "llama-batched-bench"), ns, npl,
-                            prefix=("/usr/bin/time", "-v"))
+                            prefix=("/usr/bin/time", "-v"), flags=flags)
     tv = time_v(r["raw"]["output_tail"])
     generated = npl * args.gen_len
     run_s = r["prefill_s"] + r["decode_s"]

@@ -204,12 +204,13 @@ def llama_build(args) -> dict:
 ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|" + r"\s*([\d.]+)\s*\|" * 6)
 
 
-def run_llama(exe: str, args, batch: int, prefix: tuple = ()) -> dict:
+def run_llama(exe: str, args, batch: int, prefix: tuple = (),
+              flags: tuple = ("-b", 2048, "-ub", 512)) -> dict:
     """`prefix`: a command the run goes through (e.g. /usr/bin/time -v); its output is in
-    raw["output_tail"]."""
+    raw["output_tail"]. `flags`: batch and cache flags (default: its -b/-ub defaults)."""
     ntg = args.gen_len - 1  # see README: the prefill yields token 1, then G-1 decode steps
     ctx = batch * (args.prompt_len + args.gen_len)
-    cmd = [*prefix, exe, "-m", args.model, "-c", ctx, "-b", 2048, "-ub", 512, "-npp", args.prompt_len,
+    cmd = [*prefix, exe, "-m", args.model, "-c", ctx, *flags, "-npp", args.prompt_len,
            "-ntg", ntg, "-npl", batch, "-t", args.threads, "-tb", args.threads]
     t0, c0 = time.time(), children_cpu()
     r = run(cmd)
