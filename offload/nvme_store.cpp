@@ -50,6 +50,7 @@ struct Chunk {
 
 struct TicketState {
   uint64_t outstanding = 0;  // chunks not yet finished (pending or in flight)
+  bool waited = false;       // a wait() is under way (a second one is misuse)
   bool failed = false;
   ErrorCategory category = ErrorCategory::kIo;
   std::string message;
@@ -315,8 +316,9 @@ struct NvmeStore::Impl {
   // to the entry survives the map's rehashing, an iterator would not.
   void wait_locked(Ticket id, std::unique_lock<std::mutex>& lock) {
     auto it = tickets.find(id);
-    OFFGEN_CHECK(it != tickets.end(), kInput, "NVMe store {}: unknown or already waited ticket {}",
-                 file.path(), id);
+    OFFGEN_CHECK(it != tickets.end() && !it->second.waited, kInput,
+                 "NVMe store {}: unknown or already waited ticket {}", file.path(), id);
+    it->second.waited = true;
     const TicketState& state = it->second;
     while (state.outstanding > 0) {
       if (reaping) {
@@ -350,6 +352,7 @@ NvmeStore::NvmeStore(NvmeStoreOptions options) {
   m.slots.resize(m.depth);
   for (uint32_t i = m.depth; i-- > 0;) m.free_slots.push_back(i);
   m.completions.resize(m.depth);
+  m.batch.reserve(m.depth);  // issue() cannot throw before its batch is back in `pending`
   m.staging = AlignedHostBuffer(m.opt.staging_bytes);
   register_buffers({});
 }

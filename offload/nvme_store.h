@@ -49,12 +49,15 @@ struct IoOp {
 using Ticket = uint64_t;
 
 // Thread-safety: every member function may be called from any thread. I/O calls (read, write,
-// submit, wait, poll, register_buffers) take an internal mutex, but none holds it while blocking:
-// one waiting thread at a time drives the device with the mutex released, and submissions of
-// other threads queue meanwhile and reach the device at its next completion; the blocking read()
-// and write() are serialised among themselves by their staging buffer. allocate(), stats() and the
-// accessors do not take the mutex. Errors: Error(kIo) for I/O failures, Error(kResource) for ENOSPC/EDQUOT and capacity,
-// each naming path() and the file offset; Error(kInput) for misuse (misaligned op, bad extent).
+// submit, wait, poll, register_buffers) take an internal mutex. wait() does not hold it while it
+// blocks for completions: one waiting thread at a time drives the device with the mutex released,
+// the other waiters sleep until its round ends, and submissions made meanwhile queue and reach
+// the device (up to the queue depth) at its next completion. Over the pread/pwrite engine, poll()
+// and that round perform the queued transfers inline. The blocking read() and write() are
+// serialised among themselves by their staging buffer. allocate(), stats() and the accessors do
+// not take the mutex. Errors: Error(kIo) for I/O failures, Error(kResource) for ENOSPC/EDQUOT
+// and capacity, each naming path() and the file offset; Error(kInput) for misuse (misaligned op,
+// bad extent, a ticket waited for twice).
 // The backing file never has a visible name (see OffloadFile); destroying the store drains
 // in-flight I/O and releases the space.
 class NvmeStore {

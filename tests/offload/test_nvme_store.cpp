@@ -303,9 +303,10 @@ class GatedEngine final : public IoEngine {
     std::lock_guard lock(mu_);
     return open_;
   }
-  void wait_blocked() {
+  // True once a reap() blocks at the gate (false after a minute: a regression, not a hang).
+  bool wait_blocked() {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return blocked_; });
+    return cv_.wait_for(lock, std::chrono::seconds(60), [&] { return blocked_; });
   }
   int overlaps() const { return overlaps_.load(); }
 
@@ -343,17 +344,27 @@ TEST_CASE("a thread blocked waiting for its reads does not hold up another's sub
   const IoOp rb{IoKind::kRead, e, b.data(), b.capacity(), 128 << 10};
 
   engine->set_open(false);
+  std::thread waiter_a, waiter_b;
+  struct Unwind {  // however the checks below end: open the gate, then join
+    GatedEngine* engine;
+    std::thread &a, &b;
+    ~Unwind() {
+      engine->set_open(true);
+      if (a.joinable()) a.join();
+      if (b.joinable()) b.join();
+    }
+  } unwind{engine, waiter_a, waiter_b};
   const Ticket ta = store.submit(std::span(&ra, 1));
-  std::thread waiter_a([&] { store.wait(ta); });
-  engine->wait_blocked();  // A drives the device, blocked until the gate opens
+  waiter_a = std::thread([&] { store.wait(ta); });
+  REQUIRE(engine->wait_blocked());  // A drives the device, blocked until the gate opens
   // Submitting and polling return while A is blocked (before, submit waited for A's reads).
   auto submitted = std::async(std::launch::async, [&] { return store.submit(std::span(&rb, 1)); });
-  const bool returned = submitted.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  const bool returned = submitted.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
   CHECK(returned);
   if (!returned) engine->set_open(true);  // let the old behaviour unwind instead of hanging
   const Ticket tb = submitted.get();
-  CHECK_FALSE(store.poll(tb));               // queued behind A's blocked round
-  std::thread waiter_b([&] { store.wait(tb); });  // sleeps until A's round ends
+  CHECK_FALSE(store.poll(tb));  // queued behind A's blocked round
+  waiter_b = std::thread([&] { store.wait(tb); });  // sleeps until A's round ends
   engine->set_open(true);
   waiter_a.join();
   waiter_b.join();
@@ -361,6 +372,32 @@ TEST_CASE("a thread blocked waiting for its reads does not hold up another's sub
   CHECK(std::memcmp(b.data(), data.data() + (128 << 10), b.capacity()) == 0);
   CHECK(engine->overlaps() == 0);
   CHECK(store.stats().errors == 0);
+}
+
+TEST_CASE("a batch refused while another ticket's wait drives the device fails its own ticket",
+          "[nvme]") {
+  TempDir dir;
+  NvmeStoreOptions opt = store_options(dir.path(), EngineKind::kSync);
+  opt.queue_depth = 1;  // B waits in the queue until A's read completes
+  opt.engine_factory = [](const IoEngineConfig& cfg) {
+    return std::make_unique<RefusingEngine>(cfg, 3);
+  };
+  NvmeStore store(opt);
+  const Extent e = store.allocate(64 << 10);
+  const auto data = random_bytes(64 << 10, 3);
+  store.write(e, data.data(), data.size());  // submit call 1
+  AlignedHostBuffer a(64 << 10), b(64 << 10);
+  std::memset(b.data(), 0xee, b.capacity());
+  const IoOp ra{IoKind::kRead, e, a.data(), a.capacity(), 0};
+  const IoOp rb{IoKind::kRead, e, b.data(), b.capacity(), 0};
+  const Ticket ta = store.submit(std::span(&ra, 1));  // call 2
+  const Ticket tb = store.submit(std::span(&rb, 1));  // queued: the depth is taken
+  store.wait(ta);  // issues B after A's completion (call 3: refused) and returns A's data
+  CHECK(std::memcmp(a.data(), data.data(), data.size()) == 0);
+  CHECK_THROWS_WITH(store.wait(tb), Catch::Contains("engine refused the batch"));
+  CHECK(std::all_of(b.data(), b.data() + b.capacity(),
+                    [](std::byte x) { return x == std::byte{0xee}; }));
+  CHECK_THROWS_WITH(store.wait(tb), Catch::Contains("already waited"));
 }
 
 TEST_CASE("released extents are reused: best fit, split, merged, the end grown in place",
