@@ -245,28 +245,47 @@ class RefusingEngine final : public IoEngine {
   SyncIoEngine inner_;
   int calls_ = 0, bad_;
 };
+
+// A store whose engine refuses its 3rd submit() call, 64 KiB written to it (call 1), and two reads
+// of them: into `a`, and into `b`, filled with 0xee, which a refused read leaves as it is.
+struct RefusalCase {
+  TempDir dir;
+  NvmeStore store;
+  Extent e;
+  std::vector<uint8_t> data = random_bytes(64 << 10, 1);
+  AlignedHostBuffer a{64 << 10}, b{64 << 10};
+  IoOp ra, rb;
+
+  explicit RefusalCase(uint32_t queue_depth) : store(options(dir.path(), queue_depth)) {
+    e = store.allocate(data.size());
+    store.write(e, data.data(), data.size());
+    std::memset(b.data(), 0xee, b.capacity());
+    ra = IoOp{IoKind::kRead, e, a.data(), a.capacity(), 0};
+    rb = IoOp{IoKind::kRead, e, b.data(), b.capacity(), 0};
+  }
+  static NvmeStoreOptions options(const std::string& dir, uint32_t queue_depth) {
+    NvmeStoreOptions opt = store_options(dir, EngineKind::kSync);
+    opt.queue_depth = queue_depth;
+    opt.engine_factory = [](const IoEngineConfig& cfg) {
+      return std::make_unique<RefusingEngine>(cfg, 3);
+    };
+    return opt;
+  }
+  bool a_read() const { return std::memcmp(a.data(), data.data(), data.size()) == 0; }
+  bool b_untouched() const {
+    return std::all_of(b.data(), b.data() + b.capacity(),
+                       [](std::byte x) { return x == std::byte{0xee}; });
+  }
+};
 }  // namespace
 
 TEST_CASE("a batch the engine refuses is never performed", "[nvme]") {
-  TempDir dir;
-  NvmeStoreOptions opt = store_options(dir.path(), EngineKind::kSync);
-  opt.engine_factory = [](const IoEngineConfig& cfg) {
-    return std::make_unique<RefusingEngine>(cfg, 3);
-  };
-  NvmeStore store(opt);
-  const Extent e = store.allocate(64 << 10);
-  const auto data = random_bytes(64 << 10, 1);
-  store.write(e, data.data(), data.size());  // submit call 1
-  AlignedHostBuffer a(64 << 10), b(64 << 10);
-  std::memset(b.data(), 0xee, b.capacity());
-  const IoOp ra{IoKind::kRead, e, a.data(), a.capacity(), 0};
-  const IoOp rb{IoKind::kRead, e, b.data(), b.capacity(), 0};
-  const Ticket ta = store.submit(std::span(&ra, 1));        // call 2
-  CHECK_THROWS_AS(store.submit(std::span(&rb, 1)), Error);  // call 3: refused
-  store.wait(ta);                                           // call 4
-  CHECK(std::memcmp(a.data(), data.data(), data.size()) == 0);
-  CHECK(std::all_of(b.data(), b.data() + b.capacity(),
-                    [](std::byte x) { return x == std::byte{0xee}; }));
+  RefusalCase c(64);
+  const Ticket ta = c.store.submit(std::span(&c.ra, 1));        // call 2
+  CHECK_THROWS_AS(c.store.submit(std::span(&c.rb, 1)), Error);  // call 3: refused
+  c.store.wait(ta);                                             // call 4
+  CHECK(c.a_read());
+  CHECK(c.b_untouched());
 }
 
 namespace {
@@ -376,28 +395,14 @@ TEST_CASE("a thread blocked waiting for its reads does not hold up another's sub
 
 TEST_CASE("a batch refused while another ticket's wait drives the device fails its own ticket",
           "[nvme]") {
-  TempDir dir;
-  NvmeStoreOptions opt = store_options(dir.path(), EngineKind::kSync);
-  opt.queue_depth = 1;  // B waits in the queue until A's read completes
-  opt.engine_factory = [](const IoEngineConfig& cfg) {
-    return std::make_unique<RefusingEngine>(cfg, 3);
-  };
-  NvmeStore store(opt);
-  const Extent e = store.allocate(64 << 10);
-  const auto data = random_bytes(64 << 10, 3);
-  store.write(e, data.data(), data.size());  // submit call 1
-  AlignedHostBuffer a(64 << 10), b(64 << 10);
-  std::memset(b.data(), 0xee, b.capacity());
-  const IoOp ra{IoKind::kRead, e, a.data(), a.capacity(), 0};
-  const IoOp rb{IoKind::kRead, e, b.data(), b.capacity(), 0};
-  const Ticket ta = store.submit(std::span(&ra, 1));  // call 2
-  const Ticket tb = store.submit(std::span(&rb, 1));  // queued: the depth is taken
-  store.wait(ta);  // issues B after A's completion (call 3: refused) and returns A's data
-  CHECK(std::memcmp(a.data(), data.data(), data.size()) == 0);
-  CHECK_THROWS_WITH(store.wait(tb), Catch::Contains("engine refused the batch"));
-  CHECK(std::all_of(b.data(), b.data() + b.capacity(),
-                    [](std::byte x) { return x == std::byte{0xee}; }));
-  CHECK_THROWS_WITH(store.wait(tb), Catch::Contains("already waited"));
+  RefusalCase c(1);  // depth 1: B waits in the queue until A's read completes
+  const Ticket ta = c.store.submit(std::span(&c.ra, 1));  // call 2
+  const Ticket tb = c.store.submit(std::span(&c.rb, 1));  // queued: the depth is taken
+  c.store.wait(ta);  // issues B after A's completion (call 3: refused) and returns A's data
+  CHECK(c.a_read());
+  CHECK_THROWS_WITH(c.store.wait(tb), Catch::Contains("engine refused the batch"));
+  CHECK(c.b_untouched());
+  CHECK_THROWS_WITH(c.store.wait(tb), Catch::Contains("already waited"));
 }
 
 TEST_CASE("released extents are reused: best fit, split, merged, the end grown in place",
