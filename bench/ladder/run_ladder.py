@@ -10,8 +10,8 @@ gen 64), offgen's `bench --policy auto` runs
   - "disk": weights on disk, KV in RAM (`--percent 0 0 100 0 100 0`);
   - "auto": the planner's free choice (only with --modes ...,auto);
 with the planner choosing blocks and overlap within --cpu-mem, and llama.cpp's
-llama-batched-bench (weights through mmap: beyond RAM the kernel pages them in) on the sizes of
---llama-sizes. Every point records total tok/s (FlexGen's definition), the planner's prediction
+llama-batched-bench (weights through mmap: beyond RAM the kernel pages them in; its best flags
+that fit, see llama_flags) on the sizes of --llama-sizes. Every point records total tok/s (FlexGen's definition), the planner's prediction
 and the roofline bound beside it (measured / predicted, fraction of the bound), the binding
 resource (of the job and of a decode step), the process's maximum RSS, and the disk bytes read
 per generated token (offgen: its offload file's reads during the run; both: the process's block
