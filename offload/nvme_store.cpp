@@ -319,7 +319,7 @@ struct NvmeStore::Impl {
     OFFGEN_CHECK(it != tickets.end() && !it->second.waited, kInput,
                  "NVMe store {}: unknown or already waited ticket {}", file.path(), id);
     it->second.waited = true;
-    const TicketState& state = it->second;
+    TicketState& state = it->second;
     while (state.outstanding > 0) {
       if (reaping) {
         reaped.wait(lock);
@@ -330,7 +330,7 @@ struct NvmeStore::Impl {
                    file.path(), id, state.outstanding);
       reap_blocking(lock);
     }
-    TicketState t = std::move(tickets.at(id));
+    TicketState t = std::move(state);
     tickets.erase(id);
     if (t.failed) throw Error(t.category, t.message);
   }
