@@ -11,13 +11,13 @@ gen 64), offgen's `bench --policy auto` runs
   - "auto": the planner's free choice (only with --modes ...,auto);
 with the planner choosing blocks and overlap within --cpu-mem, and llama.cpp's
 llama-batched-bench (weights through mmap: beyond RAM the kernel pages them in; its best flags
-that fit, see llama_flags) on the sizes of --llama-sizes. Every point records total tok/s (FlexGen's definition), the planner's prediction
-and the roofline bound beside it (measured / predicted, fraction of the bound), the binding
-resource (of the job and of a decode step), the process's maximum RSS, and the disk bytes read
-per generated token (offgen: its offload file's reads during the run; both: the process's block
-reads, /usr/bin/time's "File system inputs", which include loading). One plot: total tok/s
-against prompts per size and system. Results go to --json after every point (--resume skips the
-points already there), a Markdown table to --md.
+that fit, see llama_flags) on the sizes of --llama-sizes. Every point records total tok/s
+(FlexGen's definition), the planner's prediction and the roofline bound beside it (measured /
+predicted, fraction of the bound), the binding resource (of the job and of a decode step), the
+process's maximum RSS, and the disk bytes read per generated token (offgen: its offload file's
+reads during the run; both: the process's block reads, /usr/bin/time's "File system inputs",
+which include loading). One plot: total tok/s against prompts per size and system. Results go
+to --json after every point (--resume skips the points already there), a Markdown table to --md.
 
 Dev-time only; hours on a quiet machine (do not run it beside other work). Needs the build
 (build/offgen, build/bench/dummy_gguf, build/bench/plot_lines), fio for the disk reference
