@@ -224,30 +224,66 @@ TEST_CASE("qgemm: close to fp64 over the dequantised weights and quantised activ
   }
 }
 
+TEST_CASE("qgemm: every path at the extremes of codes, scales and activations", "[qgemm]") {
+  // Constant code and scale bytes (all 0, all 1, alternating, sign bits) reach the largest
+  // products: for the formats whose integer sub-block scales the AMX path folds into the codes,
+  // |scale x code| up to 4096 (Q6_K); activations at +-127 after quantisation. Row tiles of 16
+  // (AMX) and a remainder, odd and even numbers of blocks.
+  ThreadContext ctx(2);
+  for (DType t : quant_types()) {
+    const FormatTraits& f = format_traits(t);
+    for (int fill : {0x00, 0xff, 0x80, 0x7f, 0xaa}) {
+      for (int64_t nb : {1, 2, 3}) {
+        const int64_t n = 24, k = nb * f.block_elems, m = 37;
+        std::vector<uint8_t> rows(n * dtype_bytes(t, k), static_cast<uint8_t>(fill));
+        for (int64_t b = 0; b < n * nb; ++b)
+          for (int off : half_fields(t)) {
+            const uint16_t h = f32_to_fp16(b % 2 ? 0.03f : -0.02f);
+            std::memcpy(rows.data() + b * f.block_bytes + off, &h, 2);
+          }
+        Packed p(t, rows, n, k);
+        std::vector<float> x(m * k);
+        for (int64_t i = 0; i < m * k; ++i)
+          x[i] = (i % 3 == 0 ? -1.0f : 1.0f) * (i % 7 == 0 ? 1e3f : 1.0f + 0.01f * (i % 5));
+        std::vector<float> want(m * n), got(m * n);
+        cpu::gemm_quant_reference(t, x.data(), m, k, rows.data(), n, k, want.data(), n);
+        for (QuantPath path : paths()) {
+          INFO(dtype_name(t) << " fill " << fill << " blocks " << nb << " path "
+                             << cpu::quant_path_name(path));
+          std::fill(got.begin(), got.end(), -7.0f);
+          cpu::gemm_quant(t, x.data(), m, k, p.buf.data(), n, k, got.data(), n, ctx, path);
+          CHECK(count_diff(got.data(), want.data(), got.size()) == 0);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("qgemm: non-finite activations and scales", "[qgemm]") {
   std::mt19937 rng(5);
   ThreadContext ctx(2);
-  for (DType t : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
-    INFO(dtype_name(t));
-    const FormatTraits& f = format_traits(t);
-    const int64_t n = 20, k = 2 * f.block_elems, m = 3;
-    auto rows = random_rows(t, n, k, rng);
-    const uint16_t inf = 0x7c00;
-    std::memcpy(rows.data() + 3 * dtype_bytes(t, k) + half_fields(t)[0], &inf,
-                2);  // row 3, block 0
-    Packed p(t, rows, n, k);
-    auto x = randn(rng, m * k);
-    x[1 * k + 5] = std::numeric_limits<float>::quiet_NaN();
-    std::vector<float> y(m * n), want(m * n);
-    cpu::gemm_quant_reference(t, x.data(), m, k, rows.data(), n, k, want.data(), n);
-    for (QuantPath path : paths()) {
-      cpu::gemm_quant(t, x.data(), m, k, p.buf.data(), n, k, y.data(), n, ctx, path);
-      CHECK(count_diff(y.data(), want.data(), y.size()) == 0);
+  for (DType t : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K})
+    for (int64_t m : {3, 20}) {  // 20: a 16-row tile for the AMX path
+      INFO(dtype_name(t) << " m=" << m);
+      const FormatTraits& f = format_traits(t);
+      const int64_t n = 20, k = 2 * f.block_elems;
+      auto rows = random_rows(t, n, k, rng);
+      const uint16_t inf = 0x7c00;
+      std::memcpy(rows.data() + 3 * dtype_bytes(t, k) + half_fields(t)[0], &inf,
+                  2);  // row 3, block 0
+      Packed p(t, rows, n, k);
+      auto x = randn(rng, m * k);
+      x[1 * k + 5] = std::numeric_limits<float>::quiet_NaN();
+      std::vector<float> y(m * n), want(m * n);
+      cpu::gemm_quant_reference(t, x.data(), m, k, rows.data(), n, k, want.data(), n);
+      for (QuantPath path : paths()) {
+        cpu::gemm_quant(t, x.data(), m, k, p.buf.data(), n, k, y.data(), n, ctx, path);
+        CHECK(count_diff(y.data(), want.data(), y.size()) == 0);
+      }
+      for (int64_t j = 0; j < n; ++j) CHECK(std::isnan(y[1 * n + j]));
+      CHECK(!std::isfinite(y[0 * n + 3]));
+      CHECK(std::isfinite(y[0 * n + 4]));
     }
-    for (int64_t j = 0; j < n; ++j) CHECK(std::isnan(y[1 * n + j]));
-    CHECK(!std::isfinite(y[0 * n + 3]));
-    CHECK(std::isfinite(y[0 * n + 4]));
-  }
 }
 
 TEST_CASE("cpu kernel table: every matmul weight format has an entry that multiplies", "[qgemm]") {

@@ -200,9 +200,8 @@ std::string_view quant_path_name(QuantPath p) {
 bool quant_path_available(QuantPath p) { return p == QuantPath::kAuto || kernels(p) != nullptr; }
 
 QuantPath quant_path_auto(DType t, int64_t m) {
-  const FormatTraits& f = format_traits(t);
-  if (m >= 32 && f.sub_elems == 32 && f.min_kind != MinKind::kInt &&
-      quant_path_available(QuantPath::kAmx))
+  if (m >= 32 && quant_path_available(QuantPath::kAmx) &&
+      qgemm_kernels_amx()[static_cast<int>(t)] != nullptr)
     return QuantPath::kAmx;
   for (QuantPath p : {QuantPath::kAvx512Vnni, QuantPath::kAvxVnni, QuantPath::kAvx2})
     if (quant_path_available(p)) return p;
@@ -280,7 +279,7 @@ void gemm_quant(DType t, const float* x, int64_t m, int64_t ldx, const void* pac
                dtype_name(t));
   thread_local ActStorage st;
   QActs acts = quantize_acts(format_traits(t), x, m, ldx, k, st, &ctx, true);
-  if (path == QuantPath::kAmx && m >= 16) tile_acts(acts, m, k, format_traits(t).sub_elems, st);
+  if (path == QuantPath::kAmx && m >= 16) tile_acts(acts, m, k, amx_tile_k(t), st);
   const QCall call{&acts, static_cast<const uint8_t*>(packed), n, k, g.nb, g.panel_bytes, y, ldy};
   // Work items: chunks of panels x blocks of rows (rows split only when m is large, each item
   // then expands its panels again: a small fraction of its dot products).

@@ -1,8 +1,12 @@
 // AMX-INT8 tiles for the integer GEMM (16 rows at a time; the remaining rows of a call go to the
 // AVX-512 VNNI kernel). Each panel is expanded once to signed codes (u - offset: the value's
-// integer, so the tile product is the offset-corrected sum directly); per sub-block a tile product
-// of 16 rows x 16 columns (tdpbssd), then the same integer scale and fp32 epilogue as
-// qgemm_kernel.h, so the results are bitwise those of every other path.
+// integer, so the tile product is the offset-corrected sum directly). Formats with a float scale
+// per 32 elements: one tile product of 16 rows x 16 columns (tdpbssd) per sub-block, then its
+// fp32 epilogue. Formats with integer sub-block scales (K-quants, IQ4_XS): the scale folded into
+// the codes as two byte planes, the block's sum accumulated in tiles, one epilogue per block.
+// Either way the integer sums and the fp32 epilogue are qgemm_kernel.h's, so the results are
+// bitwise those of every other path.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -52,6 +56,17 @@ void load_config(int ks) {
   _tile_loadconfig(&cfg);
 }
 
+// The folded path (formats with integer sub-block scales, below): tiles 0-3 C, 4-5 A (16 rows x
+// 64 activation bytes), 6-7 B (16 rows of 16 columns x 4 weight bytes).
+void load_config_folded() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+}
+
 // The panel's codes as signed bytes (value integers), k/4 rows of 64 bytes.
 template <class F>
 void expand_signed(const uint8_t* codes, int64_t nb, uint8_t* out) {
@@ -66,14 +81,16 @@ void expand_signed(const uint8_t* codes, int64_t nb, uint8_t* out) {
 
 #define OFFGEN_INLINE inline __attribute__((always_inline))
 
-// 16 rows from row0 of one panel (expanded signed codes ub, scale region sc), outputs y (cols of
-// them exist). Steps = (sub-)blocks in order, software-pipelined two deep: the tile product of
+// The formats with a float scale per 32 elements (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL): 16 rows
+// from row0 of one panel (expanded signed codes ub, scale region sc), outputs y (cols of them
+// exist). Steps = blocks in order, software-pipelined two deep: the tile product of
 // step s + 2 is issued before step s is stored and consumed (tile instructions run in order and a
 // product's latency, with its loads from L2, exceeds an epilogue). C tiles 0-2 (s % 3), A tiles
 // 3-4 and B tiles 5-6 (s % 2).
 template <class F>
 class Rows16 {
  public:
+  static_assert(!F::kIntScales && F::kSub == F::kBlk);
   static constexpr int kSubs = F::kBlk / F::kSub;
   static constexpr int kPrefetch = 6;  // steps ahead
   Rows16(const QCall& c, int64_t row0, const uint8_t* ub, const uint8_t* sc)
@@ -101,10 +118,7 @@ class Rows16 {
     }
     if (cols > 0)
 #pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i) {
-        if constexpr (F::kIntScales) acc[i] = _mm512_load_ps(accm_[i]);
-        V::store_ps(y + (row0_ + i) * ldy, acc[i], cols);
-      }
+      for (int i = 0; i < 16; ++i) V::store_ps(y + (row0_ + i) * ldy, acc[i], cols);
   }
 
  private:
@@ -165,49 +179,18 @@ class Rows16 {
 
   OFFGEN_INLINE void consume(int64_t st, __m512* acc) {
     const int64_t b = st / kSubs;
-    const int j = static_cast<int>(st % kSubs);
     const uint8_t* s = sc_ + b * F::kScaleBytes;
-    if constexpr (!F::kIntScales) {
-      const __m512 d = F::template scale<V>(s, 0);
+    const __m512 d = F::template scale<V>(s, 0);
 #pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i)
-        acc[i] = V::fma(V::mul(d, V::set1_ps(dt_[b * 16 + i])), V::cvt(_mm512_load_si512(cb_[i])),
-                        acc[i]);
-      if constexpr (F::kMin == MinKind::kFloat) {
-        const __m512 m = F::template min_scale<V>(s, 0);
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; ++i) {
-          const __m512 asum = V::set1_ps(static_cast<float>(a_.s[(row0_ + i) * a_.lds + b]));
-          acc[i] = V::fma(V::mul(m, V::set1_ps(dt_[b * 16 + i])), asum, acc[i]);
-        }
-      }
-    } else {
-      (void)acc;
-      const __m512i scj = F::template sub_scale<V>(s, 0, j);
+    for (int i = 0; i < 16; ++i)
+      acc[i] =
+          V::fma(V::mul(d, V::set1_ps(dt_[b * 16 + i])), V::cvt(_mm512_load_si512(cb_[i])), acc[i]);
+    if constexpr (F::kMin == MinKind::kFloat) {
+      const __m512 m = F::template min_scale<V>(s, 0);
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i) {
-        const __m512i t = V::mullo32(_mm512_load_si512(cb_[i]), scj);
-        isum_[i] = j == 0 ? t : V::add32(isum_[i], t);
-      }
-      if (j + 1 < kSubs) return;
-      const __m512 d = F::template scale<V>(s, 0);
-#pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i) {
-        const __m512 prev = b == 0 ? V::zero_ps() : _mm512_load_ps(accm_[i]);
-        _mm512_store_ps(accm_[i],
-                        V::fma(V::mul(d, V::set1_ps(dt_[b * 16 + i])), V::cvt(isum_[i]), prev));
-      }
-      if constexpr (F::kMin == MinKind::kInt) {
-        const __m512 m = F::template min_scale<V>(s, 0);
-        __m512i pairs[kSubs / 2];
-        for (int t = 0; t < kSubs / 2; ++t) pairs[t] = F::template min_pairs<V>(s, 0, t);
-        for (int i = 0; i < 16; ++i) {
-          const int16_t* sa = a_.s + (row0_ + i) * a_.lds + b * kSubs;
-          __m512i i2 = V::zero();
-          for (int t = 0; t < kSubs / 2; ++t) i2 = V::dpwssd(i2, pairs[t], sa + 2 * t);
-          _mm512_store_ps(accm_[i], V::fma(V::mul(m, V::set1_ps(dt_[b * 16 + i])), V::cvt(i2),
-                                           _mm512_load_ps(accm_[i])));
-        }
+        const __m512 asum = V::set1_ps(static_cast<float>(a_.s[(row0_ + i) * a_.lds + b]));
+        acc[i] = V::fma(V::mul(m, V::set1_ps(dt_[b * 16 + i])), asum, acc[i]);
       }
     }
   }
@@ -220,8 +203,203 @@ class Rows16 {
   const float* dt_;
   int64_t steps_;
   alignas(64) int32_t cb_[16][16];
-  alignas(64) float accm_[16][16];
-  __m512i isum_[16];
+};
+
+// ---- Formats with integer sub-block scales (the K-quants, IQ4_XS) ----
+// The sub-block scale is folded into the expanded codes: v = sc_j * (u - offset), |v| < 8192 in
+// every such format (Q6_K: 128 * 32), kept as two signed byte planes lo = v & 63 and hi = v >> 6.
+// Then sum_j sc_j * sum_e (u_e - offset) a_e = 64 * (hi . a) + (lo . a): two tile products of
+// K = 64 per 64 elements, accumulated over the whole block inside the tiles, and one epilogue per
+// block instead of an integer multiply per sub-block. The integer sum is exactly qgemm_kernel.h's,
+// and so is the fp32 epilogue after it.
+constexpr int kFoldK = 64;  // the folded path's tile depth (and the activation tiles' width)
+
+template <class F>
+void expand_folded(const uint8_t* codes, const uint8_t* scales, int64_t nb, uint8_t* lo,
+                   uint8_t* hi) {
+  constexpr int kGroups = F::kBlk / 4, kGroupsPerSub = F::kSub / 4;
+  const __m512i off = _mm512_set1_epi8(static_cast<char>(F::kOffset));
+  const __m512i low6 = _mm512_set1_epi16(63);
+  // Lane l of a half (4 bytes per column) takes the scale of column l / 4 (+ 8 for the upper).
+  alignas(64) int16_t idx[2][32];
+  for (int h = 0; h < 2; ++h)
+    for (int l = 0; l < 32; ++l) idx[h][l] = static_cast<int16_t>(8 * h + l / 4);
+  const __m512i ilo = _mm512_load_si512(idx[0]), ihi = _mm512_load_si512(idx[1]);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* s = scales + b * F::kScaleBytes;
+    __m512i slo = _mm512_setzero_si512(), shi = slo;
+    for (int g = 0; g < kGroups; ++g) {
+      if (g % kGroupsPerSub == 0) {
+        const __m512i s16 = _mm512_castsi256_si512(
+            _mm512_cvtepi32_epi16(F::template sub_scale<V>(s, 0, g / kGroupsPerSub)));
+        slo = _mm512_permutexvar_epi16(ilo, s16);
+        shi = _mm512_permutexvar_epi16(ihi, s16);
+      }
+      const __m512i w = _mm512_sub_epi8(F::template group<V>(codes + b * F::kCodeBytes, g, 0), off);
+      const __m512i v0 = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(w)), slo);
+      const __m512i v1 =
+          _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(w, 1)), shi);
+      const int64_t at = (b * kGroups + g) * 64;
+      _mm512_storeu_si512(
+          lo + at, _mm512_inserti64x4(
+                       _mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_and_si512(v0, low6))),
+                       _mm512_cvtepi16_epi8(_mm512_and_si512(v1, low6)), 1));
+      _mm512_storeu_si512(
+          hi + at,
+          _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srai_epi16(v0, 6))),
+                             _mm512_cvtepi16_epi8(_mm512_srai_epi16(v1, 6)), 1));
+    }
+  }
+}
+
+// One work item of a folded format: panels [p0, p1) x row tiles [r0, r1) (r1 - r0 a multiple of
+// 16), walked block by block, then row tile, then panel, so that a block's codes and activation
+// tiles are reused from the nearest cache (the tile loads, not the tile products, set the pace).
+// Each (block, panel, row tile) unit: two C tiles (lo, hi; units alternate between tiles 0-1 and
+// 2-3), A tiles 4-5 alternating by 64-element step, B tiles 6 (lo) and 7 (hi). A unit is stored
+// before the next unit's products are issued (tile instructions run in order) and its epilogue
+// runs on the vector units while they compute. The fp32 accumulators of every (panel, row tile)
+// live in a scratch array, updated block by block in order as in qgemm_kernel.h.
+template <class F>
+class Folded {
+ public:
+  static_assert(F::kIntScales && F::kMin != MinKind::kFloat && F::kBlk % kFoldK == 0);
+  static constexpr int kSteps = F::kBlk / kFoldK;
+  Folded(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1, const uint8_t* const* lo,
+         const uint8_t* const* hi, float* acc)
+      : c_(c),
+        a_(*c.act),
+        p0_(p0),
+        np_(p1 - p0),
+        r0_(r0),
+        nt_((r1 - r0) / 16),
+        lo_(lo),
+        hi_(hi),
+        acc_(acc) {}
+
+  void run() {
+    std::fill(acc_, acc_ + np_ * nt_ * 256, 0.0f);
+    int64_t n = 0;
+    Unit prev{};
+    for (int64_t b = 0; b < c_.nb; ++b)
+      for (int64_t t = 0; t < nt_; ++t)
+        for (int64_t p = 0; p < np_; ++p, ++n) {
+          const Unit u{b, p, t};
+          if (n % 2 == 0) {
+            if (n > 0) store<1>();
+            products<0>(u);
+          } else {
+            store<0>();
+            products<1>(u);
+          }
+          if (n > 0) consume(prev);
+          prev = u;
+        }
+    if (n % 2 == 1)
+      store<0>();
+    else
+      store<1>();
+    consume(prev);
+    for (int64_t p = 0; p < np_; ++p) {
+      const int cols = static_cast<int>(std::min<int64_t>(kPanel, c_.n - (p0_ + p) * kPanel));
+      for (int64_t t = 0; t < nt_; ++t)
+        for (int i = 0; i < 16; ++i)
+          V::store_ps(c_.y + (r0_ + 16 * t + i) * c_.ldy + (p0_ + p) * kPanel,
+                      _mm512_load_ps(acc(p, t) + 16 * i), cols);
+    }
+  }
+
+ private:
+  struct Unit {
+    int64_t b, p, t;  // block, panel (from p0), row tile (from r0)
+  };
+  float* acc(int64_t p, int64_t t) const { return acc_ + (p * nt_ + t) * 256; }
+
+  // Tile numbers must be literals (GCC's tile intrinsics paste them into the assembly): pair 0 is
+  // C tiles 0 (lo) and 1 (hi), pair 1 is 2 and 3.
+  template <int Pair>
+  OFFGEN_INLINE void store() {
+    if constexpr (Pair == 0) {
+      _tile_stored(0, cl_, 64);
+      _tile_stored(1, ch_, 64);
+    } else {
+      _tile_stored(2, cl_, 64);
+      _tile_stored(3, ch_, 64);
+    }
+  }
+  template <int Pair>
+  OFFGEN_INLINE void products(const Unit& u) {
+    const int8_t* aq = a_.qt + (r0_ + 16 * u.t) * c_.k + 16 * u.b * F::kBlk;
+    const uint8_t* lo = lo_[u.p] + 16 * u.b * F::kBlk;
+    const uint8_t* hi = hi_[u.p] + 16 * u.b * F::kBlk;
+#define OFFGEN_FOLDED_STEPS(L, H)      \
+  _tile_zero(L);                       \
+  _tile_zero(H);                       \
+  for (int s = 0; s < kSteps; ++s) {   \
+    const int64_t e = 16 * s * kFoldK; \
+    _tile_loadd(6, lo + e, 64);        \
+    _tile_loadd(7, hi + e, 64);        \
+    if (s % 2 == 0) {                  \
+      _tile_loadd(4, aq + e, kFoldK);  \
+      _tile_dpbssd(L, 4, 6);           \
+      _tile_dpbssd(H, 4, 7);           \
+    } else {                           \
+      _tile_loadd(5, aq + e, kFoldK);  \
+      _tile_dpbssd(L, 5, 6);           \
+      _tile_dpbssd(H, 5, 7);           \
+    }                                  \
+  }
+    if constexpr (Pair == 0) {
+      OFFGEN_FOLDED_STEPS(0, 1)
+    } else {
+      OFFGEN_FOLDED_STEPS(2, 3)
+    }
+#undef OFFGEN_FOLDED_STEPS
+  }
+
+  // The stored unit's epilogue: isum = 64 hi + lo, then qgemm_kernel.h's fp32 steps.
+  OFFGEN_INLINE void consume(const Unit& u) {
+    const uint8_t* s =
+        c_.packed + (p0_ + u.p) * c_.panel_bytes + c_.nb * F::kCodeBytes + u.b * F::kScaleBytes;
+    const int64_t row0 = r0_ + 16 * u.t;
+    const float* dt = a_.dt + row0 * c_.nb + u.b * 16;
+    float* acc = this->acc(u.p, u.t);
+    const __m512 d = F::template scale<V>(s, 0);
+    if constexpr (F::kMin == MinKind::kInt) {
+      constexpr int kSubs = F::kBlk / F::kSub;
+      const __m512 m = F::template min_scale<V>(s, 0);
+      __m512i pairs[kSubs / 2];
+      for (int t = 0; t < kSubs / 2; ++t) pairs[t] = F::template min_pairs<V>(s, 0, t);
+#pragma GCC unroll 4
+      for (int i = 0; i < 16; ++i) {
+        const __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ch_[i]), 6),
+                                              _mm512_load_si512(cl_[i]));
+        const __m512 di = V::set1_ps(dt[i]);
+        __m512 a = V::fma(V::mul(d, di), V::cvt(isum), _mm512_load_ps(acc + 16 * i));
+        const int16_t* sa = a_.s + (row0 + i) * a_.lds + u.b * kSubs;
+        __m512i i2 = V::zero();
+        for (int t = 0; t < kSubs / 2; ++t) i2 = V::dpwssd(i2, pairs[t], sa + 2 * t);
+        _mm512_store_ps(acc + 16 * i, V::fma(V::mul(m, di), V::cvt(i2), a));
+      }
+    } else {
+#pragma GCC unroll 4
+      for (int i = 0; i < 16; ++i) {
+        const __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ch_[i]), 6),
+                                              _mm512_load_si512(cl_[i]));
+        _mm512_store_ps(acc + 16 * i, V::fma(V::mul(d, V::set1_ps(dt[i])), V::cvt(isum),
+                                             _mm512_load_ps(acc + 16 * i)));
+      }
+    }
+  }
+
+  const QCall& c_;
+  const QActs& a_;
+  int64_t p0_, np_, r0_, nt_;
+  const uint8_t* const* lo_;
+  const uint8_t* const* hi_;
+  float* acc_;
+  alignas(64) int32_t cl_[16][16];
+  alignas(64) int32_t ch_[16][16];
 };
 
 template <class F>
@@ -230,24 +408,53 @@ void run_amx(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
   if (full > r0) {
     // Expand every panel of the call, then walk groups of 64 rows: a group's activation tiles and
     // one panel's codes stay in cache while the group's row tiles go over the panel.
+    constexpr int kPlanes = F::kIntScales ? 2 : 1;
     thread_local std::vector<uint8_t> scratch;
     const int64_t ubytes = c.k / 4 * 64, np = p1 - p0;
-    if (static_cast<int64_t>(scratch.size()) < np * ubytes + 64) scratch.resize(np * ubytes + 64);
+    if (static_cast<int64_t>(scratch.size()) < kPlanes * np * ubytes + 64)
+      scratch.resize(kPlanes * np * ubytes + 64);
     uint8_t* ub = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
+    auto scales = [&](int64_t p) { return c.packed + p * c.panel_bytes + c.nb * F::kCodeBytes; };
+    auto plane = [&](int64_t p, int i) { return ub + ((p - p0) * kPlanes + i) * ubytes; };
     for (int64_t p = p0; p < p1; ++p)
-      expand_signed<F>(c.packed + p * c.panel_bytes, c.nb, ub + (p - p0) * ubytes);
-    load_config(F::kSub);
-    constexpr int64_t kGroupRows = 64;
-    for (int64_t g = r0; g < full; g += kGroupRows)
+      if constexpr (F::kIntScales)
+        expand_folded<F>(c.packed + p * c.panel_bytes, scales(p), c.nb, plane(p, 0), plane(p, 1));
+      else
+        expand_signed<F>(c.packed + p * c.panel_bytes, c.nb, plane(p, 0));
+    if constexpr (F::kIntScales)
+      load_config_folded();
+    else
+      load_config(F::kSub);
+    if constexpr (F::kIntScales) {
+      thread_local std::vector<float> acc;
+      thread_local std::vector<const uint8_t*> lo, hi;
+      const int64_t cells = np * (full - r0) * kPanel;
+      if (static_cast<int64_t>(acc.size()) < cells + 16) acc.resize(cells + 16);
+      lo.resize(np);
+      hi.resize(np);
       for (int64_t p = p0; p < p1; ++p) {
-        const uint8_t* scales = c.packed + p * c.panel_bytes + c.nb * F::kCodeBytes;
-        const int cols = static_cast<int>(std::min<int64_t>(kPanel, c.n - p * kPanel));
-        for (int64_t r = g; r < std::min(full, g + kGroupRows); r += 16)
-          Rows16<F>(c, r, ub + (p - p0) * ubytes, scales).run(c.y + p * kPanel, c.ldy, cols);
+        lo[p - p0] = plane(p, 0);
+        hi[p - p0] = plane(p, 1);
       }
+      float* a = acc.data() + (64 - reinterpret_cast<uintptr_t>(acc.data()) % 64) % 64 / 4;
+      Folded<F>(c, p0, p1, r0, full, lo.data(), hi.data(), a).run();
+    } else {
+      constexpr int64_t kGroupRows = 64;
+      for (int64_t g = r0; g < full; g += kGroupRows)
+        for (int64_t p = p0; p < p1; ++p) {
+          const int cols = static_cast<int>(std::min<int64_t>(kPanel, c.n - p * kPanel));
+          for (int64_t r = g; r < std::min(full, g + kGroupRows); r += 16)
+            Rows16<F>(c, r, plane(p, 0), scales(p)).run(c.y + p * kPanel, c.ldy, cols);
+        }
+    }
     _tile_release();
   }
   if (full < r1) qkern::run<V, F>(c, p0, p1, full, r1);
+}
+
+int* tile_k_table() {
+  static int t[kQDTypeCount] = {};
+  return t;
 }
 
 QRunFn* amx_table() {
@@ -256,7 +463,10 @@ QRunFn* amx_table() {
 }
 template <class F>
 struct AddAmx {
-  void operator()() { amx_table()[static_cast<int>(F::kType)] = &run_amx<F>; }
+  void operator()() {
+    amx_table()[static_cast<int>(F::kType)] = &run_amx<F>;
+    tile_k_table()[static_cast<int>(F::kType)] = F::kIntScales ? kFoldK : F::kSub;
+  }
 };
 
 bool request_amx() {
@@ -282,10 +492,16 @@ const QRunFn* qgemm_kernels_amx() {
   return t;
 }
 
+int amx_tile_k(DType t) {
+  qgemm_kernels_amx();
+  return tile_k_table()[static_cast<int>(t)];
+}
+
 #else
 
 bool amx_ready() { return false; }
 const QRunFn* qgemm_kernels_amx() { return nullptr; }
+int amx_tile_k(DType) { return 0; }
 
 #endif
 

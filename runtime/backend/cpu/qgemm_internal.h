@@ -14,8 +14,9 @@ constexpr int kQDTypeCount = kDTypeCount;
 // activation block size): codes, one fp32 scale per block, int16 sums of the codes per sub-block
 // of the weight format (16 or 32 elements).
 // qt, dt (AMX only, else nullptr): the codes and scales of each full 16-row tile again, one
-// contiguous 16 x Ks tile per sub-block: tile (R, j) at qt + (R * k / Ks + j) * 16 * Ks, row i at
-// + i * Ks; the 16 scales of block b at dt + (R * nb + b) * 16.
+// contiguous 16 x Ks tile per Ks elements (Ks = amx_tile_k): tile (R, j) at
+// qt + (R * k / Ks + j) * 16 * Ks, row i at + i * Ks; the 16 scales of block b at
+// dt + (R * nb + b) * 16.
 struct QActs {
   const int8_t* q;
   int64_t ldq;
@@ -48,5 +49,8 @@ const QRunFn* qgemm_kernels_amx();
 // AMX needs the kernel's permission for the tile state once per process (Linux arch_prctl);
 // false when it is refused or the CPU/build has no AMX-INT8.
 bool amx_ready();
+// The width of the activation tiles (QActs::qt) of the AMX kernel for t: its sub-block (16 or 32)
+// or 64 where the sub-block scales are folded into the codes; 0 without AMX.
+int amx_tile_k(DType t);
 
 }  // namespace offgen::cpu
