@@ -333,7 +333,8 @@ std::string model_key(const ModelConfig& c, const std::string& weight_dtype) {
 }
 
 std::string compute_key(const std::string& model_key, DType kv_dtype) {
-  return fmt::format("{}/kv-{}", model_key, dtype_name(kv_dtype));
+  return fmt::format("{}/kv-{}/kernels-{}", model_key, dtype_name(kv_dtype),
+                     backend_caps(BackendKind::kCpu).compute_revision);
 }
 
 KvTableLayout ModelFacts::kv_layout(const Policy& p) const {

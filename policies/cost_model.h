@@ -70,8 +70,9 @@ struct ModelFacts {
 };
 
 std::string model_key(const ModelConfig& c, const std::string& weight_dtype);
-// A compute profile's key: the model's key and the KV dtype its attention was measured over
-// (the attention's cost per key depends on the bytes it reads).
+// A compute profile's key: the model's key, the KV dtype its attention was measured over (the
+// attention's cost per key depends on the bytes it reads) and the CPU backend's compute_revision
+// (figures of other kernels do not count).
 std::string compute_key(const std::string& model_key, DType kv_dtype);
 
 // Bytes per tier the stores allocate — what the engine commits — for the weights (every unit

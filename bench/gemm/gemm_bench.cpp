@@ -14,7 +14,7 @@
 //   libs: openblas, dnnl_f32, dnnl_bf16, blis, ours_f32, ours_bf16, ours_q8 (kernels.h), offgen_f32, offgen_bf16
 //         (runtime/backend/cpu/gemm.h), q_<format> for every GGML block format (runtime/backend/cpu/qgemm.h: q_q4_0,
 //         q_q4_1, q_q5_0, q_q5_1, q_q8_0, q_iq4_nl, q_q2_k, q_q3_k, q_q4_k, q_q5_k, q_q6_k, q_iq4_xs; path by
-//         quant_path_auto: AMX-INT8 for m >= 32 and the 32-element formats, else AVX-512 VNNI), or q_all for all. A format whose block
+//         quant_path_auto: AMX-INT8 for m >= 32, else AVX-512 VNNI), or q_all for all. A format whose block
 //         does not divide K (the K-quants on K = 576) shows '-'. Quantised weights come from the format's quantiser where
 //         it has one (q8_0, q4_0, q4_k, q5_k, q6_k), else random codes with scales from the block's range; their err is
 //         against the dequantised weights (the kernel's own error: activation quantisation and accumulation).

@@ -71,6 +71,11 @@ struct BackendCaps {
   int64_t default_prefill_chunk = 1024;
   // `offgen calibrate`'s hardware profile describes this backend (the planner, --predict).
   bool calibrated_profile = true;
+  // Revision of the compute kernels the profile's compute figures were measured with: part of
+  // their key (compute_key), so a build whose kernels run at another speed measures them again
+  // on first use instead of planning from another build's figures. Raised with such a change
+  // (2: AMX for the K-quants, bench/gemm/RESULTS_gemm.md).
+  int compute_revision = 2;
 
   static constexpr uint64_t storage_bit(DType t) { return uint64_t{1} << static_cast<int>(t); }
   bool takes(DType storage) const { return (matmul_storages & storage_bit(storage)) != 0; }
