@@ -406,8 +406,9 @@ template <class F>
 void run_amx(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
   const int64_t full = c.act->qt && r0 % 16 == 0 ? r0 + (r1 - r0) / 16 * 16 : r0;
   if (full > r0) {
-    // Expand every panel of the call, then walk groups of 64 rows: a group's activation tiles and
-    // one panel's codes stay in cache while the group's row tiles go over the panel.
+    // Expand every panel of the call (at most 4: qgemm.cpp's work items). The folded formats then
+    // walk block by block (Folded); the others groups of 64 rows, a group's activation tiles and
+    // one panel's codes staying in cache while the group's row tiles go over the panel.
     constexpr int kPlanes = F::kIntScales ? 2 : 1;
     thread_local std::vector<uint8_t> scratch;
     const int64_t ubytes = c.k / 4 * 64, np = p1 - p0;
