@@ -65,8 +65,8 @@ def expect(cond, what):
     if not cond: sys.exit(1)
 expect(j["kv_dtype"] == "bf16", "no memory pressure: the 16-bit default")
 keys = [c["model_key"] for c in p["compute"]]
-expect(any(k.endswith("/kv-bf16") for k in keys) and any(k.endswith("/kv-q8_0") for k in keys),
-       "compute profiles per KV dtype")
+expect(any("/kv-bf16/kernels-" in k for k in keys) and any("/kv-q8_0/kernels-" in k for k in keys),
+       "compute profiles per KV dtype, keyed by the kernels' revision")
 PY
 "$bin" generate --model "$model" --threads 1 --policy "$work/plan.toml" --input /dev/null \
   --output "$work/empty.jsonl" -q 2> "$work/toml.err"

@@ -259,6 +259,30 @@ TEST_CASE("qgemm: every path at the extremes of codes, scales and activations", 
   }
 }
 
+TEST_CASE("qgemm: work items over several panels and row blocks", "[qgemm]") {
+  // 300 rows (two row blocks of the driver, the second starting past row 0, a remainder of 12
+  // rows), 520 columns (several panels per work item, the last panel half full): every path and
+  // kAuto (AMX here where the CPU has it) bitwise the reference.
+  std::mt19937 rng(10);
+  ThreadContext ctx(2);
+  for (DType t : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ2_K, DType::kIQ4_XS}) {
+    const FormatTraits& f = format_traits(t);
+    const int64_t n = 520, k = 2 * f.block_elems, m = 300;
+    const auto rows = random_rows(t, n, k, rng);
+    Packed p(t, rows, n, k);
+    const auto x = randn(rng, m * k);
+    std::vector<float> want(m * n), got(m * n);
+    cpu::gemm_quant_reference(t, x.data(), m, k, rows.data(), n, k, want.data(), n);
+    std::vector<QuantPath> all = paths();
+    all.push_back(QuantPath::kAuto);
+    for (QuantPath path : all) {
+      INFO(dtype_name(t) << " path " << cpu::quant_path_name(path));
+      cpu::gemm_quant(t, x.data(), m, k, p.buf.data(), n, k, got.data(), n, ctx, path);
+      CHECK(count_diff(got.data(), want.data(), got.size()) == 0);
+    }
+  }
+}
+
 TEST_CASE("qgemm: non-finite activations and scales", "[qgemm]") {
   std::mt19937 rng(5);
   ThreadContext ctx(2);
