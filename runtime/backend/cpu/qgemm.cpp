@@ -203,7 +203,7 @@ QuantPath quant_path_auto(DType t, int64_t m) {
   // From 32 rows, or 48 where the scales are folded into two code planes (twice the expansion
   // per panel to amortise): bench/gemm/RESULTS_gemm.md.
   const int tile_k = amx_tile_k(t);
-  if (tile_k > 0 && m >= (tile_k == 64 ? 48 : 32) && quant_path_available(QuantPath::kAmx))
+  if (tile_k > 0 && m >= (tile_k == kAmxFoldK ? 48 : 32) && quant_path_available(QuantPath::kAmx))
     return QuantPath::kAmx;
   for (QuantPath p : {QuantPath::kAvx512Vnni, QuantPath::kAvxVnni, QuantPath::kAvx2})
     if (quant_path_available(p)) return p;

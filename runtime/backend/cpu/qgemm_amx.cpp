@@ -90,9 +90,8 @@ void expand_signed(const uint8_t* codes, int64_t nb, uint8_t* out) {
 template <class F>
 class Rows16 {
  public:
-  static_assert(!F::kIntScales && F::kSub == F::kBlk);
-  static constexpr int kSubs = F::kBlk / F::kSub;
-  static constexpr int kPrefetch = 6;  // steps ahead
+  static_assert(!F::kIntScales && F::kSub == F::kBlk);  // a step is a block
+  static constexpr int kPrefetch = 6;                   // steps ahead
   Rows16(const QCall& c, int64_t row0, const uint8_t* ub, const uint8_t* sc)
       : a_(*c.act),
         row0_(row0),
@@ -100,7 +99,7 @@ class Rows16 {
         sc_(sc),
         aq_(a_.qt + row0 * c.k),
         dt_(a_.dt + row0 * c.nb),
-        steps_(c.nb * kSubs) {}
+        steps_(c.nb) {}
 
   void run(float* y, int64_t ldy, int cols) {
     __m512 acc[16];
@@ -177,8 +176,7 @@ class Rows16 {
     }
   }
 
-  OFFGEN_INLINE void consume(int64_t st, __m512* acc) {
-    const int64_t b = st / kSubs;
+  OFFGEN_INLINE void consume(int64_t b, __m512* acc) {
     const uint8_t* s = sc_ + b * F::kScaleBytes;
     const __m512 d = F::template scale<V>(s, 0);
 #pragma GCC unroll 16
@@ -212,7 +210,7 @@ class Rows16 {
 // K = 64 per 64 elements, accumulated over the whole block inside the tiles, and one epilogue per
 // block instead of an integer multiply per sub-block. The integer sum is exactly qgemm_kernel.h's,
 // and so is the fp32 epilogue after it.
-constexpr int kFoldK = 64;  // the folded path's tile depth (and the activation tiles' width)
+constexpr int kFoldK = kAmxFoldK;
 
 template <class F>
 void expand_folded(const uint8_t* codes, const uint8_t* scales, int64_t nb, uint8_t* lo,
@@ -265,16 +263,17 @@ class Folded {
  public:
   static_assert(F::kIntScales && F::kMin != MinKind::kFloat && F::kBlk % kFoldK == 0);
   static constexpr int kSteps = F::kBlk / kFoldK;
-  Folded(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1, const uint8_t* const* lo,
-         const uint8_t* const* hi, float* acc)
+  // planes: panel p's lo plane at planes + 2 p * plane_bytes, its hi plane right after it.
+  Folded(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1, const uint8_t* planes,
+         int64_t plane_bytes, float* acc)
       : c_(c),
         a_(*c.act),
         p0_(p0),
         np_(p1 - p0),
         r0_(r0),
         nt_((r1 - r0) / 16),
-        lo_(lo),
-        hi_(hi),
+        planes_(planes),
+        plane_bytes_(plane_bytes),
         acc_(acc) {}
 
   void run() {
@@ -330,8 +329,8 @@ class Folded {
   template <int Pair>
   OFFGEN_INLINE void products(const Unit& u) {
     const int8_t* aq = a_.qt + (r0_ + 16 * u.t) * c_.k + 16 * u.b * F::kBlk;
-    const uint8_t* lo = lo_[u.p] + 16 * u.b * F::kBlk;
-    const uint8_t* hi = hi_[u.p] + 16 * u.b * F::kBlk;
+    const uint8_t* lo = planes_ + 2 * u.p * plane_bytes_ + 16 * u.b * F::kBlk;
+    const uint8_t* hi = lo + plane_bytes_;
 #define OFFGEN_FOLDED_STEPS(L, H)      \
   _tile_zero(L);                       \
   _tile_zero(H);                       \
@@ -395,8 +394,8 @@ class Folded {
   const QCall& c_;
   const QActs& a_;
   int64_t p0_, np_, r0_, nt_;
-  const uint8_t* const* lo_;
-  const uint8_t* const* hi_;
+  const uint8_t* planes_;
+  int64_t plane_bytes_;
   float* acc_;
   alignas(64) int32_t cl_[16][16];
   alignas(64) int32_t ch_[16][16];
@@ -417,29 +416,19 @@ void run_amx(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
     uint8_t* ub = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
     auto scales = [&](int64_t p) { return c.packed + p * c.panel_bytes + c.nb * F::kCodeBytes; };
     auto plane = [&](int64_t p, int i) { return ub + ((p - p0) * kPlanes + i) * ubytes; };
-    for (int64_t p = p0; p < p1; ++p)
-      if constexpr (F::kIntScales)
-        expand_folded<F>(c.packed + p * c.panel_bytes, scales(p), c.nb, plane(p, 0), plane(p, 1));
-      else
-        expand_signed<F>(c.packed + p * c.panel_bytes, c.nb, plane(p, 0));
-    if constexpr (F::kIntScales)
-      load_config_folded();
-    else
-      load_config(F::kSub);
     if constexpr (F::kIntScales) {
+      for (int64_t p = p0; p < p1; ++p)
+        expand_folded<F>(c.packed + p * c.panel_bytes, scales(p), c.nb, plane(p, 0), plane(p, 1));
+      load_config_folded();
       thread_local std::vector<float> acc;
-      thread_local std::vector<const uint8_t*> lo, hi;
       const int64_t cells = np * (full - r0) * kPanel;
       if (static_cast<int64_t>(acc.size()) < cells + 16) acc.resize(cells + 16);
-      lo.resize(np);
-      hi.resize(np);
-      for (int64_t p = p0; p < p1; ++p) {
-        lo[p - p0] = plane(p, 0);
-        hi[p - p0] = plane(p, 1);
-      }
       float* a = acc.data() + (64 - reinterpret_cast<uintptr_t>(acc.data()) % 64) % 64 / 4;
-      Folded<F>(c, p0, p1, r0, full, lo.data(), hi.data(), a).run();
+      Folded<F>(c, p0, p1, r0, full, ub, ubytes, a).run();
     } else {
+      for (int64_t p = p0; p < p1; ++p)
+        expand_signed<F>(c.packed + p * c.panel_bytes, c.nb, plane(p, 0));
+      load_config(F::kSub);
       constexpr int64_t kGroupRows = 64;
       for (int64_t g = r0; g < full; g += kGroupRows)
         for (int64_t p = p0; p < p1; ++p) {

@@ -49,8 +49,10 @@ const QRunFn* qgemm_kernels_amx();
 // AMX needs the kernel's permission for the tile state once per process (Linux arch_prctl);
 // false when it is refused or the CPU/build has no AMX-INT8.
 bool amx_ready();
-// The width of the activation tiles (QActs::qt) of the AMX kernel for t: its sub-block (16 or 32)
-// or 64 where the sub-block scales are folded into the codes; 0 without AMX.
+// The width of the activation tiles (QActs::qt) of the AMX kernel for t: its 32-element block, or
+// kAmxFoldK where the integer sub-block scales are folded into the codes (the K-quants, IQ4_XS);
+// 0 without AMX.
+inline constexpr int kAmxFoldK = 64;
 int amx_tile_k(DType t);
 
 }  // namespace offgen::cpu
