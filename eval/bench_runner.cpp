@@ -88,6 +88,9 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.expert_load_bytes = s.expert_load_bytes;
   r.experts_ahead = s.experts_ahead;
   r.experts_ahead_used = s.experts_ahead_used;
+  r.expert_unit_runs = s.expert_unit_runs;
+  r.expert_unit_batches = s.expert_unit_batches;
+  r.expert_unit_rows = s.expert_unit_rows;
   r.experts_hot_first = engine.experts_hot_first();
   r.backend = engine.backend().name();
   r.weight_dtype = engine.options().weight_dtype.name();
@@ -136,6 +139,10 @@ nlohmann::json BenchReport::to_json() const {
         {"fetched_ahead", experts_ahead},
         {"fetched_ahead_used", experts_ahead_used},
         {"order", experts_hot_first ? "hot_first" : "index"}}},
+      {"expert_unit_runs",
+       {{"runs", expert_unit_runs},
+        {"batches_per_run", expert_unit_runs > 0 ? double(expert_unit_batches) / double(expert_unit_runs) : 0.0},
+        {"rows_per_run", expert_unit_runs > 0 ? double(expert_unit_rows) / double(expert_unit_runs) : 0.0}}},
       {"lane_busy_seconds", {{"load", lanes.load}, {"compute", lanes.compute}, {"store", lanes.store}}},
       {"overlap_efficiency", overlap_efficiency},
       {"forward_overlap_efficiency", forward_overlap_efficiency},

@@ -44,6 +44,8 @@ struct BenchReport {
   // and their bytes over the run; 0 for dense models and for weights in memory.
   int64_t forwards = 0, on_demand_forwards = 0, expert_loads = 0, expert_load_bytes = 0;
   int64_t experts_ahead = 0, experts_ahead_used = 0;  // of expert_loads: fetched ahead; used
+  // MoE MLP unit runs and the batches and rows they covered (GenerationStats::expert_unit_runs).
+  int64_t expert_unit_runs = 0, expert_unit_batches = 0, expert_unit_rows = 0;
   bool experts_hot_first = false;  // their slices lie hottest first (measured routing)
   std::string backend, weight_dtype, kv_dtype;
   int64_t prefill_chunk = 0;       // prompt tokens per prefill forward, at most

@@ -41,6 +41,9 @@ struct Ctx {
   int64_t kv_row = 0;  // home bytes of a KV row in the policy's KV dtype
   bool evicts = false, kv_resident = true;
   bool load_weights = false;  // some blob is assembled in staging (the weight store's rule)
+  // Mixtures of experts: the rows up to which MLP units run batches together (the executor's
+  // scratch rows, ForwardShape::batch_rows; expert_batch_groups).
+  int64_t group_rows = 0;
 
   // Disk seconds of the reads and writes costed since the last take_disk(): the store serialises
   // its I/O calls, so the load and store lanes share the disk.
@@ -188,6 +191,23 @@ ForwardTime forward_time_as(const Ctx& x, const Ctx* xw, const std::vector<Batch
   std::vector<double> L(U + 1, 0), C(U, 0), S(U, 0), Ld(U + 1, 0), Sd(U, 0);
   // Over every batch: what decides whether experts move on demand.
   const int64_t forward_rows = rows_of(batches);
+  // A mixture of experts' MLP units over groups of batches, as the executor runs them.
+  const bool group_experts = x.m.n_experts > 0 && !load_hidden;
+  std::vector<int64_t> group_rows;
+  if (group_experts) {
+    std::vector<int64_t> rows;
+    for (const Batch& b : batches) {
+      int64_t r = 0;
+      for (const Piece& pc : b.pieces) r += pc.n_new * pc.mult;
+      rows.insert(rows.end(), static_cast<size_t>(b.repeat), r);
+    }
+    const int64_t cap = std::max(x.group_rows, *std::max_element(rows.begin(), rows.end()));
+    size_t k = 0;
+    for (const int64_t n : expert_batch_groups(rows, cap)) {
+      group_rows.push_back(std::accumulate(rows.begin() + k, rows.begin() + k + n, int64_t{0}));
+      k += static_cast<size_t>(n);
+    }
+  }
   for (int64_t u = 0; u < U; ++u) {
     const bool attn = u % 2 == 0;
     const auto layer = static_cast<size_t>(u / 2);
@@ -224,7 +244,7 @@ ForwardTime forward_time_as(const Ctx& x, const Ctx* xw, const std::vector<Batch
       double c = 0;
       if (attn) {
         c = x.c.attn_base.at(static_cast<double>(rows)) + core;
-      } else {
+      } else if (!group_experts) {
         c = x.c.mlp.at(static_cast<double>(rows));
       }
       if (u + 1 == U) c += x.c.output.at(static_cast<double>(seqs));
@@ -239,6 +259,8 @@ ForwardTime forward_time_as(const Ctx& x, const Ctx* xw, const std::vector<Batch
       S[u] += r * (cs + hs);
       Sd[u] += r * (cs_disk + hs_disk);
     }
+    if (!attn && group_experts)
+      for (const int64_t r : group_rows) C[u] += x.c.mlp.at(static_cast<double>(r));
     if (load_weights && x.lazy_experts(u, forward_rows)) {  // every batch's experts, once
       C[u] += x.expert_load(u, forward_rows);
       x.take_disk();
@@ -439,6 +461,8 @@ Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const Har
   r.need = block_need(m, p, w, r.batch);
   r.fits = p.fits(r.need, m.device_is_host);
   const int64_t N = r.batch, gbs = p.gpu_batch_size;
+  x.group_rows = forward_shape(p, w.prefill_chunk, N, N * w.prompt_len, w.prompt_len, x.capacity, 0)
+                     .batch_rows;
 
   // Prefill: the engine's forwards of at most prefill_chunk tokens (a prompt may span two), each
   // split into GPU batches of gbs sequences. Most forwards of a block repeat one shape: each

@@ -86,6 +86,7 @@ void BlockExecutor::reserve(const ForwardShape& s) {
       prepare_activation(static_cast<size_t>(k), s.batch_rows);
   }
   scratch_.reserve(backend_, c, s.batch_rows);
+  group_rows_ = std::max(group_rows_, s.batch_rows);
   if (!backend_.device_is_host()) logits_.reserve(backend_, s.sequences * c.vocab_size);
   if (s.capacity > 0 && kv_.ram_slots(s.capacity) < s.capacity)
     prepare_kv_staging(s.batch_sequences, s.capacity);
@@ -286,24 +287,48 @@ void BlockExecutor::execute(const Task& t, const std::vector<BatchInput>& batche
     }
     case TaskKind::kCompute: {
       const BatchInput& b = batches[t.batch];
-      const int64_t rows = static_cast<int64_t>(b.ids.size());
       float* h = hidden(t.unit, t.batch);
       if (t.unit == 0) model_.embed(b.ids, b.positions.data(), h, scratch_);
-      std::vector<KvSeqView> views;
-      std::vector<SeqSpan> spans;
-      if (DecoderModel::unit_has_cache(t.unit)) {
-        views = kv_views(b, DecoderModel::unit_layer(t.unit), t.slot);
-        spans = layer_spans(b, DecoderModel::unit_layer(t.unit));
-      }
-      const UnitBatch ub{rows, spans.empty() ? b.spans : spans, b.positions.data(), views,
-                         b.external ? b.external_policy : policy_};
+      // A mixture of experts' MLP unit runs once over a group of batches (group_end_), at the
+      // group's first batch; the others' tasks find their rows computed.
+      const bool experts = model_.config().moe() && !DecoderModel::unit_has_cache(t.unit);
+      const int64_t end = experts ? group_end_[static_cast<size_t>(t.batch)] : t.batch + 1;
       const int wslot = static_cast<int>(t.unit % weights_.staging_slots());
       const void* blob = weights_.acquire(t.unit, wslot);
-      if (experts_on_demand_ && weights_.lazy(t.unit)) {
-        fetch_experts(t.unit, wslot, blob, h, rows);
-        fetch_ahead(t.unit, h, rows);
+      if (end > t.batch) {
+        int64_t rows = 0;
+        for (int64_t k = t.batch; k < end; ++k) rows += static_cast<int64_t>(batches[k].ids.size());
+        std::vector<KvSeqView> views;
+        std::vector<SeqSpan> spans;
+        std::vector<int32_t> positions;
+        if (DecoderModel::unit_has_cache(t.unit)) {
+          views = kv_views(b, DecoderModel::unit_layer(t.unit), t.slot);
+          spans = layer_spans(b, DecoderModel::unit_layer(t.unit));
+        } else if (end > t.batch + 1) {  // the group's spans and positions, batch after batch
+          for (int64_t k = t.batch; k < end; ++k) {
+            const int64_t first = row_offset_[k] - row_offset_[t.batch];
+            for (SeqSpan sp : batches[k].spans) {
+              sp.row_begin += first;
+              spans.push_back(sp);
+            }
+            positions.insert(positions.end(), batches[k].positions.begin(),
+                             batches[k].positions.end());
+          }
+        }
+        const UnitBatch ub{rows, spans.empty() ? b.spans : spans,
+                           positions.empty() ? b.positions.data() : positions.data(), views,
+                           b.external ? b.external_policy : policy_};
+        if (experts_on_demand_ && weights_.lazy(t.unit)) {
+          fetch_experts(t.unit, wslot, blob, h, rows);
+          fetch_ahead(t.unit, h, rows);
+        }
+        model_.run_unit(t.unit, blob, h, ub, scratch_);
+        if (experts) {
+          ++expert_runs_.runs;
+          expert_runs_.batches += end - t.batch;
+          expert_runs_.rows += rows;
+        }
       }
-      model_.run_unit(t.unit, blob, h, ub, scratch_);
       weights_.release(t.unit, wslot);
       if (t.unit + 1 == model_.num_units()) {
         std::vector<int64_t> last;
@@ -422,6 +447,21 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
     hidden_.reserve(backend_, rows * model_.config().d_model);
   }
   shape.load_hidden = offload_act_;
+  // Mixtures of experts: batches grouped for the MLP units (expert_batch_groups) within the rows
+  // the scratch holds, when every batch's activations lie in one array.
+  group_end_.assign(static_cast<size_t>(K), 0);
+  for (int64_t k = 0; k < K; ++k) group_end_[k] = k + 1;
+  if (model_.config().moe() && !offload_act_) {
+    std::vector<int64_t> batch_rows;
+    for (const BatchInput& b : batches) batch_rows.push_back(static_cast<int64_t>(b.ids.size()));
+    const int64_t cap = std::max(group_rows_, *std::max_element(batch_rows.begin(), batch_rows.end()));
+    int64_t k = 0;
+    for (const int64_t n : expert_batch_groups(batch_rows, cap)) {
+      group_end_[k] = k + n;
+      for (int64_t j = k + 1; j < k + n; ++j) group_end_[j] = -1;
+      k += n;
+    }
+  }
   const std::vector<Task> plan = plan_step(shape);
 
   // The results to the host once everything ran (waits for the device).

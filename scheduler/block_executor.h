@@ -1,6 +1,7 @@
 // BlockExecutor: applies the block schedule of block_plan.h to one generation step — loads unit
-// weights once per step for every GPU batch, stages off-RAM KV slots, runs compute, writes new KV
-// back — with load, compute and store lanes overlapping (or sequentially with overlap off).
+// weights once per step for every GPU batch, stages off-RAM KV slots, runs compute (a mixture of
+// experts' MLP units over groups of batches), writes new KV back — with load, compute and store
+// lanes overlapping (or sequentially with overlap off).
 #pragma once
 
 #include <cstdint>
@@ -67,10 +68,17 @@ class BlockExecutor {
     int64_t fetched = 0, used = 0;
   };
   AheadStats ahead() const { return ahead_; }
+  // A mixture of experts' MLP unit runs so far, and the batches and rows they covered (a run
+  // covers a group of batches: expert_batch_groups).
+  struct ExpertRunStats {
+    int64_t runs = 0, batches = 0, rows = 0;
+  };
+  ExpertRunStats expert_runs() const { return expert_runs_; }
 
  private:
   void execute(const Task& t, const std::vector<BatchInput>& batches);
-  // A unit whose experts the weight store moves on demand: routes one batch's rows and brings the
+  // A unit whose experts the weight store moves on demand: routes one batch's (or one group of
+  // batches', group_end_) rows and brings the
   // experts they chose that `slot` does not hold or have on the way yet (slot_experts: afresh for
   // each forward), so that a step moves the union of its batches' experts once.
   void fetch_experts(int64_t unit, int slot, const void* blob, const float* h, int64_t rows);
@@ -150,6 +158,7 @@ class BlockExecutor {
   bool experts_ahead_ = false;      // and fetches the next MLP unit's likely ones ahead
   std::vector<SlotExperts> slot_experts_;  // per weight slot
   AheadStats ahead_;
+  ExpertRunStats expert_runs_;
   std::vector<int64_t> predicted_;
   // Per row count: of forwards whose experts move by cost, the last whole-unit forward's load and
   // compute lane times and wall time and the last on-demand one's wall time; of on-demand
@@ -160,6 +169,11 @@ class BlockExecutor {
     int since_probe = 0;
   };
   std::map<int64_t, ExpertMoveTimes> expert_move_times_;
+  // Mixtures of experts: the rows up to which MLP units run batches together (the largest
+  // ForwardShape::batch_rows reserved: the scratch holds them) and, per batch of this forward,
+  // the end of its group (k + 1 when alone; -1 inside a group, computed at its first batch).
+  int64_t group_rows_ = 0;
+  std::vector<int64_t> group_end_;
   std::vector<int64_t> routed_;
 };
 

@@ -85,6 +85,9 @@ struct GenerationStats {
   // Of those experts, the ones fetched ahead (guessed from the previous MLP unit's input) and, of
   // them, the ones then routed to.
   int64_t experts_ahead = 0, experts_ahead_used = 0;
+  // Mixtures of experts: MLP unit runs and the batches and rows they covered (one run serves a
+  // group of batches, each expert one GEMM over its rows of all of them).
+  int64_t expert_unit_runs = 0, expert_unit_batches = 0, expert_unit_rows = 0;
   // Shared contexts (requests with a context): built once each — prefilled (its tokens count in
   // prefill_tokens, its time in prefill_seconds) and compressed — and held once for all of them.
   int64_t contexts = 0;           // contexts built

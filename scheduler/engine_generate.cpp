@@ -44,6 +44,7 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
   const int64_t on_demand0 = executor_->on_demand_forwards();
   const WeightLoadStats loads0 = weights_->load_stats();
   const BlockExecutor::AheadStats ahead0 = executor_->ahead();
+  const BlockExecutor::ExpertRunStats runs0 = executor_->expert_runs();
   Run run(requests, cb);
   run.committed = weight_need_;
   for (size_t i = 0; i < requests.size(); ++i) run.waiting.push_back(i);
@@ -60,6 +61,10 @@ std::vector<Result> Engine::generate(const std::vector<Request>& requests,
     stats_.expert_load_bytes = loads.range_bytes - loads0.range_bytes;
     stats_.experts_ahead = executor_->ahead().fetched - ahead0.fetched;
     stats_.experts_ahead_used = executor_->ahead().used - ahead0.used;
+    const BlockExecutor::ExpertRunStats runs = executor_->expert_runs();
+    stats_.expert_unit_runs = runs.runs - runs0.runs;
+    stats_.expert_unit_batches = runs.batches - runs0.batches;
+    stats_.expert_unit_rows = runs.rows - runs0.rows;
     const LaneTimes& l = executor_->times();
     stats_.lanes = LaneTimes{l.load - lanes0.load, l.compute - lanes0.compute,
                              l.store - lanes0.store, l.wall - lanes0.wall, l.bound - lanes0.bound};

@@ -154,4 +154,19 @@ bool move_experts_on_demand(double share, double load_s, double experts_s, doubl
   return std::max(rest, compute_s) + fetched < std::max(load_s, compute_s);
 }
 
+std::vector<int64_t> expert_batch_groups(const std::vector<int64_t>& batch_rows,
+                                         int64_t rows_cap) {
+  std::vector<int64_t> groups;
+  int64_t rows = 0;
+  for (const int64_t r : batch_rows) {
+    if (groups.empty() || rows + r > rows_cap) {
+      groups.push_back(0);
+      rows = 0;
+    }
+    ++groups.back();
+    rows += r;
+  }
+  return groups;
+}
+
 }  // namespace offgen

@@ -82,4 +82,11 @@ bool experts_by_cost(int64_t n_experts, int64_t k, int64_t rows);
 bool move_experts_on_demand(double share, double load_s, double experts_s, double compute_s,
                             bool overlap);
 
+// A block step runs a mixture of experts' MLP unit over consecutive GPU batches at once (each
+// expert one GEMM over its rows of all of them, so that small batches still give each expert
+// enough rows for the fast kernels) while their rows together stay within `rows_cap` (what the
+// decoder's scratch holds; a batch beyond it runs alone). Per group, in order, its number of
+// batches. The rows of a unit's output do not depend on the grouping.
+std::vector<int64_t> expert_batch_groups(const std::vector<int64_t>& batch_rows, int64_t rows_cap);
+
 }  // namespace offgen

@@ -155,6 +155,24 @@ TEST_CASE("cost model: a mixture of experts on disk moves the experts a small fo
   CHECK(od.prefill_seconds == Approx(0.020 + 4 * (1 - std::pow(0.75, 4)) * 0.010 + 0.005));
 }
 
+TEST_CASE("cost model: a mixture of experts' MLP unit runs the block's batches together",
+          "[cost][moe]") {
+  // Two batches of one sequence, all in RAM; an MLP unit costs 1 ms plus 1 us per row.
+  HardwareProfile hw = tiny_hw();
+  hw.compute[0].mlp = TimeCurve{{1, 1024}, {1e-3, 1e-3 + 1023e-6}};
+  Workload w;
+  w.prompt_len = 1;
+  w.gen_len = 2;
+  const Policy p = all_ram(1, 2);
+  // Each batch: its attention (2 ms + 1 pair) and the output (1 ms); the MLP unit once over both
+  // rows (1.001 ms) for the mixture of experts, once per batch (1 ms each) for the dense model.
+  const double attn = 2 * (0.002 + 1e-6), output = 2 * 0.001;
+  const ModelFacts moe = test::with_tiny_experts(tiny_model());
+  CHECK(predict(moe, hw.compute[0], hw, p, w).prefill_seconds == Approx(attn + 0.001001 + output));
+  CHECK(predict(tiny_model(), hw.compute[0], hw, p, w).prefill_seconds ==
+        Approx(attn + 0.002 + output));
+}
+
 TEST_CASE("cost model: measured routing with hot experts in RAM expects fewer of them on disk",
           "[cost][moe]") {
   ModelFacts m = test::with_tiny_experts(tiny_model());

@@ -137,6 +137,16 @@ TEST_CASE("MoE: experts move on demand up to half of them, beyond that when it i
   CHECK_FALSE(move_experts_on_demand(0.64, 10.0, 0.0, 1.0, true));
 }
 
+TEST_CASE("MoE: MLP units run consecutive batches together within the scratch's rows", "[moe]") {
+  using V = std::vector<int64_t>;
+  CHECK(expert_batch_groups({64, 64, 64, 64}, 2048) == V{4});
+  CHECK(expert_batch_groups({64, 64, 64, 64}, 128) == V{2, 2});
+  CHECK(expert_batch_groups({64, 64, 64, 1}, 128) == V{2, 2});
+  CHECK(expert_batch_groups({2048, 2048, 2048}, 2048) == V{1, 1, 1});
+  CHECK(expert_batch_groups({3000, 64, 64}, 2048) == V{1, 2});  // one beyond the cap runs alone
+  CHECK(expert_batch_groups({}, 2048).empty());
+}
+
 TEST_CASE("MoE: expert tensors are row slices of GGUF's stacked ffn_*_exps", "[moe]") {
   ModelConfig c = architecture_config("qwen3moe");
   c.n_layers = 2, c.d_model = 64, c.ffn_dim = 24, c.n_experts = 8, c.n_experts_used = 2;

@@ -3,7 +3,8 @@
 // norms, GeGLU), Gemma 2 (soft-capping), Qwen3 (QK-norm), Llama 3.1 (scaled RoPE) and the
 // mixtures of experts (Mixtral, Qwen2-MoE with its shared expert, Qwen3-MoE: experts in RAM, on
 // disk or split between them with the MLP units, in index order or hottest first by measured
-// routing) checkpoints give bitwise identical logits for every placement and overlap setting, and
+// routing; their MLP units over both batches at once or, activations offloaded, one by one)
+// checkpoints give bitwise identical logits for every placement and overlap setting, and
 // identical greedy tokens across batch splits.
 #include <catch2/catch.hpp>
 
@@ -87,12 +88,22 @@ TEST_CASE("OPT, Qwen2/3, Gemma 2/3, Llama 3.1 and MoE checkpoints: logits bitwis
     INFO(name);
     const Run ref = run(model, placement(100, 0, 100, 0, true));
     REQUIRE(ref.logits.size() > 0);
+    // Activations half on disk: each GPU batch runs alone, also a mixture of experts' MLP units,
+    // which otherwise run both batches at once (expert_batch_groups).
+    Policy acts = placement(100, 0, 100, 0, true);
+    acts.act_gpu_percent = 50;
     for (const Policy& p : {placement(0, 0, 100, 0, true), placement(100, 0, 0, 0, false),
-                            placement(30, 20, 0, 50, true), placement(0, 0, 0, 0, false)}) {
+                            placement(30, 20, 0, 50, true), placement(0, 0, 0, 0, false), acts}) {
       const Run r = run(model, p);
       REQUIRE(r.logits.size() == ref.logits.size());
       CHECK(mismatched_rows(ref, r) == 0);
+      if (p.act_gpu_percent < 100) CHECK(r.stats.expert_unit_batches == r.stats.expert_unit_runs);
     }
+    const bool moe = std::string(name).find("moe") != std::string::npos ||
+                     std::string(name) == "mixtral";
+    CHECK((ref.stats.expert_unit_runs > 0) == moe);
+    // Forwards of both batches run them at once (the last ones, of one sequence, have one batch).
+    if (moe) CHECK(ref.stats.expert_unit_runs < ref.stats.expert_unit_batches);
     for (auto [gbs, ngb] : {std::pair{1, 4}, {4, 1}, {3, 1}}) {
       const Run r = run(model, placement(40, 10, 50, 0, true, gbs, ngb));
       for (size_t i = 0; i < ref.results.size(); ++i) {
