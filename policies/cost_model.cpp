@@ -41,8 +41,8 @@ struct Ctx {
   int64_t kv_row = 0;  // home bytes of a KV row in the policy's KV dtype
   bool evicts = false, kv_resident = true;
   bool load_weights = false;  // some blob is assembled in staging (the weight store's rule)
-  // Mixtures of experts: the rows up to which MLP units run batches together (the executor's
-  // scratch rows, ForwardShape::batch_rows; expert_batch_groups).
+  // Mixtures of experts: the executor's scratch rows (ForwardShape::batch_rows), within which
+  // MLP units run batches together (expert_group_cap, expert_batch_groups).
   int64_t group_rows = 0;
 
   // Disk seconds of the reads and writes costed since the last take_disk(): the store serialises
@@ -201,7 +201,9 @@ ForwardTime forward_time_as(const Ctx& x, const Ctx* xw, const std::vector<Batch
       for (const Piece& pc : b.pieces) r += pc.n_new * pc.mult;
       rows.insert(rows.end(), static_cast<size_t>(b.repeat), r);
     }
-    const int64_t cap = std::max(x.group_rows, *std::max_element(rows.begin(), rows.end()));
+    const int64_t cap = expert_group_cap(
+        std::max(x.group_rows, *std::max_element(rows.begin(), rows.end())), x.m.n_experts,
+        x.m.n_experts_used);
     size_t k = 0;
     for (const int64_t n : expert_batch_groups(rows, cap)) {
       group_rows.push_back(std::accumulate(rows.begin() + k, rows.begin() + k + n, int64_t{0}));

@@ -447,14 +447,16 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
     hidden_.reserve(backend_, rows * model_.config().d_model);
   }
   shape.load_hidden = offload_act_;
-  // Mixtures of experts: batches grouped for the MLP units (expert_batch_groups) within the rows
-  // the scratch holds, when every batch's activations lie in one array.
+  // Mixtures of experts: batches grouped for the MLP units (expert_batch_groups) within
+  // expert_group_cap, when every batch's activations lie in one array.
   group_end_.assign(static_cast<size_t>(K), 0);
   for (int64_t k = 0; k < K; ++k) group_end_[k] = k + 1;
   if (model_.config().moe() && !offload_act_) {
     std::vector<int64_t> batch_rows;
     for (const BatchInput& b : batches) batch_rows.push_back(static_cast<int64_t>(b.ids.size()));
-    const int64_t cap = std::max(group_rows_, *std::max_element(batch_rows.begin(), batch_rows.end()));
+    const int64_t cap = expert_group_cap(
+        std::max(group_rows_, *std::max_element(batch_rows.begin(), batch_rows.end())),
+        model_.config().n_experts, model_.config().n_experts_used);
     int64_t k = 0;
     for (const int64_t n : expert_batch_groups(batch_rows, cap)) {
       group_end_[k] = k + n;

@@ -169,9 +169,10 @@ class BlockExecutor {
     int since_probe = 0;
   };
   std::map<int64_t, ExpertMoveTimes> expert_move_times_;
-  // Mixtures of experts: the rows up to which MLP units run batches together (the largest
-  // ForwardShape::batch_rows reserved: the scratch holds them) and, per batch of this forward,
-  // the end of its group (k + 1 when alone; -1 inside a group, computed at its first batch).
+  // Mixtures of experts: the rows the scratch holds (the largest ForwardShape::batch_rows
+  // reserved), within which MLP units run batches together (expert_group_cap), and, per batch of
+  // this forward, the end of its group (k + 1 when alone; -1 inside a group, computed at its
+  // first batch).
   int64_t group_rows_ = 0;
   std::vector<int64_t> group_end_;
   std::vector<int64_t> routed_;

@@ -154,6 +154,10 @@ bool move_experts_on_demand(double share, double load_s, double experts_s, doubl
   return std::max(rest, compute_s) + fetched < std::max(load_s, compute_s);
 }
 
+int64_t expert_group_cap(int64_t scratch_rows, int64_t n_experts, int64_t k) {
+  return std::min(scratch_rows, (kExpertGroupRows * n_experts + k - 1) / std::max<int64_t>(1, k));
+}
+
 std::vector<int64_t> expert_batch_groups(const std::vector<int64_t>& batch_rows,
                                          int64_t rows_cap) {
   std::vector<int64_t> groups;

@@ -84,9 +84,15 @@ bool move_experts_on_demand(double share, double load_s, double experts_s, doubl
 
 // A block step runs a mixture of experts' MLP unit over consecutive GPU batches at once (each
 // expert one GEMM over its rows of all of them, so that small batches still give each expert
-// enough rows for the fast kernels) while their rows together stay within `rows_cap` (what the
-// decoder's scratch holds; a batch beyond it runs alone). Per group, in order, its number of
-// batches. The rows of a unit's output do not depend on the grouping.
+// enough rows for the fast kernels) while their rows together stay within `rows_cap` (a batch
+// beyond it runs alone). Per group, in order, its number of batches. The rows of a unit's output
+// do not depend on the grouping.
 std::vector<int64_t> expert_batch_groups(const std::vector<int64_t>& batch_rows, int64_t rows_cap);
+// The cap for expert_batch_groups: the rows the decoder's scratch holds (`scratch_rows`), and no
+// more than give each expert kExpertGroupRows rows on average (k of n_experts per row): the CPU's
+// folded AMX GEMM runs no faster beyond them, and larger groups only make the expert buffers
+// outgrow the caches (bench/gemm/RESULTS_gemm.md, bench/RESULTS.md "MoE").
+inline constexpr int64_t kExpertGroupRows = 256;
+int64_t expert_group_cap(int64_t scratch_rows, int64_t n_experts, int64_t k);
 
 }  // namespace offgen

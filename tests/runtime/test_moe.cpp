@@ -145,6 +145,11 @@ TEST_CASE("MoE: MLP units run consecutive batches together within the scratch's 
   CHECK(expert_batch_groups({2048, 2048, 2048}, 2048) == V{1, 1, 1});
   CHECK(expert_batch_groups({3000, 64, 64}, 2048) == V{1, 2});  // one beyond the cap runs alone
   CHECK(expert_batch_groups({}, 2048).empty());
+  // The cap: the scratch's rows, and no more than 256 rows per expert on average.
+  CHECK(expert_group_cap(8192, 8, 2) == 1024);     // Mixtral: 4 batches of 64 together, not of 2048
+  CHECK(expert_group_cap(8192, 128, 8) == 4096);   // Qwen3-30B-A3B
+  CHECK(expert_group_cap(512, 128, 8) == 512);     // the scratch's rows
+  CHECK(expert_group_cap(8192, 60, 4) == 3840);    // Qwen2-MoE
 }
 
 TEST_CASE("MoE: expert tensors are row slices of GGUF's stacked ffn_*_exps", "[moe]") {
