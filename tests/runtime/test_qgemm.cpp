@@ -260,25 +260,32 @@ TEST_CASE("qgemm: every path at the extremes of codes, scales and activations", 
 }
 
 TEST_CASE("qgemm: work items over several panels and row blocks", "[qgemm]") {
-  // 300 rows (two row blocks of the driver, the second starting past row 0, a remainder of 12
-  // rows), 520 columns (several panels per work item, the last panel half full): every path and
-  // kAuto (AMX here where the CPU has it) bitwise the reference.
+  // 556 rows (three row blocks of the driver, the later ones starting past row 0, a remainder
+  // of 12 rows: a thread running a chunk's row blocks one after another expands its panels once),
+  // 520 columns (several panels per work item, the last panel half full): every path and kAuto
+  // (AMX here where the CPU has it) bitwise the reference. Then other weights packed into the same
+  // buffer: the next call must not reuse the first one's expanded panels.
   std::mt19937 rng(10);
   ThreadContext ctx(2);
   for (DType t : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ2_K, DType::kIQ4_XS}) {
     const FormatTraits& f = format_traits(t);
-    const int64_t n = 520, k = 2 * f.block_elems, m = 300;
-    const auto rows = random_rows(t, n, k, rng);
+    const int64_t n = 520, k = 2 * f.block_elems, m = 556;
+    const auto rows = random_rows(t, n, k, rng), rows2 = random_rows(t, n, k, rng);
     Packed p(t, rows, n, k);
     const auto x = randn(rng, m * k);
-    std::vector<float> want(m * n), got(m * n);
+    std::vector<float> want(m * n), want2(m * n), got(m * n);
     cpu::gemm_quant_reference(t, x.data(), m, k, rows.data(), n, k, want.data(), n);
+    cpu::gemm_quant_reference(t, x.data(), m, k, rows2.data(), n, k, want2.data(), n);
     std::vector<QuantPath> all = paths();
     all.push_back(QuantPath::kAuto);
     for (QuantPath path : all) {
       INFO(dtype_name(t) << " path " << cpu::quant_path_name(path));
+      cpu::pack_quant(t, rows.data(), n, k, p.buf.data());
       cpu::gemm_quant(t, x.data(), m, k, p.buf.data(), n, k, got.data(), n, ctx, path);
       CHECK(count_diff(got.data(), want.data(), got.size()) == 0);
+      cpu::pack_quant(t, rows2.data(), n, k, p.buf.data());
+      cpu::gemm_quant(t, x.data(), m, k, p.buf.data(), n, k, got.data(), n, ctx, path);
+      CHECK(count_diff(got.data(), want2.data(), got.size()) == 0);
     }
   }
 }

@@ -3,6 +3,7 @@
 #include "runtime/backend/cpu/qgemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -282,9 +283,12 @@ void gemm_quant(DType t, const float* x, int64_t m, int64_t ldx, const void* pac
   thread_local ActStorage st;
   QActs acts = quantize_acts(format_traits(t), x, m, ldx, k, st, &ctx, true);
   if (path == QuantPath::kAmx && m >= 16) tile_acts(acts, m, k, amx_tile_k(t), st);
-  const QCall call{&acts, static_cast<const uint8_t*>(packed), n, k, g.nb, g.panel_bytes, y, ldy};
-  // Work items: chunks of panels x blocks of rows (rows split only when m is large, each item
-  // then expands its panels again: a small fraction of its dot products).
+  static std::atomic<uint64_t> calls{0};
+  const QCall call{&acts, static_cast<const uint8_t*>(packed), n, k, g.nb, g.panel_bytes, y, ldy,
+                   ++calls};
+  // Work items: chunks of panels x blocks of rows (rows split only when m is large; a thread
+  // usually runs one chunk's row blocks one after another, and the AMX path then expands the
+  // chunk's panels once for them).
   const int64_t mb = m <= 256 ? m : 256;
   const int64_t row_blocks = (m + mb - 1) / mb;
   const int64_t chunk =

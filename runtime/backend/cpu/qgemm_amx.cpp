@@ -401,6 +401,13 @@ class Folded {
   alignas(64) int32_t ch_[16][16];
 };
 
+// Which call's panels a thread's expanded planes hold (id 0: none).
+struct ExpandedKey {
+  uint64_t id = 0;
+  int64_t p0 = 0, p1 = 0;
+  bool operator==(const ExpandedKey&) const = default;
+};
+
 template <class F>
 void run_amx(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
   const int64_t full = c.act->qt && r0 % 16 == 0 ? r0 + (r1 - r0) / 16 * 16 : r0;
@@ -408,17 +415,27 @@ void run_amx(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
     // Expand every panel of the call (at most 4: qgemm.cpp's work items). The folded formats then
     // walk block by block (Folded); the others groups of 64 rows, a group's activation tiles and
     // one panel's codes staying in cache while the group's row tiles go over the panel.
+    // The planes stay this thread's until another work item needs others: the same call's next
+    // row block of the same panels (a thread runs them one after another) expands nothing.
     constexpr int kPlanes = F::kIntScales ? 2 : 1;
     thread_local std::vector<uint8_t> scratch;
+    thread_local ExpandedKey held;
     const int64_t ubytes = c.k / 4 * 64, np = p1 - p0;
-    if (static_cast<int64_t>(scratch.size()) < kPlanes * np * ubytes + 64)
+    if (static_cast<int64_t>(scratch.size()) < kPlanes * np * ubytes + 64) {
       scratch.resize(kPlanes * np * ubytes + 64);
+      held = {};
+    }
     uint8_t* ub = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
     auto scales = [&](int64_t p) { return c.packed + p * c.panel_bytes + c.nb * F::kCodeBytes; };
     auto plane = [&](int64_t p, int i) { return ub + ((p - p0) * kPlanes + i) * ubytes; };
+    const ExpandedKey want{c.id, p0, p1};
+    const bool expand = c.id == 0 || !(held == want);
+    held = c.id == 0 ? ExpandedKey{} : want;
     if constexpr (F::kIntScales) {
-      for (int64_t p = p0; p < p1; ++p)
-        expand_folded<F>(c.packed + p * c.panel_bytes, scales(p), c.nb, plane(p, 0), plane(p, 1));
+      if (expand)
+        for (int64_t p = p0; p < p1; ++p)
+          expand_folded<F>(c.packed + p * c.panel_bytes, scales(p), c.nb, plane(p, 0),
+                           plane(p, 1));
       load_config_folded();
       thread_local std::vector<float> acc;
       const int64_t cells = np * (full - r0) * kPanel;
@@ -426,8 +443,9 @@ void run_amx(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
       float* a = acc.data() + (64 - reinterpret_cast<uintptr_t>(acc.data()) % 64) % 64 / 4;
       Folded<F>(c, p0, p1, r0, full, ub, ubytes, a).run();
     } else {
-      for (int64_t p = p0; p < p1; ++p)
-        expand_signed<F>(c.packed + p * c.panel_bytes, c.nb, plane(p, 0));
+      if (expand)
+        for (int64_t p = p0; p < p1; ++p)
+          expand_signed<F>(c.packed + p * c.panel_bytes, c.nb, plane(p, 0));
       load_config(F::kSub);
       constexpr int64_t kGroupRows = 64;
       for (int64_t g = r0; g < full; g += kGroupRows)

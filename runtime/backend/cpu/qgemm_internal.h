@@ -35,6 +35,9 @@ struct QCall {
   int64_t panel_bytes;  // bytes per 16-row panel
   float* y;
   int64_t ldy;
+  // Distinct for each gemm_quant call (0: unknown): a kernel may keep what it derives from
+  // `packed` (the AMX path's expanded panels) for the same call's later work items.
+  uint64_t id = 0;
 };
 
 // Output rows [r0, r1) x 16-row panels [p0, p1).
