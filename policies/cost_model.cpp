@@ -192,7 +192,7 @@ ForwardTime forward_time_as(const Ctx& x, const Ctx* xw, const std::vector<Batch
   // Over every batch: what decides whether experts move on demand.
   const int64_t forward_rows = rows_of(batches);
   // A mixture of experts' MLP units over groups of batches, as the executor runs them.
-  const bool group_experts = x.m.n_experts > 0 && !load_hidden;
+  const bool group_experts = x.m.n_experts > 0 && !load_hidden && !batches.empty();
   std::vector<int64_t> group_rows;
   if (group_experts) {
     std::vector<int64_t> rows;

@@ -451,7 +451,7 @@ void BlockExecutor::run(const std::vector<BatchInput>& batches, float* logits, i
   // expert_group_cap, when every batch's activations lie in one array.
   group_end_.assign(static_cast<size_t>(K), 0);
   for (int64_t k = 0; k < K; ++k) group_end_[k] = k + 1;
-  if (model_.config().moe() && !offload_act_) {
+  if (model_.config().moe() && !offload_act_ && K > 0) {
     std::vector<int64_t> batch_rows;
     for (const BatchInput& b : batches) batch_rows.push_back(static_cast<int64_t>(b.ids.size()));
     const int64_t cap = expert_group_cap(

@@ -287,6 +287,22 @@ TEST_CASE("qgemm: work items over several panels and row blocks", "[qgemm]") {
       cpu::gemm_quant(t, x.data(), m, k, p.buf.data(), n, k, got.data(), n, ctx, path);
       CHECK(count_diff(got.data(), want2.data(), got.size()) == 0);
     }
+    // One panel on one thread: every work item of both calls covers the same panels, so only the
+    // calls' ids keep the second from reusing the first one's expanded panels.
+    ThreadContext one(1);
+    const int64_t n1 = 16;
+    std::vector<float> w1(m * n1), w2(m * n1), g1(m * n1);
+    cpu::gemm_quant_reference(t, x.data(), m, k, rows.data(), n1, k, w1.data(), n1);
+    cpu::gemm_quant_reference(t, x.data(), m, k, rows2.data(), n1, k, w2.data(), n1);
+    for (QuantPath path : all) {
+      INFO(dtype_name(t) << " one panel, path " << cpu::quant_path_name(path));
+      cpu::pack_quant(t, rows.data(), n1, k, p.buf.data());
+      cpu::gemm_quant(t, x.data(), m, k, p.buf.data(), n1, k, g1.data(), n1, one, path);
+      CHECK(count_diff(g1.data(), w1.data(), g1.size()) == 0);
+      cpu::pack_quant(t, rows2.data(), n1, k, p.buf.data());
+      cpu::gemm_quant(t, x.data(), m, k, p.buf.data(), n1, k, g1.data(), n1, one, path);
+      CHECK(count_diff(g1.data(), w2.data(), g1.size()) == 0);
+    }
   }
 }
 
