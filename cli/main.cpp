@@ -418,7 +418,8 @@ int main(int argc, char** argv) {
   bench->add_option("--gen-len", bench_opts.gen_len, "Generated tokens (default 32)")
       ->check(CLI::Range(2, 1 << 20));
   bench->add_option("--num-prompts", bench_opts.batch_size,
-                    "Prompts (default: gpu batch size x num gpu batches)")
+                    "Prompts (default: gpu batch size x num gpu batches); more than a block "
+                    "run block by block")
       ->check(CLI::Range(1, 1 << 24));
   bench->add_flag("!--no-warmup", bench_opts.warmup, "Skip the untimed warm-up run");
   bench->add_option("--json", bench_json, "Write the report as JSON");

@@ -34,7 +34,9 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   OFFGEN_CHECK(b > 0, kConfig,
                "not even one sequence of {} KV slots fits the tier capacities next to the weights",
                capacity);
-  engine.check_fits(b, o.prompt_len, o.gen_len);
+  // More prompts than the policy's block (given, or the planner's) run block by block: generate
+  // admits at most max_active at once, so one block must fit.
+  engine.check_fits(std::min(b, engine.max_active()), o.prompt_len, o.gen_len);
   std::mt19937_64 rng(o.seed);
   const int32_t vocab = static_cast<int32_t>(engine.config().vocab_size);
   std::uniform_int_distribution<int32_t> tok(std::min(100, vocab - 1), vocab - 1);

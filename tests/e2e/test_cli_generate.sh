@@ -48,6 +48,16 @@ check "--prefill-chunk 8: the same records as the default chunk" cmp -s "$work/o
 check "bench reports the prefill chunk it ran with" \
   python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["prefill_chunk"] != 8)' "$work/chunk_bench.json"
 
+# A bench job of more prompts than a block that fits runs block by block (blocks of 2 here; six
+# sequences at once would exceed --cpu-mem).
+"$bin" bench --model "$model" --threads 1 --prompt-len 512 --gen-len 2 --gpu-batch-size 2 \
+  --num-prompts 2 --no-warmup --json "$work/block2.json" > /dev/null
+cap=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["peak_bytes"]["host"] + 8 * 2**20)' "$work/block2.json")
+"$bin" bench --model "$model" --threads 1 --prompt-len 512 --gen-len 2 --gpu-batch-size 2 \
+  --num-prompts 6 --cpu-mem "$cap" --no-warmup --json "$work/block6.json" > /dev/null 2> "$work/block6.err"
+check "bench: 6 prompts in blocks of 2 under --cpu-mem $cap" \
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(not (r["num_prompts"] == 6 and r["batch_size"] == 2 and r["total_throughput"] > 0))' "$work/block6.json"
+
 "$bin" generate --model "$work/missing.gguf" --input "$work/in.jsonl" --output "$work/o2.jsonl" 2> "$work/err2.txt"
 rc=$?
 check "missing model: exit 1 (got $rc)" test "$rc" -eq 1
