@@ -273,36 +273,28 @@ TEST_CASE("qgemm: work items over several panels and row blocks", "[qgemm]") {
     const auto rows = random_rows(t, n, k, rng), rows2 = random_rows(t, n, k, rng);
     Packed p(t, rows, n, k);
     const auto x = randn(rng, m * k);
-    std::vector<float> want(m * n), want2(m * n), got(m * n);
-    cpu::gemm_quant_reference(t, x.data(), m, k, rows.data(), n, k, want.data(), n);
-    cpu::gemm_quant_reference(t, x.data(), m, k, rows2.data(), n, k, want2.data(), n);
     std::vector<QuantPath> all = paths();
     all.push_back(QuantPath::kAuto);
-    for (QuantPath path : all) {
-      INFO(dtype_name(t) << " path " << cpu::quant_path_name(path));
-      cpu::pack_quant(t, rows.data(), n, k, p.buf.data());
-      cpu::gemm_quant(t, x.data(), m, k, p.buf.data(), n, k, got.data(), n, ctx, path);
-      CHECK(count_diff(got.data(), want.data(), got.size()) == 0);
-      cpu::pack_quant(t, rows2.data(), n, k, p.buf.data());
-      cpu::gemm_quant(t, x.data(), m, k, p.buf.data(), n, k, got.data(), n, ctx, path);
-      CHECK(count_diff(got.data(), want2.data(), got.size()) == 0);
-    }
+    // The first `cols` rows of each weight, packed into p's buffer in turn, on `threads`.
+    auto check_both = [&](int64_t cols, ThreadContext& threads, const char* what) {
+      std::vector<float> want(m * cols), want2(m * cols), got(m * cols);
+      cpu::gemm_quant_reference(t, x.data(), m, k, rows.data(), cols, k, want.data(), cols);
+      cpu::gemm_quant_reference(t, x.data(), m, k, rows2.data(), cols, k, want2.data(), cols);
+      for (QuantPath path : all) {
+        INFO(dtype_name(t) << " " << what << ", path " << cpu::quant_path_name(path));
+        for (const auto* w : {&rows, &rows2}) {
+          cpu::pack_quant(t, w->data(), cols, k, p.buf.data());
+          cpu::gemm_quant(t, x.data(), m, k, p.buf.data(), cols, k, got.data(), cols, threads,
+                          path);
+          CHECK(count_diff(got.data(), (w == &rows ? want : want2).data(), got.size()) == 0);
+        }
+      }
+    };
+    check_both(n, ctx, "520 columns");
     // One panel on one thread: every work item of both calls covers the same panels, so only the
     // calls' ids keep the second from reusing the first one's expanded panels.
     ThreadContext one(1);
-    const int64_t n1 = 16;
-    std::vector<float> w1(m * n1), w2(m * n1), g1(m * n1);
-    cpu::gemm_quant_reference(t, x.data(), m, k, rows.data(), n1, k, w1.data(), n1);
-    cpu::gemm_quant_reference(t, x.data(), m, k, rows2.data(), n1, k, w2.data(), n1);
-    for (QuantPath path : all) {
-      INFO(dtype_name(t) << " one panel, path " << cpu::quant_path_name(path));
-      cpu::pack_quant(t, rows.data(), n1, k, p.buf.data());
-      cpu::gemm_quant(t, x.data(), m, k, p.buf.data(), n1, k, g1.data(), n1, one, path);
-      CHECK(count_diff(g1.data(), w1.data(), g1.size()) == 0);
-      cpu::pack_quant(t, rows2.data(), n1, k, p.buf.data());
-      cpu::gemm_quant(t, x.data(), m, k, p.buf.data(), n1, k, g1.data(), n1, one, path);
-      CHECK(count_diff(g1.data(), w2.data(), g1.size()) == 0);
-    }
+    check_both(16, one, "one panel");
   }
 }
 
