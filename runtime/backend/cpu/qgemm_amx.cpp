@@ -429,8 +429,8 @@ void run_amx(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
     auto scales = [&](int64_t p) { return c.packed + p * c.panel_bytes + c.nb * F::kCodeBytes; };
     auto plane = [&](int64_t p, int i) { return ub + ((p - p0) * kPlanes + i) * ubytes; };
     const ExpandedKey want{c.id, p0, p1};
-    const bool expand = c.id == 0 || !(held == want);
-    held = c.id == 0 ? ExpandedKey{} : want;
+    const bool expand = want.id == 0 || held != want;
+    held = want;
     if constexpr (F::kIntScales) {
       if (expand)
         for (int64_t p = p0; p < p1; ++p)
