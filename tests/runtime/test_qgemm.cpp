@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "runtime/backend/cpu/cpu_kernels.h"
@@ -227,14 +228,15 @@ TEST_CASE("qgemm: close to fp64 over the dequantised weights and quantised activ
 TEST_CASE("qgemm: every path at the extremes of codes, scales and activations", "[qgemm]") {
   // Constant code and scale bytes (all 0, all 1, alternating, sign bits) reach the largest
   // products: for the formats whose integer sub-block scales the AMX path folds into the codes,
-  // |scale x code| up to 4096 (Q6_K); activations at +-127 after quantisation. Row tiles of 16
-  // (AMX) and a remainder, odd and even numbers of blocks.
+  // |scale x code| up to 4096 (Q6_K); activations at +-127 after quantisation. Even and odd
+  // numbers of 16-row tiles (AMX: pairs of row tiles and a lone one) and a remainder, odd and even
+  // numbers of blocks.
   ThreadContext ctx(2);
   for (DType t : quant_types()) {
     const FormatTraits& f = format_traits(t);
     for (int fill : {0x00, 0xff, 0x80, 0x7f, 0xaa}) {
-      for (int64_t nb : {1, 2, 3}) {
-        const int64_t n = 24, k = nb * f.block_elems, m = 37;
+      for (auto [nb, m] : {std::pair<int64_t, int64_t>{1, 37}, {2, 53}, {3, 37}, {3, 53}}) {
+        const int64_t n = 24, k = nb * f.block_elems;
         std::vector<uint8_t> rows(n * dtype_bytes(t, k), static_cast<uint8_t>(fill));
         for (int64_t b = 0; b < n * nb; ++b)
           for (int off : half_fields(t)) {
@@ -248,7 +250,7 @@ TEST_CASE("qgemm: every path at the extremes of codes, scales and activations", 
         std::vector<float> want(m * n), got(m * n);
         cpu::gemm_quant_reference(t, x.data(), m, k, rows.data(), n, k, want.data(), n);
         for (QuantPath path : paths()) {
-          INFO(dtype_name(t) << " fill " << fill << " blocks " << nb << " path "
+          INFO(dtype_name(t) << " fill " << fill << " blocks " << nb << " rows " << m << " path "
                              << cpu::quant_path_name(path));
           std::fill(got.begin(), got.end(), -7.0f);
           cpu::gemm_quant(t, x.data(), m, k, p.buf.data(), n, k, got.data(), n, ctx, path);

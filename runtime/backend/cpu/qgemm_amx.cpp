@@ -251,13 +251,15 @@ void expand_folded(const uint8_t* codes, const uint8_t* scales, int64_t nb, uint
 }
 
 // One work item of a folded format: panels [p0, p1) x row tiles [r0, r1) (r1 - r0 a multiple of
-// 16), walked block by block, then row tile, then panel, so that a block's codes and activation
-// tiles are reused from the nearest cache (the tile loads, not the tile products, set the pace).
-// Each (block, panel, row tile) unit: two C tiles (lo, hi; units alternate between tiles 0-1 and
-// 2-3), A tiles 4-5 alternating by 64-element step, B tiles 6 (lo) and 7 (hi). A unit is stored
-// before the next unit's products are issued (tile instructions run in order) and its epilogue
-// runs on the vector units while they compute. The fp32 accumulators of every (panel, row tile)
-// live in a scratch array, updated block by block in order as in qgemm_kernel.h.
+// 16), walked block by block, then pair of row tiles, then panel, so that a block's codes and
+// activation tiles are reused from the nearest cache. Each (block, panel, row-tile pair) unit:
+// C tiles 0 (lo) and 1 (hi) for the first row tile, 2 and 3 for the second, A tiles 4 and 5 (one
+// per row tile), B tiles 6 (lo) and 7 (hi). Every tile load feeds two products, and the four
+// accumulation chains are independent, so a product does not wait for the one before it into
+// the same tile (a lone row tile, the last of an odd count, uses tiles 0, 1, 4, 6 and 7). A unit
+// is stored before the next unit's products are issued (tile instructions run in order) and its
+// epilogue runs on the vector units while they compute. The fp32 accumulators of every (panel,
+// row tile) live in a scratch array, updated block by block in order as in qgemm_kernel.h.
 template <class F>
 class Folded {
  public:
@@ -278,27 +280,25 @@ class Folded {
 
   void run() {
     std::fill(acc_, acc_ + np_ * nt_ * 256, 0.0f);
-    int64_t n = 0;
+    bool first = true;
     Unit prev{};
     for (int64_t b = 0; b < c_.nb; ++b)
-      for (int64_t t = 0; t < nt_; ++t)
-        for (int64_t p = 0; p < np_; ++p, ++n) {
-          const Unit u{b, p, t};
-          if (n % 2 == 0) {
-            if (n > 0) store<1>();
-            products<0>(u);
-          } else {
-            store<0>();
+      for (int64_t t = 0; t < nt_; t += 2)
+        for (int64_t p = 0; p < np_; ++p) {
+          const Unit u{b, p, t, static_cast<int>(std::min<int64_t>(2, nt_ - t))};
+          if (!first) store(prev);
+          if (u.tiles == 2)
+            products<2>(u);
+          else
             products<1>(u);
-          }
-          if (n > 0) consume(prev);
+          if (!first) consume(prev);
           prev = u;
+          first = false;
         }
-    if (n % 2 == 1)
-      store<0>();
-    else
-      store<1>();
-    consume(prev);
+    if (!first) {
+      store(prev);
+      consume(prev);
+    }
     for (int64_t p = 0; p < np_; ++p) {
       const int cols = static_cast<int>(std::min<int64_t>(kPanel, c_.n - (p0_ + p) * kPanel));
       for (int64_t t = 0; t < nt_; ++t)
@@ -310,81 +310,81 @@ class Folded {
 
  private:
   struct Unit {
-    int64_t b, p, t;  // block, panel (from p0), row tile (from r0)
+    int64_t b, p, t;  // block, panel (from p0), first row tile (from r0)
+    int tiles;        // row tiles: 2, or 1 for the last of an odd count
   };
   float* acc(int64_t p, int64_t t) const { return acc_ + (p * nt_ + t) * 256; }
 
-  // Tile numbers must be literals (GCC's tile intrinsics paste them into the assembly): pair 0 is
-  // C tiles 0 (lo) and 1 (hi), pair 1 is 2 and 3.
-  template <int Pair>
-  OFFGEN_INLINE void store() {
-    if constexpr (Pair == 0) {
-      _tile_stored(0, cl_, 64);
-      _tile_stored(1, ch_, 64);
-    } else {
-      _tile_stored(2, cl_, 64);
-      _tile_stored(3, ch_, 64);
+  // Tile numbers must be literals (GCC's tile intrinsics paste them into the assembly).
+  OFFGEN_INLINE void store(const Unit& u) {
+    _tile_stored(0, cl_[0], 64);
+    _tile_stored(1, ch_[0], 64);
+    if (u.tiles == 2) {
+      _tile_stored(2, cl_[1], 64);
+      _tile_stored(3, ch_[1], 64);
     }
   }
-  template <int Pair>
+  template <int Tiles>
   OFFGEN_INLINE void products(const Unit& u) {
-    const int8_t* aq = a_.qt + (r0_ + 16 * u.t) * c_.k + 16 * u.b * F::kBlk;
+    const int8_t* a0 = a_.qt + (r0_ + 16 * u.t) * c_.k + 16 * u.b * F::kBlk;
+    const int8_t* a1 = a0 + 16 * c_.k;
     const uint8_t* lo = planes_ + 2 * u.p * plane_bytes_ + 16 * u.b * F::kBlk;
     const uint8_t* hi = lo + plane_bytes_;
-#define OFFGEN_FOLDED_STEPS(L, H)      \
-  _tile_zero(L);                       \
-  _tile_zero(H);                       \
-  for (int s = 0; s < kSteps; ++s) {   \
-    const int64_t e = 16 * s * kFoldK; \
-    _tile_loadd(6, lo + e, 64);        \
-    _tile_loadd(7, hi + e, 64);        \
-    if (s % 2 == 0) {                  \
-      _tile_loadd(4, aq + e, kFoldK);  \
-      _tile_dpbssd(L, 4, 6);           \
-      _tile_dpbssd(H, 4, 7);           \
-    } else {                           \
-      _tile_loadd(5, aq + e, kFoldK);  \
-      _tile_dpbssd(L, 5, 6);           \
-      _tile_dpbssd(H, 5, 7);           \
-    }                                  \
-  }
-    if constexpr (Pair == 0) {
-      OFFGEN_FOLDED_STEPS(0, 1)
-    } else {
-      OFFGEN_FOLDED_STEPS(2, 3)
+    _tile_zero(0);
+    _tile_zero(1);
+    if constexpr (Tiles == 2) {
+      _tile_zero(2);
+      _tile_zero(3);
     }
-#undef OFFGEN_FOLDED_STEPS
+    for (int s = 0; s < kSteps; ++s) {
+      const int64_t e = 16 * s * kFoldK;
+      _tile_loadd(6, lo + e, 64);
+      _tile_loadd(4, a0 + e, kFoldK);
+      _tile_dpbssd(0, 4, 6);
+      _tile_loadd(7, hi + e, 64);
+      _tile_dpbssd(1, 4, 7);
+      if constexpr (Tiles == 2) {
+        _tile_loadd(5, a1 + e, kFoldK);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+      }
+    }
   }
 
-  // The stored unit's epilogue: isum = 64 hi + lo, then qgemm_kernel.h's fp32 steps.
+  // The stored unit's epilogue, row tile by row tile: isum = 64 hi + lo, then qgemm_kernel.h's
+  // fp32 steps.
   OFFGEN_INLINE void consume(const Unit& u) {
+    for (int r = 0; r < u.tiles; ++r) consume_tile(u.b, u.p, u.t + r, cl_[r], ch_[r]);
+  }
+  OFFGEN_INLINE void consume_tile(int64_t b, int64_t p, int64_t t, const int32_t (*cl)[16],
+                                  const int32_t (*ch)[16]) {
     const uint8_t* s =
-        c_.packed + (p0_ + u.p) * c_.panel_bytes + c_.nb * F::kCodeBytes + u.b * F::kScaleBytes;
-    const int64_t row0 = r0_ + 16 * u.t;
-    const float* dt = a_.dt + row0 * c_.nb + u.b * 16;
-    float* acc = this->acc(u.p, u.t);
+        c_.packed + (p0_ + p) * c_.panel_bytes + c_.nb * F::kCodeBytes + b * F::kScaleBytes;
+    const int64_t row0 = r0_ + 16 * t;
+    const float* dt = a_.dt + row0 * c_.nb + b * 16;
+    float* acc = this->acc(p, t);
     const __m512 d = F::template scale<V>(s, 0);
     if constexpr (F::kMin == MinKind::kInt) {
       constexpr int kSubs = F::kBlk / F::kSub;
       const __m512 m = F::template min_scale<V>(s, 0);
       __m512i pairs[kSubs / 2];
-      for (int t = 0; t < kSubs / 2; ++t) pairs[t] = F::template min_pairs<V>(s, 0, t);
+      for (int q = 0; q < kSubs / 2; ++q) pairs[q] = F::template min_pairs<V>(s, 0, q);
 #pragma GCC unroll 4
       for (int i = 0; i < 16; ++i) {
-        const __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ch_[i]), 6),
-                                              _mm512_load_si512(cl_[i]));
+        const __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ch[i]), 6),
+                                              _mm512_load_si512(cl[i]));
         const __m512 di = V::set1_ps(dt[i]);
         __m512 a = V::fma(V::mul(d, di), V::cvt(isum), _mm512_load_ps(acc + 16 * i));
-        const int16_t* sa = a_.s + (row0 + i) * a_.lds + u.b * kSubs;
+        const int16_t* sa = a_.s + (row0 + i) * a_.lds + b * kSubs;
         __m512i i2 = V::zero();
-        for (int t = 0; t < kSubs / 2; ++t) i2 = V::dpwssd(i2, pairs[t], sa + 2 * t);
+        for (int q = 0; q < kSubs / 2; ++q) i2 = V::dpwssd(i2, pairs[q], sa + 2 * q);
         _mm512_store_ps(acc + 16 * i, V::fma(V::mul(m, di), V::cvt(i2), a));
       }
     } else {
 #pragma GCC unroll 4
       for (int i = 0; i < 16; ++i) {
-        const __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ch_[i]), 6),
-                                              _mm512_load_si512(cl_[i]));
+        const __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ch[i]), 6),
+                                              _mm512_load_si512(cl[i]));
         _mm512_store_ps(acc + 16 * i, V::fma(V::mul(d, V::set1_ps(dt[i])), V::cvt(isum),
                                              _mm512_load_ps(acc + 16 * i)));
       }
@@ -397,8 +397,8 @@ class Folded {
   const uint8_t* planes_;
   int64_t plane_bytes_;
   float* acc_;
-  alignas(64) int32_t cl_[16][16];
-  alignas(64) int32_t ch_[16][16];
+  alignas(64) int32_t cl_[2][16][16];
+  alignas(64) int32_t ch_[2][16][16];
 };
 
 // Which call's panels a thread's expanded planes hold (id 0: none).
