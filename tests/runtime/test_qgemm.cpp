@@ -262,8 +262,9 @@ TEST_CASE("qgemm: every path at the extremes of codes, scales and activations", 
 }
 
 TEST_CASE("qgemm: work items over several panels and row blocks", "[qgemm]") {
-  // 556 rows (three row blocks of the driver, the later ones starting past row 0, a remainder
-  // of 12 rows: a thread running a chunk's row blocks one after another expands its panels once),
+  // 556 rows (three row blocks of the driver, two on the folded AMX path, the later ones starting
+  // past row 0, a remainder of 12 rows: a thread running a chunk's row blocks one after another
+  // expands its panels once where the codes are expanded per call),
   // 520 columns (several panels per work item, the last panel half full): every path and kAuto
   // (AMX here where the CPU has it) bitwise the reference. Then other weights packed into the same
   // buffer: the next call must not reuse the first one's expanded panels.

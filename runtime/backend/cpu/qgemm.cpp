@@ -287,9 +287,11 @@ void gemm_quant(DType t, const float* x, int64_t m, int64_t ldx, const void* pac
   const QCall call{&acts, static_cast<const uint8_t*>(packed), n, k, g.nb, g.panel_bytes, y, ldy,
                    ++calls};
   // Work items: chunks of panels x blocks of rows (rows split only when m is large; a thread
-  // usually runs one chunk's row blocks one after another, and the AMX path then expands the
-  // chunk's panels once for them).
-  const int64_t mb = m <= 256 ? m : 256;
+  // usually runs one chunk's row blocks one after another, and the AMX path of the formats with
+  // float scales then expands the chunk's panels once for them). The folded AMX path expands
+  // block by block for each row block, so its row blocks are larger (bench/gemm/RESULTS_gemm.md).
+  const int64_t row_cap = path == QuantPath::kAmx && amx_tile_k(t) == kAmxFoldK ? 512 : 256;
+  const int64_t mb = std::min(m, row_cap);
   const int64_t row_blocks = (m + mb - 1) / mb;
   const int64_t chunk =
       std::clamp<int64_t>(g.panels * row_blocks / (4 * std::max(1, ctx.threads())), 1, 4);

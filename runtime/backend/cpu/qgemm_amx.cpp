@@ -1,9 +1,10 @@
 // AMX-INT8 tiles for the integer GEMM (16 rows at a time; the remaining rows of a call go to the
-// AVX-512 VNNI kernel). Each panel is expanded once to signed codes (u - offset: the value's
+// AVX-512 VNNI kernel). The panels' codes are expanded to signed codes (u - offset: the value's
 // integer, so the tile product is the offset-corrected sum directly). Formats with a float scale
-// per 32 elements: one tile product of 16 rows x 16 columns (tdpbssd) per sub-block, then its
-// fp32 epilogue. Formats with integer sub-block scales (K-quants, IQ4_XS): the scale folded into
-// the codes as two byte planes, the block's sum accumulated in tiles, one epilogue per block.
+// per 32 elements: each panel once per call, then one tile product of 16 rows x 16 columns
+// (tdpbssd) per sub-block and its fp32 epilogue. Formats with integer sub-block scales (K-quants,
+// IQ4_XS): block by block, the scale folded into the codes as two byte planes, the block's sum
+// accumulated in tiles, one epilogue per block.
 // Either way the integer sums and the fp32 epilogue are qgemm_kernel.h's, so the results are
 // bitwise those of every other path.
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "runtime/backend/cpu/qgemm_internal.h"
+#include "runtime/core/error.h"
 
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512F__) && \
     defined(__AVX512BW__) && defined(__AVX512VNNI__)
@@ -212,41 +214,34 @@ class Rows16 {
 // and so is the fp32 epilogue after it.
 constexpr int kFoldK = kAmxFoldK;
 
+// One block of one panel (codes, scales: the block's) into its two planes lo and hi.
 template <class F>
-void expand_folded(const uint8_t* codes, const uint8_t* scales, int64_t nb, uint8_t* lo,
-                   uint8_t* hi) {
+void expand_folded(const uint8_t* codes, const uint8_t* s, uint8_t* lo, uint8_t* hi) {
   constexpr int kGroups = F::kBlk / 4, kGroupsPerSub = F::kSub / 4;
+  // A group is 16 columns x 4 bytes, so 16-bit word w holds two values of column w / 2: both
+  // bytes are multiplied in place (even bytes sign-extended by shifts, odd ones by an arithmetic
+  // shift) by a vector whose word w is that column's scale, and the products' byte planes are
+  // put back together by a byte blend, with no widening or narrowing across lanes.
   const __m512i off = _mm512_set1_epi8(static_cast<char>(F::kOffset));
-  const __m512i low6 = _mm512_set1_epi16(63);
-  // Lane l of a half (4 bytes per column) takes the scale of column l / 4 (+ 8 for the upper).
-  alignas(64) int16_t idx[2][32];
-  for (int h = 0; h < 2; ++h)
-    for (int l = 0; l < 32; ++l) idx[h][l] = static_cast<int16_t>(8 * h + l / 4);
-  const __m512i ilo = _mm512_load_si512(idx[0]), ihi = _mm512_load_si512(idx[1]);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* s = scales + b * F::kScaleBytes;
-    __m512i slo = _mm512_setzero_si512(), shi = slo;
-    for (int g = 0; g < kGroups; ++g) {
-      if (g % kGroupsPerSub == 0) {
-        const __m512i s16 = _mm512_castsi256_si512(
-            _mm512_cvtepi32_epi16(F::template sub_scale<V>(s, 0, g / kGroupsPerSub)));
-        slo = _mm512_permutexvar_epi16(ilo, s16);
-        shi = _mm512_permutexvar_epi16(ihi, s16);
-      }
-      const __m512i w = _mm512_sub_epi8(F::template group<V>(codes + b * F::kCodeBytes, g, 0), off);
-      const __m512i v0 = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(w)), slo);
-      const __m512i v1 =
-          _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(w, 1)), shi);
-      const int64_t at = (b * kGroups + g) * 64;
-      _mm512_storeu_si512(
-          lo + at, _mm512_inserti64x4(
-                       _mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_and_si512(v0, low6))),
-                       _mm512_cvtepi16_epi8(_mm512_and_si512(v1, low6)), 1));
-      _mm512_storeu_si512(
-          hi + at,
-          _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srai_epi16(v0, 6))),
-                             _mm512_cvtepi16_epi8(_mm512_srai_epi16(v1, 6)), 1));
-    }
+  const __m512i low6 = _mm512_set1_epi8(63);
+  constexpr __mmask64 kOdd = 0xAAAAAAAAAAAAAAAAull;
+  alignas(64) int16_t idx[32];
+  for (int w = 0; w < 32; ++w) idx[w] = static_cast<int16_t>(w / 2);
+  const __m512i icol = _mm512_load_si512(idx);
+  __m512i sc = _mm512_setzero_si512();
+  for (int g = 0; g < kGroups; ++g) {
+    if (g % kGroupsPerSub == 0)
+      sc = _mm512_permutexvar_epi16(icol, _mm512_castsi256_si512(_mm512_cvtepi32_epi16(
+                                              F::template sub_scale<V>(s, 0, g / kGroupsPerSub))));
+    const __m512i w = _mm512_sub_epi8(F::template group<V>(codes, g, 0), off);
+    const __m512i ve = _mm512_mullo_epi16(_mm512_srai_epi16(_mm512_slli_epi16(w, 8), 8), sc);
+    const __m512i vo = _mm512_mullo_epi16(_mm512_srai_epi16(w, 8), sc);
+    // lo = v & 63 and hi = v >> 6 (|v| < 8192: a signed byte) of each value, in its byte.
+    _mm512_store_si512(lo + 64 * g, _mm512_and_si512(
+                                        _mm512_mask_blend_epi8(kOdd, ve, _mm512_slli_epi16(vo, 8)),
+                                        low6));
+    _mm512_store_si512(hi + 64 * g, _mm512_mask_blend_epi8(kOdd, _mm512_srai_epi16(ve, 6),
+                                                           _mm512_slli_epi16(vo, 2)));
   }
 }
 
@@ -265,9 +260,10 @@ class Folded {
  public:
   static_assert(F::kIntScales && F::kMin != MinKind::kFloat && F::kBlk % kFoldK == 0);
   static constexpr int kSteps = F::kBlk / kFoldK;
-  // planes: panel p's lo plane at planes + 2 p * plane_bytes, its hi plane right after it.
-  Folded(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1, const uint8_t* planes,
-         int64_t plane_bytes, float* acc)
+  static constexpr int64_t kPlaneBytes = 16 * F::kBlk;  // one block of one panel's plane
+  // planes: room for kMaxPanels panels' planes of one block (64-byte aligned).
+  Folded(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1, uint8_t* planes,
+         float* acc)
       : c_(c),
         a_(*c.act),
         p0_(p0),
@@ -275,14 +271,14 @@ class Folded {
         r0_(r0),
         nt_((r1 - r0) / 16),
         planes_(planes),
-        plane_bytes_(plane_bytes),
         acc_(acc) {}
 
   void run() {
     std::fill(acc_, acc_ + np_ * nt_ * 256, 0.0f);
     bool first = true;
     Unit prev{};
-    for (int64_t b = 0; b < c_.nb; ++b)
+    for (int64_t b = 0; b < c_.nb; ++b) {
+      expand_block(b);
       for (int64_t t = 0; t < nt_; t += 2)
         for (int64_t p = 0; p < np_; ++p) {
           const Unit u{b, p, t, static_cast<int>(std::min<int64_t>(2, nt_ - t))};
@@ -295,6 +291,7 @@ class Folded {
           prev = u;
           first = false;
         }
+    }
     if (!first) {
       store(prev);
       consume(prev);
@@ -314,6 +311,16 @@ class Folded {
     int tiles;        // row tiles: 2, or 1 for the last of an odd count
   };
   float* acc(int64_t p, int64_t t) const { return acc_ + (p * nt_ + t) * 256; }
+  // Panel p's lo plane of the current block at planes_ + 2 p kPlaneBytes, its hi plane after it.
+  // Expanded block by block, so they stay in the nearest cache for every row tile that uses them.
+  void expand_block(int64_t b) {
+    for (int64_t p = 0; p < np_; ++p) {
+      const uint8_t* panel = c_.packed + (p0_ + p) * c_.panel_bytes;
+      uint8_t* lo = planes_ + 2 * p * kPlaneBytes;
+      expand_folded<F>(panel + b * F::kCodeBytes,
+                       panel + c_.nb * F::kCodeBytes + b * F::kScaleBytes, lo, lo + kPlaneBytes);
+    }
+  }
 
   // Tile numbers must be literals (GCC's tile intrinsics paste them into the assembly).
   OFFGEN_INLINE void store(const Unit& u) {
@@ -328,8 +335,8 @@ class Folded {
   OFFGEN_INLINE void products(const Unit& u) {
     const int8_t* a0 = a_.qt + (r0_ + 16 * u.t) * c_.k + 16 * u.b * F::kBlk;
     const int8_t* a1 = a0 + 16 * c_.k;
-    const uint8_t* lo = planes_ + 2 * u.p * plane_bytes_ + 16 * u.b * F::kBlk;
-    const uint8_t* hi = lo + plane_bytes_;
+    const uint8_t* lo = planes_ + 2 * u.p * kPlaneBytes;
+    const uint8_t* hi = lo + kPlaneBytes;
     _tile_zero(0);
     _tile_zero(1);
     if constexpr (Tiles == 2) {
@@ -394,8 +401,7 @@ class Folded {
   const QCall& c_;
   const QActs& a_;
   int64_t p0_, np_, r0_, nt_;
-  const uint8_t* planes_;
-  int64_t plane_bytes_;
+  uint8_t* planes_;
   float* acc_;
   alignas(64) int32_t cl_[2][16][16];
   alignas(64) int32_t ch_[2][16][16];
@@ -412,47 +418,46 @@ template <class F>
 void run_amx(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
   const int64_t full = c.act->qt && r0 % 16 == 0 ? r0 + (r1 - r0) / 16 * 16 : r0;
   if (full > r0) {
-    // Expand every panel of the call (at most 4: qgemm.cpp's work items). The folded formats then
-    // walk block by block (Folded); the others groups of 64 rows, a group's activation tiles and
-    // one panel's codes staying in cache while the group's row tiles go over the panel.
-    // The planes stay this thread's until another work item needs others: the same call's next
-    // row block of the same panels (a thread runs them one after another) expands nothing.
-    constexpr int kPlanes = F::kIntScales ? 2 : 1;
-    thread_local std::vector<uint8_t> scratch;
-    thread_local ExpandedKey held;
-    const int64_t ubytes = c.k / 4 * 64, np = p1 - p0;
-    if (static_cast<int64_t>(scratch.size()) < kPlanes * np * ubytes + 64) {
-      scratch.resize(kPlanes * np * ubytes + 64);
-      held = {};
-    }
-    uint8_t* ub = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
-    auto scales = [&](int64_t p) { return c.packed + p * c.panel_bytes + c.nb * F::kCodeBytes; };
-    auto plane = [&](int64_t p, int i) { return ub + ((p - p0) * kPlanes + i) * ubytes; };
-    const ExpandedKey want{c.id, p0, p1};
-    const bool expand = want.id == 0 || held != want;
-    held = want;
+    const int64_t np = p1 - p0;
     if constexpr (F::kIntScales) {
-      if (expand)
-        for (int64_t p = p0; p < p1; ++p)
-          expand_folded<F>(c.packed + p * c.panel_bytes, scales(p), c.nb, plane(p, 0),
-                           plane(p, 1));
+      // Block by block (Folded): one block of the work item's panels expanded at a time.
+      constexpr int64_t kMaxPanels = 4;  // qgemm.cpp's work items
+      OFFGEN_CHECK(np <= kMaxPanels, kInternal, "AMX work item of {} panels", np);
+      alignas(64) static thread_local uint8_t planes[kMaxPanels * 2 * Folded<F>::kPlaneBytes];
       load_config_folded();
       thread_local std::vector<float> acc;
       const int64_t cells = np * (full - r0) * kPanel;
       if (static_cast<int64_t>(acc.size()) < cells + 16) acc.resize(cells + 16);
       float* a = acc.data() + (64 - reinterpret_cast<uintptr_t>(acc.data()) % 64) % 64 / 4;
-      Folded<F>(c, p0, p1, r0, full, ub, ubytes, a).run();
+      Folded<F>(c, p0, p1, r0, full, planes, a).run();
     } else {
-      if (expand)
+      // Expand every panel of the call (at most 4: qgemm.cpp's work items), then groups of 64
+      // rows, a group's activation tiles and one panel's codes staying in cache while the group's
+      // row tiles go over the panel. The planes stay this thread's until another work item needs
+      // others: the same call's next row block of the same panels (a thread runs them one after
+      // another) expands nothing.
+      thread_local std::vector<uint8_t> scratch;
+      thread_local ExpandedKey held;
+      const int64_t ubytes = c.k / 4 * 64;
+      if (static_cast<int64_t>(scratch.size()) < np * ubytes + 64) {
+        scratch.resize(np * ubytes + 64);
+        held = {};
+      }
+      uint8_t* ub = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
+      auto plane = [&](int64_t p) { return ub + (p - p0) * ubytes; };
+      const ExpandedKey want{c.id, p0, p1};
+      if (want.id == 0 || held != want)
         for (int64_t p = p0; p < p1; ++p)
-          expand_signed<F>(c.packed + p * c.panel_bytes, c.nb, plane(p, 0));
+          expand_signed<F>(c.packed + p * c.panel_bytes, c.nb, plane(p));
+      held = want;
       load_config(F::kSub);
       constexpr int64_t kGroupRows = 64;
       for (int64_t g = r0; g < full; g += kGroupRows)
         for (int64_t p = p0; p < p1; ++p) {
           const int cols = static_cast<int>(std::min<int64_t>(kPanel, c.n - p * kPanel));
+          const uint8_t* sc = c.packed + p * c.panel_bytes + c.nb * F::kCodeBytes;
           for (int64_t r = g; r < std::min(full, g + kGroupRows); r += 16)
-            Rows16<F>(c, r, plane(p, 0), scales(p)).run(c.y + p * kPanel, c.ldy, cols);
+            Rows16<F>(c, r, plane(p), sc).run(c.y + p * kPanel, c.ldy, cols);
         }
     }
     _tile_release();
