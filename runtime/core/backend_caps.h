@@ -76,8 +76,8 @@ struct BackendCaps {
   // on first use instead of planning from another build's figures. Raised with such a change
   // (2: AMX for the K-quants; 3: their panels expanded once per thread and call, not per row
   // block; 4: their tile units over pairs of row tiles; 5: their panels expanded block by block
-  // into the nearest cache; bench/gemm/RESULTS_gemm.md).
-  int compute_revision = 5;
+  // into the nearest cache; 6: AMX for them from 32 rows, not 48; bench/gemm/RESULTS_gemm.md).
+  int compute_revision = 6;
 
   static constexpr uint64_t storage_bit(DType t) { return uint64_t{1} << static_cast<int>(t); }
   bool takes(DType storage) const { return (matmul_storages & storage_bit(storage)) != 0; }

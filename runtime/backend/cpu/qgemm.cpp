@@ -201,10 +201,9 @@ std::string_view quant_path_name(QuantPath p) {
 bool quant_path_available(QuantPath p) { return p == QuantPath::kAuto || kernels(p) != nullptr; }
 
 QuantPath quant_path_auto(DType t, int64_t m) {
-  // From 32 rows, or 48 where the scales are folded into two code planes (twice the expansion
-  // per panel to amortise): bench/gemm/RESULTS_gemm.md.
-  const int tile_k = amx_tile_k(t);
-  if (tile_k > 0 && m >= (tile_k == kAmxFoldK ? 48 : 32) && quant_path_available(QuantPath::kAmx))
+  // From 32 rows (the folded formats from 48 until their codes were expanded block by block):
+  // bench/gemm/RESULTS_gemm.md.
+  if (amx_tile_k(t) > 0 && m >= 32 && quant_path_available(QuantPath::kAmx))
     return QuantPath::kAmx;
   for (QuantPath p : {QuantPath::kAvx512Vnni, QuantPath::kAvxVnni, QuantPath::kAvx2})
     if (quant_path_available(p)) return p;

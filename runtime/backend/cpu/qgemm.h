@@ -21,10 +21,9 @@ std::string_view quant_path_name(QuantPath p);
 // Compiled in and supported by this CPU (kAmx: also permitted by the kernel). kAuto: always.
 bool quant_path_available(QuantPath p);
 // The path kAuto takes for m rows of format t, by measurement (bench/gemm/RESULTS_gemm.md): AMX
-// tiles where available for m >= 32 on the 32-element formats (one tile product per epilogue of
-// 16 x 16 outputs) and m >= 48 on the K-quants and IQ4_XS (sub-block scales folded into the
-// codes, one epilogue per 256-element block), else the widest VNNI (AVX-512, AVX-VNNI, AVX2,
-// scalar).
+// tiles where available for m >= 32 (the 32-element formats: one tile product per epilogue of
+// 16 x 16 outputs; the K-quants and IQ4_XS: sub-block scales folded into the codes, one epilogue
+// per 256-element block), else the widest VNNI (AVX-512, AVX-VNNI, AVX2, scalar).
 QuantPath quant_path_auto(DType t, int64_t m);
 
 // t has an integer kernel here (the GGML weight formats above; not Q8_K, plain floats or q4g64).
