@@ -214,6 +214,15 @@ class Rows16 {
 // and so is the fp32 epilogue after it.
 constexpr int kFoldK = kAmxFoldK;
 
+// The largest work item (qgemm.cpp: at most 4 panels) and block (256 elements) of the folded path.
+constexpr int64_t kFoldedMaxPanels = 4, kFoldedPlaneBytes = 16 * 256;
+
+// This thread's room for one block of a work item's planes (2 per panel), for every format.
+uint8_t* folded_planes() {
+  alignas(64) static thread_local uint8_t planes[kFoldedMaxPanels * 2 * kFoldedPlaneBytes];
+  return planes;
+}
+
 // One block of one panel (codes, scales: the block's) into its two planes lo and hi.
 template <class F>
 void expand_folded(const uint8_t* codes, const uint8_t* s, uint8_t* lo, uint8_t* hi) {
@@ -261,7 +270,8 @@ class Folded {
   static_assert(F::kIntScales && F::kMin != MinKind::kFloat && F::kBlk % kFoldK == 0);
   static constexpr int kSteps = F::kBlk / kFoldK;
   static constexpr int64_t kPlaneBytes = 16 * F::kBlk;  // one block of one panel's plane
-  // planes: room for kMaxPanels panels' planes of one block (64-byte aligned).
+  static_assert(kPlaneBytes <= kFoldedPlaneBytes);
+  // planes: room for the work item's panels' two planes of one block (folded_planes()).
   Folded(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1, uint8_t* planes,
          float* acc)
       : c_(c),
@@ -421,15 +431,13 @@ void run_amx(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
     const int64_t np = p1 - p0;
     if constexpr (F::kIntScales) {
       // Block by block (Folded): one block of the work item's panels expanded at a time.
-      constexpr int64_t kMaxPanels = 4;  // qgemm.cpp's work items
-      OFFGEN_CHECK(np <= kMaxPanels, kInternal, "AMX work item of {} panels", np);
-      alignas(64) static thread_local uint8_t planes[kMaxPanels * 2 * Folded<F>::kPlaneBytes];
+      OFFGEN_CHECK(np <= kFoldedMaxPanels, kInternal, "AMX work item of {} panels", np);
       load_config_folded();
       thread_local std::vector<float> acc;
       const int64_t cells = np * (full - r0) * kPanel;
       if (static_cast<int64_t>(acc.size()) < cells + 16) acc.resize(cells + 16);
       float* a = acc.data() + (64 - reinterpret_cast<uintptr_t>(acc.data()) % 64) % 64 / 4;
-      Folded<F>(c, p0, p1, r0, full, planes, a).run();
+      Folded<F>(c, p0, p1, r0, full, folded_planes(), a).run();
     } else {
       // Expand every panel of the call (at most 4: qgemm.cpp's work items), then groups of 64
       // rows, a group's activation tiles and one panel's codes staying in cache while the group's
