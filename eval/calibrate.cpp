@@ -9,6 +9,8 @@
 #include <random>
 #include <thread>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "offload/aligned_buffer.h"
@@ -26,6 +28,9 @@ namespace offgen {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Written data awaiting write-back from which the disk calibration waits for it.
+constexpr int64_t kWriteBackWait = int64_t{64} << 20;
 
 // Median seconds of fn over at least `reps` runs (and about `budget` seconds), after one warm-up.
 template <typename Fn>
@@ -125,6 +130,13 @@ static HardwareProfile transfers_once(const CalibrateOptions& o, HardwareProfile
   AlignedHostBuffer buf(sizes.back());
   std::memset(buf.data(), 0x5a, buf.capacity());
   p.disk_read = p.disk_write = p.ram_copy = TimeCurve{};
+  // Data written just before (a model file, a job's output) goes on being written back for a
+  // while, and the disk would be measured serving it too: it is written back first.
+  if (const int64_t unwritten = unwritten_page_bytes(); unwritten >= kWriteBackWait) {
+    step(o, fmt::format("waiting for {} of written data to reach the disk",
+                        format_bytes(unwritten)));
+    ::sync();
+  }
   // Fill the region once: the first write to preallocated space also converts the filesystem's
   // unwritten extents, which the runtime pays once per extent, not per write-back.
   step(o, "disk fill");

@@ -16,6 +16,7 @@
 #include "policies/policy.h"
 #include "runtime/core/buffer.h"
 #include "runtime/core/error.h"
+#include "runtime/core/memory_info.h"
 
 namespace offgen {
 namespace {
@@ -89,12 +90,13 @@ RecheckPoint disk_point(const HardwareProfile& hw, const std::string& dir) {
   for (uint64_t off = 0; off < span; off += size)
     store.write(Extent{e.offset + off, size}, buf.data(), size);
   uint64_t off = 0;
+  const int64_t unwritten = unwritten_page_bytes();
   const double now = best_of_three([&] {
     store.read(Extent{e.offset + off, size}, buf.data(), size);
     off = (off + size) % span;
   });
   return RecheckPoint{fmt::format("disk read {}", format_bytes(static_cast<int64_t>(size))),
-                      hw.disk_read.at(static_cast<double>(size)), now};
+                      hw.disk_read.at(static_cast<double>(size)), now, unwritten};
 }
 
 }  // namespace
@@ -110,9 +112,14 @@ std::vector<std::string> ProfileRecheck::warnings() const {
       out.push_back(fmt::format(
           "the profile's {} takes {:.3g} ms; it takes {:.3g} ms now ({:.2f}x, beyond the {:.0f}% "
           "the re-check allows): plans from this profile are off by as much; run `offgen "
-          "calibrate` when the machine is quiet",
+          "calibrate` when the machine is quiet{}",
           p.what, p.profile_seconds * 1e3, p.now_seconds * 1e3, p.ratio(),
-          kRecheckTolerance * 100));
+          kRecheckTolerance * 100,
+          p.unwritten_bytes >= kRecheckUnwrittenNote
+              ? fmt::format(" ({} of data written just before was still being written to the "
+                            "disk: it shares the disk with the job's first reads)",
+                            format_bytes(p.unwritten_bytes))
+              : std::string()));
   return out;
 }
 
@@ -123,6 +130,7 @@ nlohmann::json ProfileRecheck::to_json() const {
                    {"profile_seconds", p.profile_seconds},
                    {"now_seconds", p.now_seconds},
                    {"ratio", p.ratio()},
+                   {"unwritten_bytes", p.unwritten_bytes},
                    {"differs", p.differs()}});
   return {{"points", pts}, {"notes", notes}, {"tolerance", kRecheckTolerance}};
 }

@@ -14,9 +14,14 @@ namespace offgen {
 
 inline constexpr double kRecheckTolerance = 0.25;
 
+// Written data awaiting write-back from which a re-checked disk read that differs says why.
+inline constexpr int64_t kRecheckUnwrittenNote = int64_t{256} << 20;
+
 struct RecheckPoint {
   std::string what;  // "MLP unit at 64 rows", "disk read 1 MiB"
   double profile_seconds = 0, now_seconds = 0;
+  // Disk points: written data the kernel had yet to put on disk as the point was measured.
+  int64_t unwritten_bytes = 0;
   double ratio() const { return profile_seconds > 0 ? now_seconds / profile_seconds : 0; }
   // |now / profile - 1| > kRecheckTolerance.
   bool differs() const;

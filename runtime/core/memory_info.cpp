@@ -51,6 +51,11 @@ int64_t available_ram_bytes() {
   return avail;
 }
 
+int64_t unwritten_page_bytes() {
+  const int64_t dirty = meminfo_bytes("Dirty"), back = meminfo_bytes("Writeback");
+  return std::max<int64_t>(dirty, 0) + std::max<int64_t>(back, 0);
+}
+
 RssBytes rss_bytes() {
   std::ifstream in("/proc/self/status");
   RssBytes r;

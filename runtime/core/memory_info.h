@@ -26,6 +26,9 @@ int64_t startup_anon_bytes();
 // bound of the true peak: the engine samples after loading and after each step, a calibration
 // during each measurement). Thread-safe.
 int64_t sample_anon_peak();
+// Bytes of written data the kernel has yet to put on disk (/proc/meminfo's Dirty + Writeback):
+// while it is written back the disk serves it beside any reads; 0 when it cannot be read.
+int64_t unwritten_page_bytes();
 // Hands the allocator's free memory back to the system (glibc's malloc_trim), for after work
 // that freed much (a calibration) and before work whose memory is counted.
 void trim_free_memory();

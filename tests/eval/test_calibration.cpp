@@ -65,6 +65,14 @@ TEST_CASE("re-check: figures off by more than 25% either way are flagged", "[cal
   CHECK_THAT(w[0], Catch::Contains("the profile's MLP unit at 64 rows takes 2 ms; it takes 1 ms "
                                    "now (0.50x"));
   CHECK(r.to_json()["points"][0]["differs"] == true);
+  // A disk read that differs while much written data awaited write-back says so; little does not.
+  r.points = {{"disk read 1.0 MiB", 0.001, 0.002, int64_t{3} << 30},
+              {"disk read 1.0 MiB", 0.001, 0.002, int64_t{1} << 20}};
+  const auto d = r.warnings();
+  REQUIRE(d.size() == 2);
+  CHECK_THAT(d[0], Catch::Contains("(3.0 GiB of data written just before was still being written"));
+  CHECK_THAT(d[1], !Catch::Contains("written just before"));
+  CHECK(r.to_json()["points"][0]["unwritten_bytes"] == int64_t{3} << 30);
 }
 
 TEST_CASE("re-check: a profile a hundred times faster than this machine is flagged",
