@@ -293,7 +293,8 @@ void gemm_quant(DType t, const float* x, int64_t m, int64_t ldx, const void* pac
   const int64_t mb = std::min(m, row_cap);
   const int64_t row_blocks = (m + mb - 1) / mb;
   const int64_t chunk =
-      std::clamp<int64_t>(g.panels * row_blocks / (4 * std::max(1, ctx.threads())), 1, 4);
+      std::clamp<int64_t>(g.panels * row_blocks / (4 * std::max(1, ctx.threads())), 1,
+                          kMaxItemPanels);
   const int64_t chunks = (g.panels + chunk - 1) / chunk;
   ctx.parallel_for(chunks * row_blocks, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {

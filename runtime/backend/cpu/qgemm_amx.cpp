@@ -214,14 +214,23 @@ class Rows16 {
 // and so is the fp32 epilogue after it.
 constexpr int kFoldK = kAmxFoldK;
 
-// The largest work item (qgemm.cpp: at most 4 panels) and block (256 elements) of the folded path.
-constexpr int64_t kFoldedMaxPanels = 4, kFoldedPlaneBytes = 16 * 256;
+// The largest block (256 elements) of the folded path: one panel's plane of it.
+constexpr int64_t kFoldedPlaneBytes = 16 * 256;
 
 // This thread's room for one block of a work item's planes (2 per panel), for every format.
 uint8_t* folded_planes() {
-  alignas(64) static thread_local uint8_t planes[kFoldedMaxPanels * 2 * kFoldedPlaneBytes];
+  alignas(64) static thread_local uint8_t planes[kMaxItemPanels * 2 * kFoldedPlaneBytes];
   return planes;
 }
+
+// Word w of a group (16 columns x 4 bytes) holds two values of column w / 2.
+struct WordColumns {
+  alignas(64) int16_t col[32];
+  constexpr WordColumns() : col() {
+    for (int w = 0; w < 32; ++w) col[w] = static_cast<int16_t>(w / 2);
+  }
+};
+constexpr WordColumns kWordColumns;
 
 // One block of one panel (codes, scales: the block's) into its two planes lo and hi.
 template <class F>
@@ -234,9 +243,7 @@ void expand_folded(const uint8_t* codes, const uint8_t* s, uint8_t* lo, uint8_t*
   const __m512i off = _mm512_set1_epi8(static_cast<char>(F::kOffset));
   const __m512i low6 = _mm512_set1_epi8(63);
   constexpr __mmask64 kOdd = 0xAAAAAAAAAAAAAAAAull;
-  alignas(64) int16_t idx[32];
-  for (int w = 0; w < 32; ++w) idx[w] = static_cast<int16_t>(w / 2);
-  const __m512i icol = _mm512_load_si512(idx);
+  const __m512i icol = _mm512_load_si512(kWordColumns.col);
   __m512i sc = _mm512_setzero_si512();
   for (int g = 0; g < kGroups; ++g) {
     if (g % kGroupsPerSub == 0)
@@ -321,14 +328,17 @@ class Folded {
     int tiles;        // row tiles: 2, or 1 for the last of an odd count
   };
   float* acc(int64_t p, int64_t t) const { return acc_ + (p * nt_ + t) * 256; }
+  const uint8_t* panel(int64_t p) const { return c_.packed + (p0_ + p) * c_.panel_bytes; }
+  // Panel p's scale region of block b.
+  const uint8_t* scales(int64_t p, int64_t b) const {
+    return panel(p) + c_.nb * F::kCodeBytes + b * F::kScaleBytes;
+  }
   // Panel p's lo plane of the current block at planes_ + 2 p kPlaneBytes, its hi plane after it.
   // Expanded block by block, so they stay in the nearest cache for every row tile that uses them.
   void expand_block(int64_t b) {
     for (int64_t p = 0; p < np_; ++p) {
-      const uint8_t* panel = c_.packed + (p0_ + p) * c_.panel_bytes;
       uint8_t* lo = planes_ + 2 * p * kPlaneBytes;
-      expand_folded<F>(panel + b * F::kCodeBytes,
-                       panel + c_.nb * F::kCodeBytes + b * F::kScaleBytes, lo, lo + kPlaneBytes);
+      expand_folded<F>(panel(p) + b * F::kCodeBytes, scales(p, b), lo, lo + kPlaneBytes);
     }
   }
 
@@ -375,8 +385,7 @@ class Folded {
   }
   OFFGEN_INLINE void consume_tile(int64_t b, int64_t p, int64_t t, const int32_t (*cl)[16],
                                   const int32_t (*ch)[16]) {
-    const uint8_t* s =
-        c_.packed + (p0_ + p) * c_.panel_bytes + c_.nb * F::kCodeBytes + b * F::kScaleBytes;
+    const uint8_t* s = scales(p, b);
     const int64_t row0 = r0_ + 16 * t;
     const float* dt = a_.dt + row0 * c_.nb + b * 16;
     float* acc = this->acc(p, t);
@@ -431,7 +440,7 @@ void run_amx(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
     const int64_t np = p1 - p0;
     if constexpr (F::kIntScales) {
       // Block by block (Folded): one block of the work item's panels expanded at a time.
-      OFFGEN_CHECK(np <= kFoldedMaxPanels, kInternal, "AMX work item of {} panels", np);
+      OFFGEN_CHECK(np <= kMaxItemPanels, kInternal, "AMX work item of {} panels", np);
       load_config_folded();
       thread_local std::vector<float> acc;
       const int64_t cells = np * (full - r0) * kPanel;
@@ -439,7 +448,7 @@ void run_amx(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1) {
       float* a = acc.data() + (64 - reinterpret_cast<uintptr_t>(acc.data()) % 64) % 64 / 4;
       Folded<F>(c, p0, p1, r0, full, folded_planes(), a).run();
     } else {
-      // Expand every panel of the call (at most 4: qgemm.cpp's work items), then groups of 64
+      // Expand every panel of the work item (at most kMaxItemPanels), then groups of 64
       // rows, a group's activation tiles and one panel's codes staying in cache while the group's
       // row tiles go over the panel. The planes stay this thread's until another work item needs
       // others: the same call's next row block of the same panels (a thread runs them one after

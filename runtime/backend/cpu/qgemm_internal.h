@@ -40,7 +40,11 @@ struct QCall {
   uint64_t id = 0;
 };
 
-// Output rows [r0, r1) x 16-row panels [p0, p1).
+// The most 16-row panels one work item of qgemm.cpp's driver covers (a kernel may size its
+// per-thread scratch by it).
+inline constexpr int64_t kMaxItemPanels = 4;
+
+// Output rows [r0, r1) x 16-row panels [p0, p1) (at most kMaxItemPanels panels).
 using QRunFn = void (*)(const QCall& c, int64_t p0, int64_t p1, int64_t r0, int64_t r1);
 
 // Kernel tables indexed by DType (nullptr: no kernel); nullptr when the ISA is not compiled in.
