@@ -106,9 +106,7 @@ void decode_q2_k(const uint8_t* b, DecodedBlock& out) {
 // Element 128h + 32s + l has its high bit at bit 4h + s of byte l; code = low + 4 * high, value
 // d * (scale - 32) * (code - 4). Scale j: low nibble of byte j (j < 8) or high nibble of byte j -
 // 8, with bits 4-5 from bits 2(j/4)..2(j/4)+1 of byte 8 + j % 4.
-void decode_q3_k(const uint8_t* b, DecodedBlock& out) {
-  const uint8_t* hm = b;
-  const uint8_t* qs = b + 32;
+void decode_q3_k_scales(const uint8_t* b, DecodedBlock& out) {
   const uint8_t* s = b + 96;
   out.d = half_at(b + 108);
   for (int j = 0; j < 16; ++j) {
@@ -116,6 +114,12 @@ void decode_q3_k(const uint8_t* b, DecodedBlock& out) {
     const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
     out.sc[j] = static_cast<int16_t>((lo | (hi << 4)) - 32);
   }
+}
+
+void decode_q3_k(const uint8_t* b, DecodedBlock& out) {
+  const uint8_t* hm = b;
+  const uint8_t* qs = b + 32;
+  decode_q3_k_scales(b, out);
   for (int e = 0; e < kQK; ++e) {
     const int h = e / 128, sh = (e % 128) / 32, l = e % 32;
     const int low = (qs[32 * h + l] >> (2 * sh)) & 3;
@@ -126,10 +130,14 @@ void decode_q3_k(const uint8_t* b, DecodedBlock& out) {
 
 // Q4_K: fp16 d, fp16 dmin, 12 bytes of scales/mins, 128 bytes of codes. Element 64c + 32i + l
 // (sub-block 2c + i) is the low (i = 0) or high (i = 1) nibble of byte 32c + l.
-void decode_q4_k(const uint8_t* b, DecodedBlock& out) {
+void decode_k4_scales(const uint8_t* b, DecodedBlock& out) {
   out.d = half_at(b);
   out.dm = half_at(b + 2);
   scale_min_k4(b + 4, out);
+}
+
+void decode_q4_k(const uint8_t* b, DecodedBlock& out) {
+  decode_k4_scales(b, out);
   const uint8_t* qs = b + 16;
   for (int e = 0; e < kQK; ++e) {
     const int c = e / 64, i = (e % 64) / 32, l = e % 32;
@@ -139,9 +147,7 @@ void decode_q4_k(const uint8_t* b, DecodedBlock& out) {
 
 // Q5_K: as Q4_K with 32 bytes of fifth bits after the scales: bit j of byte l for element 32j + l.
 void decode_q5_k(const uint8_t* b, DecodedBlock& out) {
-  out.d = half_at(b);
-  out.dm = half_at(b + 2);
-  scale_min_k4(b + 4, out);
+  decode_k4_scales(b, out);
   const uint8_t* qh = b + 16;
   const uint8_t* qs = b + 48;
   for (int e = 0; e < kQK; ++e) {
@@ -185,13 +191,19 @@ void decode_iq4_nl(const uint8_t* b, DecodedBlock& out) {  // fp16 d, 16 bytes o
 // IQ4_XS: fp16 d, 16 bits of scale high bits (2 per sub-block of 32), 4 bytes of scale low
 // nibbles (sub-block j: nibble j % 2 of byte j / 2), then 16 index bytes per sub-block laid out as
 // IQ4_NL's. Scale = 6-bit value - 32.
-void decode_iq4_xs(const uint8_t* b, DecodedBlock& out) {
+void decode_iq4_xs_scales(const uint8_t* b, DecodedBlock& out) {
   out.d = half_at(b);
   uint16_t sh;
   std::memcpy(&sh, b + 2, 2);
   for (int j = 0; j < 8; ++j) {
     const int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 0x0f) | (((sh >> (2 * j)) & 3) << 4);
     out.sc[j] = static_cast<int16_t>(ls - 32);
+  }
+}
+
+void decode_iq4_xs(const uint8_t* b, DecodedBlock& out) {
+  decode_iq4_xs_scales(b, out);
+  for (int j = 0; j < 8; ++j) {
     uint8_t idx[32];
     nibbles32(b + 8 + 16 * j, idx);
     for (int l = 0; l < 32; ++l) out.u[32 * j + l] = static_cast<uint8_t>(kIq4Values[idx[l]] + 128);

@@ -46,6 +46,11 @@ void decode_q6_k(const uint8_t* blk, DecodedBlock& out);
 void decode_q8_k(const uint8_t* blk, DecodedBlock& out);
 void decode_iq4_nl(const uint8_t* blk, DecodedBlock& out);
 void decode_iq4_xs(const uint8_t* blk, DecodedBlock& out);
+// Only a block's scales (d, dm, sc, m; u untouched), for the packers that move the codes as they
+// are: Q4_K and Q5_K (the same scale layout), Q3_K, IQ4_XS.
+void decode_k4_scales(const uint8_t* blk, DecodedBlock& out);
+void decode_q3_k_scales(const uint8_t* blk, DecodedBlock& out);
+void decode_iq4_xs_scales(const uint8_t* blk, DecodedBlock& out);
 
 // Scalar dequantisation of `blocks` blocks of a GGML block format t into fp32, with GGML's
 // reference arithmetic (no fused multiply-add, the products in GGML's order: for example Q4_K is

@@ -188,18 +188,26 @@ WeightView CpuBackend::prepare_weight_into(DType src_type, const void* src, int6
   const cpu::CpuMatmulKernel* k = cpu::cpu_matmul_kernel(storage);
   OFFGEN_CHECK(k != nullptr, kInternal, "cpu backend: no matmul storage {}", dtype_name(storage));
   const WeightView view{rows, cols, storage, dst};
-  if (k->source == src_type) {  // the rows are already in the format the packer reads
-    k->pack(storage, src, rows, cols, dst);
-    return view;
-  }
-  // Converted chunk by chunk (independent, so threads split them): source rows -> fp32 -> the
-  // packer's row format (a quantiser when the storage is a block format) -> packed.
+  // Packed chunk by chunk (independent, so threads split them).
   const int64_t row_bytes = dtype_bytes(src_type, cols);
-  const int64_t src_row = dtype_bytes(k->source, cols);
   const int64_t cr = k->chunk_rows;
+  const int64_t chunks = (rows + cr - 1) / cr, grain = cr >= 64 ? 1 : 4;
   const int64_t chunk = k->chunk_bytes(storage, cols);
   const auto* s = static_cast<const uint8_t*>(src);
-  ctx_.parallel_for((rows + cr - 1) / cr, cr >= 64 ? 1 : 4, [&](int64_t c0, int64_t c1) {
+  auto* d = static_cast<uint8_t*>(dst);
+  if (k->source == src_type) {  // the rows are already in the format the packer reads
+    ctx_.parallel_for(chunks, grain, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t r0 = c * cr;
+        k->pack(storage, s + r0 * row_bytes, std::min<int64_t>(cr, rows - r0), cols, d + c * chunk);
+      }
+    });
+    return view;
+  }
+  // Converted: source rows -> fp32 -> the packer's row format (a quantiser when the storage is a
+  // block format) -> packed.
+  const int64_t src_row = dtype_bytes(k->source, cols);
+  ctx_.parallel_for(chunks, grain, [&](int64_t c0, int64_t c1) {
     std::vector<float> tmp(cr * cols);
     std::vector<uint8_t> conv(k->source == DType::kF32 ? 0 : cr * src_row);
     for (int64_t c = c0; c < c1; ++c) {
@@ -212,7 +220,7 @@ WeightView CpuBackend::prepare_weight_into(DType src_type, const void* src, int6
           quantize_row(k->source, tmp.data() + r * cols, conv.data() + r * src_row, cols);
         rows_in = conv.data();
       }
-      k->pack(storage, rows_in, nr, cols, static_cast<uint8_t*>(dst) + c * chunk);
+      k->pack(storage, rows_in, nr, cols, d + c * chunk);
     }
   });
   return view;

@@ -235,9 +235,7 @@ struct K4Scales {
     gather16(rows, 2, s + 32);
     for (int c = 0; c < kPanel; ++c) {
       DecodedBlock q;
-      if (rows[c]) {
-        decode_q4_k(rows[c], q);  // scales/mins only (the code bytes are read, not used)
-      }
+      if (rows[c]) decode_k4_scales(rows[c], q);
       for (int j = 0; j < 8; ++j) s[64 + 16 * j + c] = static_cast<uint8_t>(q.sc[j]);
       for (int t = 0; t < 4; ++t)
         for (int e = 0; e < 2; ++e)
@@ -384,7 +382,7 @@ struct Q3_K : SignedScales<16> {
     gather16(rows, 108, scales);
     for (int c = 0; c < kPanel; ++c) {
       DecodedBlock q;
-      if (rows[c]) decode_q3_k(rows[c], q);
+      if (rows[c]) decode_q3_k_scales(rows[c], q);
       for (int j = 0; j < 16; ++j) put(scales, c, j, rows[c] ? q.sc[j] : 0);
     }
     w4(rows, 32, 64, codes);
@@ -429,7 +427,7 @@ struct IQ4_XS : SignedScales<8> {
     gather16(rows, 0, scales);
     for (int c = 0; c < kPanel; ++c) {
       DecodedBlock q;
-      if (rows[c]) decode_iq4_xs(rows[c], q);
+      if (rows[c]) decode_iq4_xs_scales(rows[c], q);
       for (int j = 0; j < 8; ++j) put(scales, c, j, rows[c] ? q.sc[j] : 0);
     }
     w4(rows, 8, 128, codes);
