@@ -166,11 +166,12 @@ Engine::Engine(EngineOptions options, StopToken stop) : options_(std::move(optio
     no.capacity_bytes = static_cast<uint64_t>(p.disk_mem);
     nvme_ = std::make_unique<NvmeStore>(no);
   }
+  std::vector<uint8_t> build_scratch;
   weights_ = std::make_unique<WeightStore>(
       *backend_, model_->num_units(), [&](int64_t u) { return model_->unit_bytes(u); },
       [&](int64_t u, void* dst) {
         stop.check("load");  // between units (a dummy model's source checks inside tensors)
-        model_->build_unit(u, dst);
+        model_->build_unit(u, dst, &build_scratch);
         source_->release_pages();
       },
       placement, nvme_.get(), static_cast<int>(model_->weight_slots()),

@@ -29,6 +29,13 @@ class MappedFile {
   const std::string& path() const { return path_; }
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   size_t size() const { return size_; }
+  // Copies the n bytes at `at` into dst when they lie in the mapping, read from the file rather
+  // than through the mapping (a few MiB and more with O_DIRECT, where the filesystem allows it):
+  // from a cold page cache that reads at the disk's pace without a page fault per page and
+  // without filling the page cache. Returns false, copying
+  // nothing, when [at, at + n) is not in the mapping. Throws Error(kIo) naming the path and the
+  // offset when the read fails or ends early. Thread-safe.
+  bool read_into(const void* at, size_t n, void* dst) const;
   // Drops the mapping's pages from this process's resident set (madvise MADV_DONTNEED): they
   // stay in the page cache and are read again on the next access, so the contents seen do not
   // change. For after the bytes have been copied out. Never throws.
@@ -40,6 +47,8 @@ class MappedFile {
   std::string path_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  int fd_ = -1;         // kept open for read_into
+  int direct_fd_ = -1;  // the same file opened with O_DIRECT (-1 where refused)
 };
 
 }  // namespace offgen

@@ -77,6 +77,8 @@ class GgufFile {
   const GgufTensor& tensor(const std::string& name) const;  // throws kInput when missing
   // The file's pages out of the resident set (MappedFile::release_pages).
   void release_pages() const { map_.release_pages(); }
+  // Bytes of the mapping read from the file (MappedFile::read_into); false when not in it.
+  bool read_into(const void* at, size_t n, void* dst) const { return map_.read_into(at, n, dst); }
   // Frees the elements of array values (a tokenizer's vocabulary, scores and merges: tens of MiB
   // for a large vocabulary) once they have been read; their keys, types and counts stay.
   void release_arrays();

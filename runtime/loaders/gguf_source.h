@@ -19,6 +19,9 @@ class GgufWeightSource final : public WeightSource {
   bool has_tensor(const std::string& name) const override;
   std::string describe() const override { return file_.path(); }
   void release_pages() const override { file_.release_pages(); }
+  void read_data(const TensorRef& t, size_t bytes, void* dst) const override {
+    if (!file_.read_into(t.data, bytes, dst)) WeightSource::read_data(t, bytes, dst);
+  }
   const GgufFile& file() const { return file_; }
   GgufFile& file() { return file_; }
 

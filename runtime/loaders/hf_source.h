@@ -33,6 +33,11 @@ class HfWeightSource final : public WeightSource {
   std::vector<int64_t> tensor_dims(const std::string& name) const override;
   DType tensor_dtype(const std::string& name) const override;
   std::string describe() const override { return dir_; }
+  void read_data(const TensorRef& t, size_t bytes, void* dst) const override {
+    for (const SafetensorsFile& f : ckpt_.files())
+      if (f.read_into(t.data, bytes, dst)) return;
+    WeightSource::read_data(t, bytes, dst);  // a private copy (aligned, or Q/K rows reordered)
+  }
   void release_pages() const override {
     for (const SafetensorsFile& f : ckpt_.files()) f.release_pages();
   }

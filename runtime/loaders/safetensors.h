@@ -53,6 +53,8 @@ class SafetensorsFile {
   uint64_t file_bytes() const { return bytes_.size(); }
   uint64_t data_offset() const { return data_offset_; }  // start of the data section (8 + N)
   void release_pages() const { map_.release_pages(); }  // MappedFile::release_pages
+  // Bytes of the mapping read from the file (MappedFile::read_into); false when not in it.
+  bool read_into(const void* at, size_t n, void* dst) const { return map_.read_into(at, n, dst); }
 
  private:
   SafetensorsFile() = default;

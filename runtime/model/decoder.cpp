@@ -75,7 +75,7 @@ DType stack_source(const WeightSource& src, const std::vector<std::string>& name
   for (size_t i = 0; i < refs.size(); ++i) {
     uint8_t* dst = packed.data() + r0 * row_bytes;
     if (same_type) {
-      std::memcpy(dst, refs[i].data, rows[i] * row_bytes);
+      src.read_data(refs[i], rows[i] * row_bytes, dst);
     } else {
       const int64_t src_row = dtype_bytes(refs[i].dtype, cols);
       for (int64_t r = 0; r < rows[i]; ++r)
@@ -219,7 +219,8 @@ void DecoderModel::copy_routers() {
     auto* base = static_cast<uint8_t*>(r.bytes.data());
     const auto gain = load_gain(src_, layer_name(L.layer, "ffn_norm.weight"), c.d_model);
     std::memcpy(base, gain.data(), gain.size() * 4);
-    build_matrix(r.layout.router, base);
+    std::vector<uint8_t> stacked;
+    build_matrix(r.layout.router, base, stacked);
   }
 }
 
@@ -337,8 +338,8 @@ DecoderModel::Layout DecoderModel::make_layout(int64_t unit) const {
   return L;
 }
 
-void DecoderModel::build_matrix(const Matrix& m, uint8_t* base) const {
-  std::vector<uint8_t> stacked;
+void DecoderModel::build_matrix(const Matrix& m, uint8_t* base,
+                                std::vector<uint8_t>& stacked) const {
   for (const Part& p : m.parts) {
     const DType dt = stack_source(src_, p.names, p.tensor_rows, m.cols, stacked);
     backend_.prepare_weight_into(dt, stacked.data(), p.rows, m.cols, p.storage, base + p.offset);
@@ -421,7 +422,7 @@ std::map<DType, int64_t> DecoderModel::bytes_by_format() const {
   return out;
 }
 
-void DecoderModel::build_unit(int64_t unit, void* dst) const {
+void DecoderModel::build_unit(int64_t unit, void* dst, std::vector<uint8_t>* scratch) const {
   OFFGEN_CHECK(unit >= 0 && unit < num_units(), kInternal, "unit {} out of range", unit);
   const ModelConfig& c = config_;
   const Layout& L = layout(unit);
@@ -456,10 +457,12 @@ void DecoderModel::build_unit(int64_t unit, void* dst) const {
     put_vector(L.b0, "ffn_up.bias", c.ffn_dim);
     put_vector(L.b1, "ffn_down.bias", c.d_model);
   }
-  for (const Matrix* m : {&L.w0, &L.w1, &L.router, &L.shared_gate}) build_matrix(*m, base);
+  std::vector<uint8_t> own;
+  std::vector<uint8_t>& stacked = scratch ? *scratch : own;  // grown once, not per matrix
+  for (const Matrix* m : {&L.w0, &L.w1, &L.router, &L.shared_gate}) build_matrix(*m, base, stacked);
   for (const Expert& x : L.experts) {
-    build_matrix(x.w0, base);
-    build_matrix(x.w1, base);
+    build_matrix(x.w0, base, stacked);
+    build_matrix(x.w1, base, stacked);
   }
 }
 

@@ -101,8 +101,11 @@ class DecoderModel {
   // and experts) from now on; nullptr stops. Not thread-safe: forwards run one at a time.
   void count_routing(RoutingCounts* counts);
   const ExpertOrder& expert_order() const { return expert_order_; }
-  // Writes unit u's blob (unit_bytes(u), 64-byte aligned) from the weight source. Thread-safe.
-  void build_unit(int64_t unit, void* dst) const;
+  // Writes unit u's blob (unit_bytes(u), 64-byte aligned) from the weight source. `scratch`
+  // (optional) holds a matrix's source rows; a caller building many units passes one for all, so
+  // its memory is touched once (fresh pages cost more than the copy on some VMs). Thread-safe
+  // for calls with different scratch buffers.
+  void build_unit(int64_t unit, void* dst, std::vector<uint8_t>* scratch = nullptr) const;
   int64_t resident_bytes() const;  // embedding + output head + norms (+ the router copies)
   // What a forward on this backend holds per row, sequence and compute thread (the block
   // executor's buffers, DecoderScratch, the backend's workspace) for the memory accounting.
@@ -187,7 +190,8 @@ class DecoderModel {
   // returns the end offset.
   int64_t place_matrix(const std::vector<std::string>& names, const std::vector<int64_t>& rows,
                        int64_t cols, int64_t at, Matrix& m) const;
-  void build_matrix(const Matrix& m, uint8_t* base) const;
+  // Packs m into base + its parts' offsets; `stacked` holds the source rows (reused by the caller).
+  void build_matrix(const Matrix& m, uint8_t* base, std::vector<uint8_t>& stacked) const;
   // y[rows][m.rows] = x · Wᵀ, part by part into the column ranges of y.
   void matmul(const float* x, int64_t rows, const Matrix& m, const uint8_t* base, float* y) const;
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,12 @@ class WeightSource {
   // (MappedFile::release_pages), for after they have been copied: tensor data stays readable
   // (read from the file again). A no-op for sources that do not map files. Thread-safe.
   virtual void release_pages() const {}
+  // Copies the first `bytes` of t's data (t from tensor()) into dst. Sources that map files read
+  // them (MappedFile::read_into: faster than touching the mapping from a cold page cache, for the
+  // tens of GB a disk-placed model copies out at load). Thread-safe.
+  virtual void read_data(const TensorRef& t, size_t bytes, void* dst) const {
+    std::memcpy(dst, t.data, bytes);
+  }
 };
 
 }  // namespace offgen
