@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include "runtime/core/error.h"
 
@@ -22,46 +24,84 @@ WeightStore::WeightStore(Backend& backend, int64_t num_units,
   std::vector<int64_t> sizes(static_cast<size_t>(num_units));
   for (int64_t u = 0; u < num_units; ++u) sizes[u] = unit_bytes(u);
   const WeightSplit plan = placement.weight_blobs(sizes, staging_slots);
-  Buffer tmp;
-  for (int64_t u = 0; u < num_units; ++u) {
-    Unit& x = units_[u];
-    x.bytes = sizes[u];
-    const TierBytes home = placement.weight_home(x.bytes);
-    x.device_bytes = home.device;
-    x.ram_bytes = home.host;
-    x.disk_bytes = home.disk;
-    if (tmp.bytes() < x.bytes) tmp = backend_.alloc(x.bytes, Tier::kHost);
-    build(u, tmp.data());
-    if (x.device_bytes > 0) {
-      x.device = backend_.alloc(x.device_bytes, Tier::kDevice);
-      backend_.copy(x.device.data(), tmp.data(), x.device_bytes);
-      backend_.synchronize();  // tmp is reused for the next unit
+  // Two temporaries when units go to disk: the next unit is built while the last one's disk part
+  // is written (an async write; a part the engine cannot queue as it is is written blocking).
+  Buffer tmp[2];
+  std::optional<Ticket> writing[2];
+  // Where device memory is host memory, the temporaries become two of the staging slots after
+  // the build (their pages touched once instead of twice): then each has a slot's size.
+  const int reused = !split ? static_cast<int>(std::min<int64_t>(2, plan.staging_slots)) : 0;
+  for (int i = 0; i < reused; ++i) tmp[i] = backend_.alloc(plan.staging_slot_bytes, Tier::kHost);
+  auto finish_writes = [&](bool rethrow) {
+    for (std::optional<Ticket>& t : writing) {
+      if (!t) continue;
+      const Ticket k = *std::exchange(t, std::nullopt);
+      try {
+        disk_->wait(k);
+      } catch (...) {
+        if (rethrow) throw;
+      }
     }
-    if (x.ram_bytes > 0) {
-      x.ram = backend_.alloc(x.ram_bytes, Tier::kHost);
-      std::memcpy(x.ram.data(), static_cast<std::byte*>(tmp.data()) + x.device_bytes, x.ram_bytes);
+  };
+  int cur = 0;
+  try {
+    for (int64_t u = 0; u < num_units; ++u) {
+      Unit& x = units_[u];
+      x.bytes = sizes[u];
+      const TierBytes home = placement.weight_home(x.bytes);
+      x.device_bytes = home.device;
+      x.ram_bytes = home.host;
+      x.disk_bytes = home.disk;
+      if (writing[cur]) disk_->wait(*std::exchange(writing[cur], std::nullopt));
+      Buffer& t = tmp[cur];
+      if (t.bytes() < x.bytes) t = backend_.alloc(x.bytes, Tier::kHost);
+      auto* blob = static_cast<std::byte*>(t.data());
+      build(u, blob);
+      if (x.device_bytes > 0) {
+        x.device = backend_.alloc(x.device_bytes, Tier::kDevice);
+        backend_.copy(x.device.data(), blob, x.device_bytes);
+        backend_.synchronize();  // the temporary is reused
+      }
+      if (x.ram_bytes > 0) {
+        x.ram = backend_.alloc(x.ram_bytes, Tier::kHost);
+        std::memcpy(x.ram.data(), blob + x.device_bytes, x.ram_bytes);
+      }
+      if (x.disk_bytes > 0) {
+        OFFGEN_CHECK(disk_ != nullptr, kInternal, "weights placed on disk without an NVMe store");
+        x.disk = disk_->allocate(x.disk_bytes);
+        std::byte* part = blob + x.device_bytes + x.ram_bytes;
+        if (reinterpret_cast<uintptr_t>(part) % kDiskAlign == 0 && x.disk_bytes % kDiskAlign == 0) {
+          const IoOp op{IoKind::kWrite, x.disk, part, static_cast<uint64_t>(x.disk_bytes), 0};
+          writing[cur] = disk_->submit({&op, 1});
+          cur ^= 1;
+        } else {
+          disk_->write(x.disk, part, x.disk_bytes);
+        }
+      }
+      x.in_place = placement.weight_in_place(home);
+      any_staged_ = any_staged_ || !x.in_place;
+      x.lazy_from = x.bytes;
+      if (lazy_from && !x.in_place && !split) {
+        x.lazy_from = std::min(x.bytes, lazy_from(u));
+        OFFGEN_CHECK(x.lazy_from >= 0 && x.lazy_from % 4096 == 0, kInternal,
+                     "weight store: unit {}'s lazy tail starts at {}", u, x.lazy_from);
+        any_lazy_ = any_lazy_ || x.lazy_from < x.bytes;
+      }
+      stats_.device_bytes += x.device_bytes;
+      stats_.ram_bytes += x.ram_bytes;
+      stats_.disk_bytes += x.disk_bytes;
     }
-    if (x.disk_bytes > 0) {
-      OFFGEN_CHECK(disk_ != nullptr, kInternal, "weights placed on disk without an NVMe store");
-      x.disk = disk_->allocate(x.disk_bytes);
-      disk_->write(x.disk, static_cast<std::byte*>(tmp.data()) + x.device_bytes + x.ram_bytes,
-                   x.disk_bytes);
-    }
-    x.in_place = placement.weight_in_place(home);
-    any_staged_ = any_staged_ || !x.in_place;
-    x.lazy_from = x.bytes;
-    if (lazy_from && !x.in_place && !split) {
-      x.lazy_from = std::min(x.bytes, lazy_from(u));
-      OFFGEN_CHECK(x.lazy_from >= 0 && x.lazy_from % 4096 == 0, kInternal,
-                   "weight store: unit {}'s lazy tail starts at {}", u, x.lazy_from);
-      any_lazy_ = any_lazy_ || x.lazy_from < x.bytes;
-    }
-    stats_.device_bytes += x.device_bytes;
-    stats_.ram_bytes += x.ram_bytes;
-    stats_.disk_bytes += x.disk_bytes;
+    finish_writes(true);
+  } catch (...) {
+    finish_writes(false);  // the temporaries must outlive the writes that read them
+    throw;
   }
   for (int64_t i = 0; i < plan.staging_slots; ++i) {
-    staging_.push_back(backend_.alloc(plan.staging_slot_bytes, Tier::kDevice));
+    // (A slot's contents before its first load do not matter.)
+    if (i < reused)
+      staging_.push_back(std::move(tmp[i]));
+    else
+      staging_.push_back(backend_.alloc(plan.staging_slot_bytes, Tier::kDevice));
     loaded_.push_back(backend_.make_event());
     free_.push_back(backend_.make_event());
     stats_.staging_bytes += plan.staging_slot_bytes;

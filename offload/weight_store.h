@@ -43,8 +43,9 @@ class WeightStore {
  public:
   // Builds every unit with build(u, dst) (dst: unit_bytes(u) bytes of host memory, 4 KiB
   // aligned) and homes its parts where placement.weight_home() puts them, the disk part written to
-  // `disk` (required when any byte goes there). Only one unit's blob is held in a temporary at a
-  // time, so a model larger than RAM can be placed on disk. The staging slots and bounce buffers
+  // `disk` (required when any byte goes there). At most two units' blobs are held in temporaries
+  // (the next one is built while the last one's disk part is written), so a model larger than
+  // RAM can be placed on disk. The staging slots and bounce buffers
   // are those of placement.weight_blobs(..., staging_slots): slots of the largest blob when any
   // unit is not used in place. placement.device_is_host() must match the backend (kInternal).
   // lazy_from (optional): where unit u's lazy tail starts (a 4 KiB multiple; unit_bytes(u): none).
