@@ -30,11 +30,11 @@ class MappedFile {
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   size_t size() const { return size_; }
   // Copies the n bytes at `at` into dst when they lie in the mapping, read from the file rather
-  // than through the mapping (a few MiB and more with O_DIRECT, where the filesystem allows it):
-  // from a cold page cache that reads at the disk's pace without a page fault per page and
-  // without filling the page cache. Returns false, copying
-  // nothing, when [at, at + n) is not in the mapping. Throws Error(kIo) naming the path and the
-  // offset when the read fails or ends early. Thread-safe.
+  // than through the mapping (4 MiB and more with O_DIRECT, where the filesystem allows it): from
+  // a cold page cache that reads at the disk's pace without a page fault per page and without
+  // filling the page cache. Returns false, copying nothing, when [at, at + n) is not in the
+  // mapping. Throws Error(kIo) naming the path and the offset when the read fails or ends early.
+  // Thread-safe.
   bool read_into(const void* at, size_t n, void* dst) const;
   // Drops the mapping's pages from this process's resident set (madvise MADV_DONTNEED): they
   // stay in the page cache and are read again on the next access, so the contents seen do not
