@@ -70,7 +70,7 @@ WeightStore::WeightStore(Backend& backend, int64_t num_units,
         OFFGEN_CHECK(disk_ != nullptr, kInternal, "weights placed on disk without an NVMe store");
         x.disk = disk_->allocate(x.disk_bytes);
         std::byte* part = blob + x.device_bytes + x.ram_bytes;
-        if (reinterpret_cast<uintptr_t>(part) % kDiskAlign == 0 && x.disk_bytes % kDiskAlign == 0) {
+        if (is_aligned(part) && x.disk_bytes % kDiskAlign == 0) {
           const IoOp op{IoKind::kWrite, x.disk, part, static_cast<uint64_t>(x.disk_bytes), 0};
           writing[cur] = disk_->submit({&op, 1});
           cur ^= 1;
