@@ -39,7 +39,15 @@ MappedFile MappedFile::open(const std::string& path, std::string_view what) {
   f.data_ = static_cast<const uint8_t*>(m);
   f.size_ = static_cast<size_t>(st.st_size);
   f.fd_ = fd;
-  f.direct_fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);  // -1: refused
+  // Opened again by path, so it is kept only if it is the file mapped (not one renamed over it
+  // in between); -1 where O_DIRECT is refused.
+  f.direct_fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+  struct stat direct {};
+  if (f.direct_fd_ >= 0 && (::fstat(f.direct_fd_, &direct) != 0 || direct.st_dev != st.st_dev ||
+                            direct.st_ino != st.st_ino)) {
+    ::close(f.direct_fd_);
+    f.direct_fd_ = -1;
+  }
   return f;
 }
 
@@ -82,9 +90,10 @@ constexpr size_t kDirectAlign = 4096, kDirectChunk = 16u << 20;
 }  // namespace
 
 bool MappedFile::read_into(const void* at, size_t n, void* dst) const {
-  const auto* p = static_cast<const uint8_t*>(at);
-  if (data_ == nullptr || p < data_ || p > data_ + size_ || n > size_ - (p - data_)) return false;
-  const size_t start = static_cast<size_t>(p - data_);
+  // Addresses compared as integers: `at` may point into another object (callers probe each file).
+  const auto p = reinterpret_cast<uintptr_t>(at), base = reinterpret_cast<uintptr_t>(data_);
+  if (data_ == nullptr || p < base || p - base > size_ || n > size_ - (p - base)) return false;
+  const size_t start = static_cast<size_t>(p - base);
   auto* d = static_cast<uint8_t*>(dst);
   auto fail = [&](size_t off, size_t bytes, ssize_t k) {
     OFFGEN_THROW(kIo, "{}: reading {} bytes at offset {}: {}", path_, bytes, off,
