@@ -96,6 +96,8 @@ WeightStore::WeightStore(Backend& backend, int64_t num_units,
     finish_writes(false);  // the temporaries must outlive the writes that read them
     throw;
   }
+  // Those not becoming staging slots go before the slots and bounce buffers are allocated.
+  for (int i = reused; i < 2; ++i) tmp[i] = Buffer{};
   for (int64_t i = 0; i < plan.staging_slots; ++i) {
     // (A slot's contents before its first load do not matter.)
     if (i < reused)

@@ -177,6 +177,7 @@ Engine::Engine(EngineOptions options, StopToken stop) : options_(std::move(optio
       placement, nvme_.get(), static_cast<int>(model_->weight_slots()),
       // A mixture of experts' experts move on demand: only those a step routes to.
       [&](int64_t u) { return model_->unit_head_bytes(u); });
+  std::vector<uint8_t>().swap(build_scratch);  // a matrix's source rows: not needed past the build
   memory("weight store");
   if (p.kv.evicts()) kv_policy_ = make_kv_policy(p.kv);
   kv_ = std::make_unique<KvStore>(model_->config(), placement, nvme_.get(), kv_policy_ != nullptr,
