@@ -1,17 +1,20 @@
 // The engine under stop requests and hostile requests: should_stop and a StopToken end generate()
 // early (also between the prefill forwards of one step, inside one forward, during admission and
 // from a callback) with the unfinished requests marked interrupted and the engine reusable with
-// unchanged results; a StopToken ends the load; a max_tokens beyond the context window is cut and
-// counted.
+// unchanged results; a StopToken ends the load, also while weight writes to disk are in flight; a
+// failed weight write ends the load with an I/O error; a max_tokens beyond the context window is
+// cut and counted.
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "runtime/core/error.h"
 #include "runtime/core/stop.h"
 #include "scheduler/engine.h"
 #include "tests/temp_dir.h"
@@ -200,6 +203,68 @@ TEST_CASE("a stop token ends the model load between units", "[engine][faults][st
     CHECK(e.phase() == "load");
   }
   Engine engine(options(2));  // nothing left behind
+  CHECK(engine.generate(requests(1, 2))[0].finish_reason == FinishReason::kLength);
+}
+
+namespace {
+
+// Weights 100% on disk in a fresh offload dir: the load writes every unit there, each write
+// queued while the next unit is built.
+EngineOptions disk_weights(const test::TempDir& dir) {
+  EngineOptions eo = options(2);
+  eo.policy.weight_gpu_percent = 0;
+  eo.policy.weight_cpu_percent = 0;
+  eo.policy.offload_dir = dir.path();
+  return eo;
+}
+
+// OFFGEN_DEBUG_IO_FAULT for the lifetime of the object (the NVMe store reads it when created).
+struct IoFaultEnv {
+  explicit IoFaultEnv(const char* rules) { ::setenv("OFFGEN_DEBUG_IO_FAULT", rules, 1); }
+  ~IoFaultEnv() { ::unsetenv("OFFGEN_DEBUG_IO_FAULT"); }
+};
+
+}  // namespace
+
+TEST_CASE("a failed weight write during the load is an I/O error naming the offload file",
+          "[engine][faults][load]") {
+  const test::TempDir dir;
+  for (const char* rule : {"eio@1", "eio@3"}) {  // the first unit's write, a later unit's
+    INFO(rule);
+    IoFaultEnv fault(rule);
+    try {
+      Engine engine(disk_weights(dir));
+      FAIL("the load did not fail");
+    } catch (const Error& e) {
+      CHECK(e.category() == ErrorCategory::kIo);
+      CHECK_THAT(e.what(), Catch::Contains(dir.path()));
+      CHECK_THAT(e.what(), Catch::Contains("Input/output error"));
+    }
+  }
+  Engine engine(disk_weights(dir));  // nothing left behind
+  Engine in_ram(options(2));
+  const auto reqs = requests(2, 4);
+  const std::vector<Result> a = engine.generate(reqs), b = in_ram.generate(reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) CHECK(a[i].tokens == b[i].tokens);
+}
+
+TEST_CASE("a stop token ends a load that writes the weights to disk", "[engine][faults][stop][load]") {
+  // Stopped between units while the last unit's write is in flight: the write is waited for
+  // before its buffer goes (ASan/TSan builds check that).
+  const test::TempDir dir;
+  for (const int nth : {1, 3}) {
+    INFO("stop at load checkpoint " << nth);
+    StopSource source;
+    source.pause_at("load", nth);
+    try {
+      StopWhenPaused asker(source);
+      Engine engine(disk_weights(dir), source.token());
+      FAIL("no Stopped");
+    } catch (const Stopped& e) {
+      CHECK(e.phase() == "load");
+    }
+  }
+  Engine engine(disk_weights(dir));
   CHECK(engine.generate(requests(1, 2))[0].finish_reason == FinishReason::kLength);
 }
 
