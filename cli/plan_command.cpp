@@ -104,7 +104,7 @@ int CalibrateCommand::run() const {
   if (std::FILE* f = std::fopen(path.c_str(), "r")) {
     std::fclose(f);
     try {
-      base = load_profile(path);
+      base = load_cached_profile(path);
     } catch (const Error& e) {
       std::fprintf(stderr, "offgen: replacing an unreadable profile: %s\n", e.what());
     }

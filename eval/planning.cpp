@@ -39,7 +39,7 @@ RoutingProfile measured_routing(const std::string& model, const std::string& pat
   if (model.empty() || !std::filesystem::exists(file, ec)) return {};
   HardwareProfile hw;
   try {
-    hw = load_profile(file);
+    hw = load_cached_profile(file);
   } catch (const Error& e) {
     std::fprintf(stderr, "offgen: warning: no measured expert routing: %s\n", e.what());
     return {};
@@ -55,7 +55,7 @@ RoutingProfile measured_routing(const std::string& model, const std::string& pat
   return r ? *r : RoutingProfile{};
 }
 
-HardwareProfile load_profile(const std::string& path) {
+HardwareProfile load_profile(const std::string& path, std::vector<std::string>* dropped) {
   std::ifstream in(path);
   OFFGEN_CHECK(in.good(), kIo, "{}: cannot read the hardware profile", path);
   nlohmann::json j;
@@ -65,7 +65,16 @@ HardwareProfile load_profile(const std::string& path) {
     OFFGEN_THROW(kInput, "{}: not JSON (byte {}): run `offgen calibrate` to rewrite it", path,
                  e.byte);
   }
-  return HardwareProfile::from_json(j, path);
+  return HardwareProfile::from_json(j, path, dropped);
+}
+
+HardwareProfile load_cached_profile(const std::string& path) {
+  std::vector<std::string> dropped;
+  HardwareProfile p = load_profile(path, &dropped);
+  for (const std::string& d : dropped)
+    std::fprintf(stderr, "offgen: warning: %s: that entry is left out (measured again when needed)\n",
+                 d.c_str());
+  return p;
 }
 
 void save_profile(const std::string& path, const HardwareProfile& p) {
@@ -151,7 +160,8 @@ PlanningInputs planning_inputs(const PlanningContext& ctx) {
   bool have = std::filesystem::exists(path), changed = false;
   if (have) {
     try {
-      in.hw = load_profile(path);
+      // A profile the user named is read strictly; the cache keeps its sound entries.
+      in.hw = ctx.profile_path.empty() ? load_cached_profile(path) : load_profile(path);
     } catch (const Error& e) {
       // An outdated or damaged cache is measured again (and replaced), not a dead end; a profile
       // the user named is theirs: its error stands.

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "policies/planner.h"
 #include "runtime/core/backend_caps.h"
@@ -19,7 +20,11 @@ namespace offgen {
 // $OFFGEN_PROFILE, else $XDG_CACHE_HOME/offgen/profile.json, else ~/.cache/offgen/profile.json.
 std::string default_profile_path();
 // Throws Error(kInput) naming the path and field on a malformed profile, kIo when unreadable.
-HardwareProfile load_profile(const std::string& path);
+// With `dropped`, malformed compute and routing entries are left out instead (their errors there).
+HardwareProfile load_profile(const std::string& path, std::vector<std::string>* dropped = nullptr);
+// load_profile for the profile cache: a malformed compute or routing entry is left out with a
+// warning on stderr (it is measured again when needed) and the rest kept.
+HardwareProfile load_cached_profile(const std::string& path);
 void save_profile(const std::string& path, const HardwareProfile& p);  // atomic
 // The routing `offgen calibrate --model` measured for `model` (EngineOptions::expert_routing),
 // from the profile at `path` (empty: the default one): empty when there is none, the model is

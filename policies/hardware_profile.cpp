@@ -201,9 +201,25 @@ nlohmann::json HardwareProfile::to_json() const {
   return j;
 }
 
-HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::string& source) {
+HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::string& source,
+                                           std::vector<std::string>* dropped) {
   const Reader r{source};
   HardwareProfile p;
+  // Reads entry i of an array with `read`; a malformed one is dropped where the caller asks so.
+  const auto entries = [&](const nlohmann::json& a, const auto& read) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (dropped == nullptr) {
+        read(i);
+        continue;
+      }
+      try {
+        read(i);
+      } catch (const Error& e) {
+        if (e.category() != ErrorCategory::kInput) throw;
+        dropped->push_back(e.what());
+      }
+    }
+  };
   OFFGEN_CHECK(j.is_object(), kInput, "{}: a hardware profile must be a JSON object", source);
   p.version = r.integer(j, "version", "", 0, 1 << 20);
   OFFGEN_CHECK(p.version == kVersion, kInput,
@@ -221,7 +237,7 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::s
   if (j.contains("provenance")) p.provenance = ProfileProvenance::from_json(j["provenance"], source);
   const auto& cs = r.at(j, "compute", "");
   OFFGEN_CHECK(cs.is_array(), kInput, "{}: 'compute' must be an array", source);
-  for (size_t i = 0; i < cs.size(); ++i) {
+  entries(cs, [&](size_t i) {
     const std::string where = "compute[" + std::to_string(i) + "].";
     ComputeProfile c;
     c.model_key = r.text(cs[i], "model_key", where);
@@ -241,11 +257,11 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::s
       c.provenance = ProfileProvenance::from_json(
           cs[i]["provenance"], fmt::format("{} ({})", source, where.substr(0, where.size() - 1)));
     p.compute.push_back(std::move(c));
-  }
+  });
   if (!j.contains("routing")) return p;  // written before routing was measured
   const auto& rs = j["routing"];
   OFFGEN_CHECK(rs.is_array(), kInput, "{}: 'routing' must be an array", source);
-  for (size_t i = 0; i < rs.size(); ++i) {
+  entries(rs, [&](size_t i) {
     const std::string where = "routing[" + std::to_string(i) + "].";
     RoutingProfile rp;
     rp.model_id = r.text(rs[i], "model_id", where);
@@ -263,7 +279,7 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::s
       rp.provenance = ProfileProvenance::from_json(
           rs[i]["provenance"], fmt::format("{} ({})", source, where.substr(0, where.size() - 1)));
     p.routing.push_back(std::move(rp));
-  }
+  });
   return p;
 }
 

@@ -82,8 +82,11 @@ struct HardwareProfile {
   void put_routing(RoutingProfile r);  // replaces the entry of the same model_id, or appends
 
   nlohmann::json to_json() const;
-  // Throws Error(kInput) naming `source` and the offending field.
-  static HardwareProfile from_json(const nlohmann::json& j, const std::string& source);
+  // Throws Error(kInput) naming `source` and the offending field. With `dropped`, a malformed
+  // entry of 'compute' or 'routing' (each measured on its own) is left out and its error appended
+  // there instead, so that one damaged entry does not cost the others.
+  static HardwareProfile from_json(const nlohmann::json& j, const std::string& source,
+                                   std::vector<std::string>* dropped = nullptr);
 };
 
 }  // namespace offgen

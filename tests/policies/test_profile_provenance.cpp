@@ -169,4 +169,33 @@ TEST_CASE("profile: measured expert routing round trips by model; absent in olde
   bad["routing"][0]["counts"].erase(1);
   CHECK_THROWS_WITH(HardwareProfile::from_json(bad, "p.json"),
                     Catch::Contains("'routing[0].counts' must be an array of one array per layer"));
+  // Read leniently (the profile cache), a damaged entry is left out and the others kept.
+  RoutingProfile other = r;
+  other.model_id = "gguf:other";
+  hw.put_routing(other);
+  ComputeProfile c;
+  c.model_key = "m";
+  c.threads = 2;
+  c.mlp = c.attn_base = c.output = c.prefill_pair = c.prefill_pair_evict = TimeCurve{{1, 2}, {1, 2}};
+  hw.put_compute(c);
+  c.threads = 4;
+  hw.put_compute(c);
+  bad = hw.to_json();
+  bad["routing"][0]["counts"][1][2] = -1;
+  bad["compute"][0]["threads"] = "two";
+  std::vector<std::string> dropped;
+  const HardwareProfile kept = HardwareProfile::from_json(bad, "p.json", &dropped);
+  REQUIRE(dropped.size() == 2);
+  CHECK_THAT(dropped[0], Catch::Contains("p.json: 'compute[0].threads'"));
+  CHECK_THAT(dropped[1], Catch::Contains("p.json: 'routing[0].counts[1][2]'"));
+  REQUIRE(kept.compute.size() == 1);
+  CHECK(kept.compute[0].threads == 4);
+  REQUIRE(kept.routing.size() == 1);
+  CHECK(kept.routing[0].model_id == "gguf:other");
+  CHECK(kept.disk_read.x == hw.disk_read.x);
+  CHECK_THROWS_WITH(HardwareProfile::from_json(bad, "p.json"),
+                    Catch::Contains("'compute[0].threads'"));  // strict without `dropped`
+  bad = hw.to_json();
+  bad["disk_read"] = 1;  // not an entry: the profile as a whole is unreadable either way
+  CHECK_THROWS(HardwareProfile::from_json(bad, "p.json", &dropped));
 }
