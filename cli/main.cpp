@@ -289,8 +289,11 @@ int cmd_bench(const CommonFlags& f, const PolicyFlags& pf, const BenchOptions& b
                              .limits_of(variants.front()));
   for (Policy p : variants) {
     if (pf.auto_policy()) p = auto_plan(*in, w, p).policy;
+    const auto load_start = std::chrono::steady_clock::now();
     Engine engine(engine_options(f, p, bo.prompt_len + bo.gen_len));
-    const BenchReport r = run_bench(engine, bo);
+    const std::chrono::duration<double> load = std::chrono::steady_clock::now() - load_start;
+    BenchReport r = run_bench(engine, bo);
+    r.load_seconds = load.count();
     std::printf("%s\n", r.summary().c_str());
     nlohmann::json j = r.to_json();
     if (in) {

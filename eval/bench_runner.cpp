@@ -69,6 +69,7 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
   r.gen_len = o.gen_len;
   r.prefill_seconds = s.prefill_seconds;
   r.decode_seconds = s.decode_seconds;
+  r.generate_seconds = s.wall_seconds;
   r.prefill_throughput = b * o.prompt_len / s.prefill_seconds;
   r.decode_throughput = b * (o.gen_len - 1) / s.decode_seconds;
   r.total_throughput = b * o.gen_len / (s.prefill_seconds + s.decode_seconds);
@@ -108,6 +109,8 @@ BenchReport run_bench(Engine& engine, const BenchOptions& o) {
 nlohmann::json BenchReport::to_json() const {
   return nlohmann::json{
       {"prefill_throughput", prefill_throughput},
+      {"generate_seconds", generate_seconds},
+      {"load_seconds", load_seconds},
       {"decode_throughput", decode_throughput},
       {"total_throughput", total_throughput},
       {"prefill_seconds", prefill_seconds},
@@ -157,6 +160,8 @@ std::string BenchReport::summary() const {
       "  prefill {:10.1f} tok/s  ({:.3f} s)\n"
       "  decode  {:10.1f} tok/s  ({:.3f} s)\n"
       "  total   {:10.1f} tok/s\n"
+      "  wall: {}generate {:.3f} s, of which {:.3f} s outside prefill and decode (admission, "
+      "buffers and KV caches reserved)\n"
       "  peak memory placed: device {}, host {}, disk {}; process peak RSS {}\n"
       "  disk I/O: read {}, written {}\n"
       "  lanes busy: load {:.3f} s, compute {:.3f} s, store {:.3f} s of {:.3f} s; overlap "
@@ -165,7 +170,10 @@ std::string BenchReport::summary() const {
       num_prompts != batch_size ? fmt::format(" ({} prompts)", num_prompts) : std::string(),
       prompt_len, gen_len, batch_limited_by, kv_policy, kv_dtype, kv_slots_per_seq,
       format_bytes(kv_bytes_per_seq), prefill_throughput, prefill_seconds, decode_throughput,
-      decode_seconds, total_throughput, format_bytes(peak_device), format_bytes(peak_host),
+      decode_seconds, total_throughput,
+      load_seconds > 0 ? fmt::format("load {:.3f} s, ", load_seconds) : std::string(),
+      generate_seconds, std::max(0.0, generate_seconds - prefill_seconds - decode_seconds),
+      format_bytes(peak_device), format_bytes(peak_host),
       format_bytes(peak_disk), format_bytes(peak_rss),
       format_bytes(disk_read), format_bytes(disk_write), lanes.load, lanes.compute, lanes.store,
       lanes.wall, overlap_efficiency, forward_overlap_efficiency) +

@@ -35,6 +35,10 @@ struct BenchReport {
   std::string batch_limited_by;    // "policy" (given sizes) or "memory" (fit to the capacities)
   double prefill_seconds = 0, decode_seconds = 0;
   double prefill_throughput = 0, decode_throughput = 0, total_throughput = 0;
+  // Wall time outside the throughput figures: the measured generate() call as a whole
+  // (admission, the forwards' buffers and KV caches reserved and first touched, prefill, decode)
+  // and the engine's load, where the caller timed it (0: not timed).
+  double generate_seconds = 0, load_seconds = 0;
   // The bytes offgen places per tier at most (weights, staging, KV, shared contexts; not
   // activations, the tokenizer or the allocator's slack) and the process's peak RSS so far.
   int64_t peak_device = 0, peak_host = 0, peak_disk = 0, peak_rss = 0;

@@ -47,6 +47,14 @@ check "--prefill-chunk 8: the same records as the default chunk" cmp -s "$work/o
   --prefill-chunk 8 --no-warmup --json "$work/chunk_bench.json" > /dev/null
 check "bench reports the prefill chunk it ran with" \
   python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["prefill_chunk"] != 8)' "$work/chunk_bench.json"
+# The wall time outside the throughput figures: the load, and the generate call holding prefill
+# and decode.
+check "bench reports its load and generate wall times" python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+sys.exit(not (j["load_seconds"] > 0 and
+              j["generate_seconds"] >= j["prefill_seconds"] + j["decode_seconds"] > 0))' \
+  "$work/chunk_bench.json"
 
 # A bench job of more prompts than a block that fits runs block by block (blocks of 2 here; six
 # sequences at once would exceed --cpu-mem).
