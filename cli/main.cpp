@@ -126,8 +126,8 @@ void install_stop_handlers() {
   }
 }
 
-// `generate --policy auto`: plans for the job's longest prompt and largest max_tokens (every
-// sequence then fits the planned block) over its valid requests. `report` gets the plan's
+// `generate --policy auto`: plans a block of the job's typical (mean) request, in which its
+// longest fits alone (eval/planning.h: job_workload), over its valid requests. `report` gets the plan's
 // figures (prediction, roofline, the profile's provenance) for --report.
 Policy plan_for_job(const CommonFlags& f, const std::vector<JobLine>& lines, const Policy& base,
                     int64_t max_context, const StopToken& stop, nlohmann::json& report) {

@@ -294,22 +294,33 @@ PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& 
 Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& requests,
                       int64_t max_context, const StopToken& stop) {
   Workload w;
-  w.prompt_len = 1;
-  w.gen_len = 2;
+  int64_t prompts = 0, gens = 0, longest_prompt = 1, longest_gen = 2;
   for (size_t i = 0; i < requests.size(); ++i) {
     if (i % 256 == 0) stop.check("plan");
     const Request& r = requests[i];
+    int64_t p = 0;
     try {
-      w.prompt_len = std::max<int64_t>(w.prompt_len, encode_request(tokenizer, r).size());
+      p = static_cast<int64_t>(encode_request(tokenizer, r).size());
     } catch (const Error&) {
       continue;  // reported per request by the run itself
     }
-    w.gen_len = std::max<int64_t>(w.gen_len, r.sampling.max_tokens);
+    // What the engine generates at most: max_tokens, cut at the context window.
+    int64_t g = r.sampling.max_tokens;
+    if (max_context > 0) g = std::min(g, max_context - p);
+    g = std::max<int64_t>(g, 0);
+    prompts += p;
+    gens += g;
+    longest_prompt = std::max(longest_prompt, p);
+    longest_gen = std::max(longest_gen, g);
     w.sampling = w.sampling || (r.sampling.temperature != 0.0f && r.forced.empty());
     ++w.num_requests;
   }
-  if (max_context > 0)
-    w.gen_len = std::max<int64_t>(2, std::min(w.gen_len, max_context - w.prompt_len));
+  // The typical request is the mean one (rounded up); the longest bound the buffers and must fit.
+  const int64_t n = std::max<int64_t>(w.num_requests, 1);
+  w.prompt_len = std::max<int64_t>(1, (prompts + n - 1) / n);
+  w.gen_len = std::max<int64_t>(2, (gens + n - 1) / n);
+  w.longest_prompt_len = longest_prompt;
+  w.longest_gen_len = longest_gen;
   return w;
 }
 

@@ -103,9 +103,10 @@ int64_t planning_ram_limit(const Policy& base);
 PlanResult auto_plan(const PlanningInputs& in, const Workload& w, const Policy& base,
                      const StopToken& stop = {});
 
-// The workload a job is planned for: its longest prompt and largest max_tokens over the requests
-// that tokenise (others fail on their own when run), gen_len capped by max_context (0 = none),
-// sampling when one of them samples on the host.
+// The workload a job is planned for, over the requests that tokenise (others fail on their own
+// when run): the mean prompt and max_tokens (each cut at max_context, 0 = none) as the typical
+// request, the longest prompt and largest max_tokens beside them (Workload::longest_*), sampling
+// when one of them samples on the host.
 // num_requests == 0 when none does (nothing to plan: every request gets its error).
 // Checks `stop` ("plan") every 256 requests.
 Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& requests,

@@ -407,13 +407,24 @@ ForwardShape forward_shape(const Policy& p, int64_t prefill_chunk, int64_t seque
 
 TierBytes block_need(const ModelFacts& m, const Policy& p, const Workload& w, int64_t sequences) {
   const int64_t capacity = p.kv.table_slots(w.prompt_len, w.gen_len);
+  // The forwards' buffers grow with the largest prompt chunk and table among those running.
+  const int64_t largest = p.kv.table_slots(w.longest_prompt(), w.longest_gen());
   TierBytes t = weight_need(m, p);
   t += kv_need(m, p, capacity) * sequences;
   t += forward_need(m, p,
                     forward_shape(p, w.prefill_chunk, sequences, sequences * w.prompt_len,
-                                  w.prompt_len, capacity, w.sampling ? sequences : 0))
+                                  w.longest_prompt(), largest, w.sampling ? sequences : 0))
            .total();
   return t;
+}
+
+Workload Workload::longest() const {
+  Workload l = *this;
+  l.prompt_len = longest_prompt();
+  l.gen_len = longest_gen();
+  l.longest_prompt_len = l.longest_gen_len = 0;
+  l.num_requests = 1;
+  return l;
 }
 
 void Workload::validate() const {
@@ -421,6 +432,9 @@ void Workload::validate() const {
   OFFGEN_CHECK(gen_len >= 2, kConfig, "--gen-len {} must be >= 2", gen_len);
   OFFGEN_CHECK(num_requests >= 0, kConfig, "--num-requests {} must be >= 0", num_requests);
   OFFGEN_CHECK(prefill_chunk >= 1, kConfig, "prefill chunk {} must be >= 1", prefill_chunk);
+  OFFGEN_CHECK(longest_prompt_len >= 0 && longest_gen_len >= 0, kConfig,
+               "the longest prompt {} and max_tokens {} must be >= 0", longest_prompt_len,
+               longest_gen_len);
 }
 
 std::string Prediction::bottleneck() const {

@@ -4,6 +4,7 @@
 // FlexGen's prefill / decode / total throughputs; plus the tier bytes the engine admits against.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -101,6 +102,15 @@ struct Workload {
   int64_t prompt_len = 512;
   int64_t gen_len = 32;
   int64_t num_requests = 0;     // 0 = one block of the policy's batch
+  // A job of requests of different lengths: prompt_len and gen_len are its typical request (the
+  // mean: throughput and a block's KV caches), these its longest prompt and largest max_tokens
+  // (the forwards' buffers, and a request that must fit alone); 0: prompt_len, gen_len.
+  int64_t longest_prompt_len = 0, longest_gen_len = 0;
+  int64_t longest_prompt() const { return std::max(prompt_len, longest_prompt_len); }
+  int64_t longest_gen() const { return std::max(gen_len, longest_gen_len); }
+  bool uniform() const { return longest_prompt() == prompt_len && longest_gen() == gen_len; }
+  // The longest request's workload (one request of the longest prompt and max_tokens).
+  Workload longest() const;
   // The engine's tokens per prefill forward (the CPU backend's default: the planner's profile
   // is the CPU's).
   int64_t prefill_chunk = BackendCaps{}.default_prefill_chunk;

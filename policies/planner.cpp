@@ -64,6 +64,12 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
     (o.device_is_host ? p.cache_gpu_percent : p.cache_cpu_percent) = 0;
   };
   auto need_of = [&](const Policy& p) { return block_need(m, p, w, p.block_size()); };
+  // Requests of different lengths: a block is sized by the typical one (the engine admits the
+  // others as memory allows), and the longest must fit alone.
+  const Workload longest = w.longest();
+  auto longest_fits = [&](const Policy& p) {
+    return w.uniform() || plan_overflow(o, block_need(m, p, longest, 1)).empty();
+  };
   // RAM shares searched: the grid, or the given shares alone.
   std::vector<double> w_shares, c_shares;
   if (o.base.shares_given) {
@@ -90,7 +96,7 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
         auto fits = [&](int64_t g, int64_t k) {
           p.gpu_batch_size = g;
           p.num_gpu_batches = k;
-          return g * k <= cap_batch && plan_overflow(o, need_of(p)).empty();
+          return g * k <= cap_batch && plan_overflow(o, need_of(p)).empty() && longest_fits(p);
         };
         auto largest = [&](auto&& ok, int64_t hi) {  // largest n in [0, hi] with ok(n)
           int64_t lo = 0;
@@ -134,7 +140,9 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
     place(p, w_shares.front(), c_shares.front());
     p.gpu_batch_size = std::max<int64_t>(g_fix, 1);
     p.num_gpu_batches = std::max<int64_t>(k_fix, 1);
-    const TierBytes need = need_of(p);
+    TierBytes need = need_of(p);
+    if (plan_overflow(o, need).empty()) need = block_need(m, p, longest, 1);  // the longest alone
+    const int64_t slots = p.kv.table_slots(longest.prompt_len, longest.gen_len);
     OFFGEN_THROW(kConfig,
                  "plan: nothing fits: {} with {} needs {} of RAM and {} of disk ({}); raise {}",
                  p.block_size() == 1 ? std::string("one sequence")
@@ -145,7 +153,10 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
                                                    w_shares.front(), c_shares.front())
                                      : std::string("weights and KV wholly on disk"),
                  format_bytes(need.device + need.host), format_bytes(need.disk),
-                 fmt::format("{} KV slots per sequence", capacity), plan_overflow(o, need));
+                 w.uniform() ? fmt::format("{} KV slots per sequence", capacity)
+                             : fmt::format("{} KV slots per typical sequence, {} for the longest",
+                                           capacity, slots),
+                 plan_overflow(o, need));
   }
   out.policy = best.policy;
   out.prediction = best.prediction;

@@ -119,3 +119,33 @@ TEST_CASE("planning: without a RAM limit a plan keeps to the RAM available now",
     CHECK(limit <= avail);
   }
 }
+
+TEST_CASE("planning: a job's workload is its mean request beside its longest", "[plan]") {
+  OpenedModel opened = open_model("dummy:smollm2-135m:q4_0");
+  const Tokenizer tokenizer(std::move(opened.vocab));
+  std::vector<Request> reqs(4);
+  const int64_t prompts[] = {10, 20, 30, 1000}, gens[] = {8, 8, 8, 200};
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].prompt_ids.assign(static_cast<size_t>(prompts[i]), 7);
+    reqs[i].sampling.max_tokens = gens[i];
+  }
+  Workload w = job_workload(tokenizer, reqs, 0);
+  CHECK(w.num_requests == 4);
+  CHECK(w.prompt_len == 265);  // (10 + 20 + 30 + 1000) / 4, rounded up
+  CHECK(w.gen_len == 56);
+  CHECK(w.longest_prompt() == 1000);
+  CHECK(w.longest_gen() == 200);
+  CHECK(!w.uniform());
+  CHECK(w.longest().prompt_len == 1000);
+  CHECK(w.longest().gen_len == 200);
+  // max_tokens past the context window are cut where the engine cuts them, request by request.
+  w = job_workload(tokenizer, reqs, 1100);
+  CHECK(w.longest_gen() == 100);
+  CHECK(w.gen_len == (8 + 8 + 8 + 100 + 3) / 4);
+  // One length for all: the workload is uniform.
+  for (Request& r : reqs) r.prompt_ids.assign(16, 7), r.sampling.max_tokens = 4;
+  w = job_workload(tokenizer, reqs, 0);
+  CHECK(w.uniform());
+  CHECK(w.prompt_len == 16);
+  CHECK(w.gen_len == 4);
+}

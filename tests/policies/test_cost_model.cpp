@@ -350,6 +350,44 @@ TEST_CASE("planner: fits the limits, names the binding one, never worse with mor
   CHECK_THROWS_WITH(plan(m, hw.compute[0], hw, o), Catch::Contains("nothing fits"));
 }
 
+TEST_CASE("planner: requests of different lengths: a block of the typical one, the longest alone",
+          "[cost][plan]") {
+  const ModelFacts m = tiny_model();
+  const HardwareProfile hw = planner_hw();
+  PlanOptions o = planner_options();
+  o.base.cpu_mem = int64_t{12} << 20;
+  o.workload.num_requests = 256;
+  // Planned as if every request were the longest (what a job's plan was): small blocks.
+  PlanOptions at_longest = o;
+  at_longest.workload.prompt_len = 1000;
+  const PlanResult l = plan(m, hw.compute[0], hw, at_longest);
+  // The mean request of 32 + 32 with a longest prompt of 1000: larger blocks, and the longest
+  // request still fits alone beside the weights and the forwards its prompt needs.
+  o.workload.longest_prompt_len = 1000;
+  const PlanResult r = plan(m, hw.compute[0], hw, o);
+  INFO(l.policy.block_size() << " at the longest, " << r.policy.block_size() << " typical");
+  CHECK(r.policy.block_size() > 2 * l.policy.block_size());
+  CHECK(plan_overflow(o, block_need(m, r.policy, o.workload.longest(), 1)).empty());
+  CHECK(plan_overflow(o, r.prediction.need).empty());
+  // The forwards' buffers of a block are those of its longest prompt: more than a uniform one's.
+  PlanOptions uniform = o;
+  uniform.workload.longest_prompt_len = 0;
+  ModelFacts scored = m;
+  scored.forward.score_bytes = 4;  // the attention's scores: per new row and key
+  const auto ram = [](const TierBytes& t) { return t.device + t.host; };
+  CHECK(ram(block_need(scored, r.policy, o.workload, 4)) >
+        ram(block_need(scored, r.policy, uniform.workload, 4)));
+  // A longest request that cannot fit alone (its KV table of 4095 slots, 8 MiB, in RAM or on a
+  // 1 MiB disk) fails the plan, naming it, where typical blocks would fit.
+  o.base.cpu_mem = int64_t{8} << 20;
+  o.base.disk_mem = int64_t{1} << 20;
+  CHECK_NOTHROW(plan(m, hw.compute[0], hw, o));
+  o.workload.longest_prompt_len = 4000;
+  o.workload.longest_gen_len = 96;
+  CHECK_THROWS_WITH(plan(m, hw.compute[0], hw, o),
+                    Catch::Contains("nothing fits") && Catch::Contains("4095 for the longest"));
+}
+
 TEST_CASE("planner: given tier shares (--percent) are kept, batch and overlap chosen",
           "[cost][plan]") {
   const ModelFacts m = tiny_model();
