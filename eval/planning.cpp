@@ -295,6 +295,7 @@ Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& re
                       int64_t max_context, const StopToken& stop) {
   Workload w;
   int64_t prompts = 0, gens = 0, longest_prompt = 1, longest_gen = 2;
+  double squares = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     if (i % 256 == 0) stop.check("plan");
     const Request& r = requests[i];
@@ -309,6 +310,7 @@ Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& re
     if (max_context > 0) g = std::min(g, max_context - p);
     g = std::max<int64_t>(g, 0);
     prompts += p;
+    squares += static_cast<double>(p) * static_cast<double>(p);
     gens += g;
     longest_prompt = std::max(longest_prompt, p);
     longest_gen = std::max(longest_gen, g);
@@ -321,6 +323,7 @@ Workload job_workload(const Tokenizer& tokenizer, const std::vector<Request>& re
   w.gen_len = std::max<int64_t>(2, (gens + n - 1) / n);
   w.longest_prompt_len = longest_prompt;
   w.longest_gen_len = longest_gen;
+  w.prompt_sq_mean = squares / static_cast<double>(n);
   return w;
 }
 

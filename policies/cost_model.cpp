@@ -40,6 +40,7 @@ struct Ctx {
   int64_t capacity = 0, compact_to = 0, ram_slots = 0;
   int64_t kv_row = 0;  // home bytes of a KV row in the policy's KV dtype
   bool evicts = false, kv_resident = true;
+  double pair_scale = 1;      // Workload::prefill_pair_scale: prefill pieces' attention pairs
   bool load_weights = false;  // some blob is assembled in staging (the weight store's rule)
   // Mixtures of experts: the executor's scratch rows (ForwardShape::batch_rows), within which
   // MLP units run batches together (expert_group_cap, expert_batch_groups).
@@ -233,7 +234,8 @@ ForwardTime forward_time_as(const Ctx& x, const Ctx* xw, const std::vector<Batch
           const double per_pair =
               pc.n_new == 1 ? (x.evicts ? x.c.decode_pair_evict : x.c.decode_pair)
                             : (x.evicts ? x.c.prefill_pair_evict : x.c.prefill_pair).at(len);
-          core += static_cast<double>(pc.mult) * pairs * per_pair;
+          const double scale = pc.n_new > 1 ? x.pair_scale : 1.0;  // a mixed job's prompts
+          core += static_cast<double>(pc.mult) * pairs * scale * per_pair;
         }
         if (attn && !x.kv_resident) {
           const auto mult = static_cast<double>(pc.mult);
@@ -423,6 +425,7 @@ Workload Workload::longest() const {
   l.prompt_len = longest_prompt();
   l.gen_len = longest_gen();
   l.longest_prompt_len = l.longest_gen_len = 0;
+  l.prompt_sq_mean = 0;
   l.num_requests = 1;
   return l;
 }
@@ -432,6 +435,8 @@ void Workload::validate() const {
   OFFGEN_CHECK(gen_len >= 2, kConfig, "--gen-len {} must be >= 2", gen_len);
   OFFGEN_CHECK(num_requests >= 0, kConfig, "--num-requests {} must be >= 0", num_requests);
   OFFGEN_CHECK(prefill_chunk >= 1, kConfig, "prefill chunk {} must be >= 1", prefill_chunk);
+  OFFGEN_CHECK(prompt_sq_mean >= 0, kConfig, "the mean squared prompt {} must be >= 0",
+               prompt_sq_mean);
   OFFGEN_CHECK(longest_prompt_len >= 0 && longest_gen_len >= 0, kConfig,
                "the longest prompt {} and max_tokens {} must be >= 0", longest_prompt_len,
                longest_gen_len);
@@ -448,6 +453,7 @@ Prediction predict(const ModelFacts& m, const ComputeProfile& compute, const Har
   w.validate();
   Ctx x{m, compute, hw, p, m.placement(p)};
   x.evicts = p.kv.evicts();
+  x.pair_scale = w.prefill_pair_scale();
   x.capacity = p.kv.table_slots(w.prompt_len, w.gen_len);
   x.compact_to = p.kv.compact_slots(w.prompt_len, w.gen_len);
   const KvTableLayout layout = m.kv_layout(p);

@@ -106,6 +106,14 @@ struct Workload {
   // mean: throughput and a block's KV caches), these its longest prompt and largest max_tokens
   // (the forwards' buffers, and a request that must fit alone); 0: prompt_len, gen_len.
   int64_t longest_prompt_len = 0, longest_gen_len = 0;
+  // ... and the mean of its prompts' squared lengths (0: prompt_len^2): a prompt's causal
+  // attention pairs grow with the square of its length, so the mean prompt alone undercounts them.
+  double prompt_sq_mean = 0;
+  // What a job's prefill attention pairs are over those of prompt_len-token prompts (1: uniform).
+  double prefill_pair_scale() const {
+    const double p = static_cast<double>(prompt_len);
+    return prompt_sq_mean > 0 ? (prompt_sq_mean + p) / (p * p + p) : 1.0;
+  }
   int64_t longest_prompt() const { return std::max(prompt_len, longest_prompt_len); }
   int64_t longest_gen() const { return std::max(gen_len, longest_gen_len); }
   bool uniform() const { return longest_prompt() == prompt_len && longest_gen() == gen_len; }

@@ -119,7 +119,9 @@ struct Ctx {
     // Prefill: the block's prompts in forwards of at most prefill_chunk tokens; each prompt's
     // causal pairs (on window layers at most `window` keys per query).
     const int64_t forwards = (B * P + w.prefill_chunk - 1) / w.prefill_chunk;
-    const double pairs = static_cast<double>(P) * static_cast<double>(P + 1) / 2;
+    // (A mixed job's prompts: the pairs of its mean prompt scaled to those of its lengths.)
+    const double pairs =
+        static_cast<double>(P) * static_cast<double>(P + 1) / 2 * w.prefill_pair_scale();
     const double wpairs = window > 0 && P > window
                               ? static_cast<double>(window) * static_cast<double>(window + 1) / 2 +
                                     static_cast<double>(P - window) * static_cast<double>(window)

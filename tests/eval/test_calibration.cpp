@@ -138,6 +138,8 @@ TEST_CASE("planning: a job's workload is its mean request beside its longest", "
   CHECK(!w.uniform());
   CHECK(w.longest().prompt_len == 1000);
   CHECK(w.longest().gen_len == 200);
+  CHECK(w.prompt_sq_mean == Approx((100.0 + 400 + 900 + 1e6) / 4));
+  CHECK(w.prefill_pair_scale() > 3);  // one long prompt: most of the pairs
   // max_tokens past the context window are cut where the engine cuts them, request by request.
   w = job_workload(tokenizer, reqs, 1100);
   CHECK(w.longest_gen() == 100);
@@ -146,6 +148,7 @@ TEST_CASE("planning: a job's workload is its mean request beside its longest", "
   for (Request& r : reqs) r.prompt_ids.assign(16, 7), r.sampling.max_tokens = 4;
   w = job_workload(tokenizer, reqs, 0);
   CHECK(w.uniform());
+  CHECK(w.prefill_pair_scale() == 1);
   CHECK(w.prompt_len == 16);
   CHECK(w.gen_len == 4);
 }

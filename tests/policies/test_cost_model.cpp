@@ -388,6 +388,27 @@ TEST_CASE("planner: requests of different lengths: a block of the typical one, t
                     Catch::Contains("nothing fits") && Catch::Contains("4095 for the longest"));
 }
 
+TEST_CASE("cost model: a mixed job's prompts cost the attention pairs of their lengths",
+          "[cost]") {
+  const ModelFacts m = tiny_model();
+  const HardwareProfile hw = tiny_hw();
+  const Policy p = all_ram(4, 1);
+  Workload w;
+  w.prompt_len = 100;
+  w.gen_len = 8;
+  const Prediction uniform = predict(m, hw.compute[0], hw, p, w);
+  w.prompt_sq_mean = 100.0 * 100.0;  // the same lengths, given: the same figures
+  CHECK(predict(m, hw.compute[0], hw, p, w).prefill_seconds == uniform.prefill_seconds);
+  // Half of the prompts 20 tokens, half 180 (mean 100): 1.64x the pairs of 100-token prompts.
+  w.prompt_sq_mean = (20.0 * 20.0 + 180.0 * 180.0) / 2;
+  CHECK(w.prefill_pair_scale() == Approx((16400.0 + 100) / 10100));
+  const Prediction mixed = predict(m, hw.compute[0], hw, p, w);
+  // Only the prefill's attention grows: 4 sequences x their pairs x 1e-6 s (tiny_hw) more.
+  CHECK(mixed.prefill_seconds - uniform.prefill_seconds ==
+        Approx(4 * (16400.0 + 100 - 10100) / 2 * 1e-6).epsilon(1e-3));
+  CHECK(mixed.decode_seconds == uniform.decode_seconds);
+}
+
 TEST_CASE("planner: given tier shares (--percent) are kept, batch and overlap chosen",
           "[cost][plan]") {
   const ModelFacts m = tiny_model();
