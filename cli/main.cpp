@@ -127,8 +127,8 @@ void install_stop_handlers() {
 }
 
 // `generate --policy auto`: plans a block of the job's typical (mean) request, in which its
-// longest fits alone (eval/planning.h: job_workload), over its valid requests. `report` gets the plan's
-// figures (prediction, roofline, the profile's provenance) for --report.
+// longest fits alone (eval/planning.h: job_workload), over its valid requests. `report` gets the
+// plan's figures (prediction, roofline, the profile's provenance) for --report.
 Policy plan_for_job(const CommonFlags& f, const std::vector<JobLine>& lines, const Policy& base,
                     int64_t max_context, const StopToken& stop, nlohmann::json& report) {
   std::vector<Request> requests;

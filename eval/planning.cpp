@@ -72,7 +72,8 @@ HardwareProfile load_cached_profile(const std::string& path) {
   std::vector<std::string> dropped;
   HardwareProfile p = load_profile(path, &dropped);
   for (const std::string& d : dropped)
-    std::fprintf(stderr, "offgen: warning: %s: that entry is left out (measured again when needed)\n",
+    std::fprintf(stderr,
+                 "offgen: warning: %s: that entry is left out (measured again when needed)\n",
                  d.c_str());
   return p;
 }

@@ -176,7 +176,8 @@ TEST_CASE("profile: measured expert routing round trips by model; absent in olde
   ComputeProfile c;
   c.model_key = "m";
   c.threads = 2;
-  c.mlp = c.attn_base = c.output = c.prefill_pair = c.prefill_pair_evict = TimeCurve{{1, 2}, {1, 2}};
+  c.mlp = c.attn_base = c.output = TimeCurve{{1, 2}, {1, 2}};
+  c.prefill_pair = c.prefill_pair_evict = c.mlp;
   hw.put_compute(c);
   c.threads = 4;
   hw.put_compute(c);

@@ -248,7 +248,8 @@ TEST_CASE("a failed weight write during the load is an I/O error naming the offl
   for (size_t i = 0; i < reqs.size(); ++i) CHECK(a[i].tokens == b[i].tokens);
 }
 
-TEST_CASE("a stop token ends a load that writes the weights to disk", "[engine][faults][stop][load]") {
+TEST_CASE("a stop token ends a load that writes the weights to disk",
+          "[engine][faults][stop][load]") {
   // Stopped between units while the last unit's write is in flight: the write is waited for
   // before its buffer goes (ASan/TSan builds check that).
   const test::TempDir dir;
