@@ -3,7 +3,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <future>
 #include <optional>
+#include <system_error>
 #include <utility>
 
 #include "runtime/core/error.h"
@@ -25,23 +28,28 @@ WeightStore::WeightStore(Backend& backend, int64_t num_units,
   for (int64_t u = 0; u < num_units; ++u) sizes[u] = unit_bytes(u);
   const WeightSplit plan = placement.weight_blobs(sizes, staging_slots);
   // Two temporaries when units go to disk: the next unit is built while the last one's disk part
-  // is written (an async write; a part the engine cannot queue as it is is written blocking).
+  // is written (an async write; a part the engine cannot queue as it is is written blocking). A
+  // thread waits for each write: the store issues a write's ops beyond its queue depth only as a
+  // waiter reaps the earlier ones, so without one the rest of a large unit's part (past 64 x
+  // 4 MiB) would wait for the temporary's next use. (Declared after tmp: a pending waiter is
+  // joined before the temporaries go.)
   Buffer tmp[2];
-  std::optional<Ticket> writing[2];
+  std::future<void> writing[2];
   // Where device memory is host memory, the temporaries become two of the staging slots after
   // the build (their pages touched once instead of twice): then each has a slot's size.
   const int reused = !split ? static_cast<int>(std::min<int64_t>(2, plan.staging_slots)) : 0;
   for (int i = 0; i < reused; ++i) tmp[i] = backend_.alloc(plan.staging_slot_bytes, Tier::kHost);
   auto finish_writes = [&](bool rethrow) {
-    for (std::optional<Ticket>& t : writing) {
-      if (!t) continue;
-      const Ticket k = *std::exchange(t, std::nullopt);
+    std::exception_ptr first;
+    for (std::future<void>& w : writing) {
+      if (!w.valid()) continue;
       try {
-        disk_->wait(k);
+        w.get();
       } catch (...) {
-        if (rethrow) throw;
+        if (!first) first = std::current_exception();
       }
     }
+    if (rethrow && first) std::rethrow_exception(first);
   };
   int cur = 0;
   try {
@@ -52,7 +60,7 @@ WeightStore::WeightStore(Backend& backend, int64_t num_units,
       x.device_bytes = home.device;
       x.ram_bytes = home.host;
       x.disk_bytes = home.disk;
-      if (writing[cur]) disk_->wait(*std::exchange(writing[cur], std::nullopt));
+      if (writing[cur].valid()) writing[cur].get();
       Buffer& t = tmp[cur];
       if (t.bytes() < x.bytes) t = backend_.alloc(x.bytes, Tier::kHost);
       auto* blob = static_cast<std::byte*>(t.data());
@@ -72,7 +80,12 @@ WeightStore::WeightStore(Backend& backend, int64_t num_units,
         std::byte* part = blob + x.device_bytes + x.ram_bytes;
         if (is_aligned(part) && x.disk_bytes % kDiskAlign == 0) {
           const IoOp op{IoKind::kWrite, x.disk, part, static_cast<uint64_t>(x.disk_bytes), 0};
-          writing[cur] = disk_->submit({&op, 1});
+          const Ticket k = disk_->submit({&op, 1});
+          try {
+            writing[cur] = std::async(std::launch::async, [this, k] { disk_->wait(k); });
+          } catch (const std::system_error&) {  // no thread to be had: wait here
+            disk_->wait(k);
+          }
           cur ^= 1;
         } else {
           disk_->write(x.disk, part, x.disk_bytes);
