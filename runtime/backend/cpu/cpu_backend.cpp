@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -52,25 +51,12 @@ namespace {
 
 void free_aligned(void* p, void*) { std::free(p); }
 
-// Buffers from 1 MiB are mapped on their own and unmapped when freed, so that their pages go back
-// to the system. From the heap, the buffers of a job's requests of different lengths (KV tables,
-// forwards' buffers re-reserved each admission round) stayed with the process once freed: glibc
-// raises its mmap threshold to the largest block freed (up to 32 MiB) and keeps up to twice that
-// free at the heap's top, so a job mixing 28- and 1400-token prompts under --cpu-mem 1G held
-// about 0.9 GB more than it placed. ASan builds keep them on the heap, where ASan checks bounds.
-#if defined(__SANITIZE_ADDRESS__)
-#define OFFGEN_HEAP_BUFFERS 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define OFFGEN_HEAP_BUFFERS 1
-#endif
-#endif
-#if defined(OFFGEN_HEAP_BUFFERS)
-constexpr size_t kOwnMappingBytes = SIZE_MAX;
-#else
-constexpr size_t kOwnMappingBytes = size_t{1} << 20;
-#endif
-
+// Buffers from kCpuBufferMappingBytes (cpu_backend.h) are mapped on their own and unmapped when
+// freed, so that their pages go back to the system. From the heap, the buffers of a job's
+// requests of different lengths (KV tables, forwards' buffers re-reserved each admission round)
+// stayed with the process once freed: glibc raises its mmap threshold to the largest block freed
+// (up to 32 MiB) and keeps up to twice that free at the heap's top, so a job mixing 28- and
+// 1400-token prompts under --cpu-mem 1G held about 0.9 GB more than it placed.
 void unmap(void* p, void* bytes) { ::munmap(p, reinterpret_cast<size_t>(bytes)); }
 
 // The gated MLPs (SwiGLU, GeGLU) over m rows (gate and up rows `stride` apart, out rows n apart):
@@ -99,7 +85,7 @@ Buffer CpuBackend::alloc(int64_t bytes, Tier tier) {
   OFFGEN_CHECK(bytes >= 0, kInternal, "negative allocation {}", bytes);
   if (bytes == 0) return Buffer();
   const size_t rounded = (static_cast<size_t>(bytes) + 4095) / 4096 * 4096;
-  const bool mapped = rounded >= kOwnMappingBytes;
+  const bool mapped = rounded >= kCpuBufferMappingBytes;
   void* p = nullptr;
   if (mapped) {
     p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -2,10 +2,28 @@
 // gemm.h (measured fastest here). Device and host memory are the same RAM.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "runtime/backend/backend.h"
 #include "runtime/backend/cpu/cpu_streams.h"
 
 namespace offgen {
+
+// CpuBackend::alloc maps buffers of this many bytes and more on their own, unmapped when freed
+// (their pages go back to the system); smaller ones come from the heap. ASan builds keep every
+// buffer on the heap, where ASan checks its bounds.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr size_t kCpuBufferMappingBytes = SIZE_MAX;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr size_t kCpuBufferMappingBytes = SIZE_MAX;
+#else
+inline constexpr size_t kCpuBufferMappingBytes = size_t{1} << 20;
+#endif
+#else
+inline constexpr size_t kCpuBufferMappingBytes = size_t{1} << 20;
+#endif
 
 class CpuBackend final : public Backend {
  public:
