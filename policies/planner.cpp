@@ -65,7 +65,8 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
   };
   auto need_of = [&](const Policy& p) { return block_need(m, p, w, p.block_size()); };
   // Requests of different lengths: a block is sized by the typical one (the engine admits the
-  // others as memory allows), and the longest must fit alone.
+  // others as memory allows), and the longest must fit alone (what it needs alone depends on the
+  // tier shares, not on the batch shape).
   const Workload longest = w.longest();
   auto longest_fits = [&](const Policy& p) {
     return w.uniform() || plan_overflow(o, block_need(m, p, longest, 1)).empty();
@@ -91,12 +92,13 @@ PlanResult plan(const ModelFacts& m, const ComputeProfile& c, const HardwareProf
         place(p, w_share, c_share);
         p.overlap = overlap;
         p.fix_batch();
+        if (!longest_fits(p)) continue;
         // Batch shapes: the grid, plus for each grid value of one factor the largest other
         // factor that fits (memory grows with the block, and throughput mostly with it).
         auto fits = [&](int64_t g, int64_t k) {
           p.gpu_batch_size = g;
           p.num_gpu_batches = k;
-          return g * k <= cap_batch && plan_overflow(o, need_of(p)).empty() && longest_fits(p);
+          return g * k <= cap_batch && plan_overflow(o, need_of(p)).empty();
         };
         auto largest = [&](auto&& ok, int64_t hi) {  // largest n in [0, hi] with ok(n)
           int64_t lo = 0;
